@@ -1,0 +1,147 @@
+"""Configuration: every setting read from the environment once, validated at startup.
+
+A bad value is a ValueError naming the variable, so an operator sees which knob
+is wrong before the model loads (contract: C1, S1, S8).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from . import calibration
+
+DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
+DEFAULT_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
+SCORERS = ("semif_phase1", "fastjev", "stub")
+MIN_TOKEN_LENGTH = 32
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated settings of one server process."""
+
+    api_token: str
+    model: str = DEFAULT_MODEL
+    revision: str = DEFAULT_REVISION
+    device: str = "cuda"
+    vram_cap_gib: float | None = None
+    max_tokens: int = 4096
+    max_decisions: int = 64
+    max_body_bytes: int = 1 << 20
+    max_queue: int = 32
+    calibration: Mapping[str, float] = field(default_factory=dict)
+    scorer: str = "semif_phase1"
+    stub_delay_ms: int = 0
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # Deadlines and connection limits (seconds / counts): slow clients are cut off
+    # before they can pin a connection or a file descriptor indefinitely.
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    idle_timeout: float = 60.0
+    max_connections: int = 512
+    shutdown_grace: float = 30.0
+
+
+def _token(env: Mapping[str, str]) -> str:
+    token = env.get("SEMIF_API_TOKEN")
+    if token is None:
+        raise ValueError("SEMIF_API_TOKEN is required")
+    # A CR, LF or NUL can never arrive in a header, so such a token locks everyone out (S2).
+    if len(token) < MIN_TOKEN_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in token):
+        raise ValueError(
+            f"SEMIF_API_TOKEN must be at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
+        )
+    return token
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    text = raw
+    # int() accepts "+5", " 5", "5_000" and non-ASCII digits: none of those is a plain count.
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {raw!r}")
+    return int(text)
+
+
+def _port(env: Mapping[str, str]) -> int:
+    port = _positive_int(env, "SEMIF_PORT", 8000)
+    if port > 65535:
+        raise ValueError(f"SEMIF_PORT must be 1..65535, got {port}")
+    return port
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float | None) -> float | None:
+    raw = env.get(name)
+    if raw is None or (default is None and raw == ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+    # 0 used to mean "uncapped"; now a cap is either a real cap or absent.
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {raw!r}")
+    return value
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = env.get(name, default)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _nonempty(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name, default)
+    if not value:
+        raise ValueError(f"{name} must not be empty")
+    return value
+
+
+def _device(env: Mapping[str, str]) -> str:
+    value = _nonempty(env, "SEMIF_DEVICE", "cuda")
+    if value != "cpu" and value != "cuda" and not value.startswith("cuda:"):
+        raise ValueError(f"SEMIF_DEVICE must be cuda, cuda:N or cpu, got {value!r}")
+    return value
+
+
+def load(env: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate every setting; raise ValueError naming the first bad one."""
+    env = os.environ if env is None else env
+    path = env.get("SEMIF_CALIBRATION")
+    return Settings(
+        api_token=_token(env),
+        model=_nonempty(env, "SEMIF_MODEL", DEFAULT_MODEL),
+        revision=_nonempty(env, "SEMIF_REVISION", DEFAULT_REVISION),
+        device=_device(env),
+        vram_cap_gib=_positive_float(env, "SEMIF_VRAM_CAP_GIB", None),
+        max_tokens=_positive_int(env, "SEMIF_MAX_TOKENS", 4096),
+        max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", 64),
+        max_body_bytes=_positive_int(env, "SEMIF_MAX_BODY_BYTES", 1 << 20),
+        max_queue=_positive_int(env, "SEMIF_MAX_QUEUE", 32),
+        calibration=calibration.load_table(path) if path is not None else {},
+        scorer=_choice(env, "SEMIF_SCORER", "semif_phase1", SCORERS),
+        stub_delay_ms=_non_negative_int(env, "SEMIF_STUB_DELAY_MS", 0),
+        host=_nonempty(env, "SEMIF_HOST", "127.0.0.1"),
+        port=_port(env),
+        header_timeout=_positive_float(env, "SEMIF_HEADER_TIMEOUT_S", 10.0),
+        body_timeout=_positive_float(env, "SEMIF_BODY_TIMEOUT_S", 30.0),
+        idle_timeout=_positive_float(env, "SEMIF_IDLE_TIMEOUT_S", 60.0),
+        max_connections=_positive_int(env, "SEMIF_MAX_CONNECTIONS", 512),
+        shutdown_grace=_positive_float(env, "SEMIF_SHUTDOWN_GRACE_S", 30.0),
+    )
+
+
+def _non_negative_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit()):
+        raise ValueError(f"{name} must be an integer >= 0, got {raw!r}")
+    return int(raw)

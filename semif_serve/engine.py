@@ -1,0 +1,87 @@
+"""The engine: one worker thread that owns the scorer and serialises every call.
+
+The event loop never runs a scorer call itself, so /health answers while one is
+in progress (INV-2); a single-thread executor plus a process-wide lock means two
+calls can never overlap inside the scorer, whoever submits them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from .config import Settings
+
+Row = dict[str, Any]
+SharedResult = tuple[list[dict[str, Any]], dict[str, Any]]
+
+# Process-wide: any scorer call anywhere in the process takes it (INV-2).
+SCORER_LOCK = threading.Lock()
+
+
+class Scorer(Protocol):
+    """What the engine thread drives (the stub and the torch engine implement it).
+
+    `score` and `score_shared` raise ValueError for input the scorer refuses
+    (422), errors.OutOfMemory (503) and errors.ScoringFailed (500).
+    """
+
+    def load(self) -> None:
+        """Load and prove the model; raise to refuse startup (fail closed)."""
+
+    def score(self, row: Row) -> dict[str, Any]:
+        """One decision: SemIf's `direct.score` result, unchanged."""
+
+    def score_shared(self, rows: list[Row]) -> SharedResult:
+        """Many decisions over one state: SemIf's `score_shared` (results, timing)."""
+
+    def health(self) -> dict[str, Any]:
+        """Facts for /health: at least scorer, semif_commit, model, revision, device."""
+
+
+class Engine:
+    """Runs a scorer on its one worker thread; every method is awaited from the loop."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semif-engine")
+
+    def _serialised(self, fn: Any, *args: Any) -> Any:
+        with SCORER_LOCK:
+            return fn(*args)
+
+    async def _submit(self, fn: Any, *args: Any) -> Any:
+        # A call cancelled while still queued never starts: run_in_executor
+        # cancels the pending executor future along with the awaiting task.
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._serialised, fn, *args)
+
+    async def start(self) -> None:
+        """Load the model on the engine thread, so it is the thread that owns it."""
+        await self._submit(self.scorer.load)
+
+    async def score(self, row: Row) -> dict[str, Any]:
+        return await self._submit(self.scorer.score, row)
+
+    async def score_shared(self, rows: list[Row]) -> SharedResult:
+        return await self._submit(self.scorer.score_shared, rows)
+
+    def health(self) -> dict[str, Any]:
+        """Read the scorer's facts without queueing behind a running call."""
+        return self.scorer.health()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def build_scorer(settings: Settings) -> Scorer:
+    """The scorer SEMIF_SCORER names; torch is imported only for a real one."""
+    if settings.scorer == "stub":
+        from .stub import StubScorer
+
+        return StubScorer(settings)
+    from .torch_engine import TorchScorer
+
+    return TorchScorer(settings)
