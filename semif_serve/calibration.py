@@ -18,7 +18,9 @@ def _temperature(workload: str, value: Any) -> float:
     # bool is an int subclass, and a tiny T overflowed to NaN once (S8).
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{VARIABLE}: workload {workload!r} needs a number, got {value!r}")
-    if not math.isfinite(value) or not T_MIN <= value <= T_MAX:
+    # Range first: math.isfinite on a JSON integer too big for a float raises
+    # OverflowError, not the ValueError naming the variable; NaN fails the range too.
+    if not (T_MIN <= value <= T_MAX and math.isfinite(value)):
         raise ValueError(f"{VARIABLE}: workload {workload!r} temperature {value!r} is not in [{T_MIN}, {T_MAX}]")
     return float(value)
 

@@ -1,0 +1,135 @@
+"""Order averaging (0.1.3): score a decision under several option orders and combine.
+
+SemIf reads option-letter logits, so a model that favours a position (say, "A")
+biases every answer. Scoring each ordering and averaging log-probabilities per
+option id cancels any additive position bias exactly, because every option sits
+in every position equally often ("rotations": once; "all": (n-1)! times).
+
+Pure arithmetic and expansion: no I/O, no torch. The request model validates
+`orderings`, refuses "all" above MAX_ALL_OPTIONS with a 422, checks id
+collisions and the row cap; this module only refuses what it cannot compute
+(ValueError).
+
+Tie rule (copied into the contract): `top` is the option with the highest
+combined probability, an exact tie going to the option earliest in the
+caller's order; each ordering's own top (for `agreement`) is the argmax of its
+native `probabilities`, an exact tie likewise going to the option earliest in
+the caller's order, never the ordering's, so a tie-break cannot reintroduce
+position bias.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Mapping, Sequence
+
+METHODS: tuple[str, ...] = ("none", "rotations", "all")
+MAX_ALL_OPTIONS = 4
+
+
+def orderings(n: int, method: str) -> list[tuple[int, ...]]:
+    """Index orders, identity first: 'rotations' -> the n cyclic shifts,
+    shift k = (k, k+1, ..., k+n-1) mod n; 'all' -> every permutation (n!);
+    'none' -> [identity].
+
+    'all' above MAX_ALL_OPTIONS raises rather than building n! rows (16! would
+    never finish); the 422 itself is the request model's job.
+    """
+    if method not in METHODS:
+        raise ValueError(f"orderings must be one of {METHODS}, got {method!r}")
+    if n < 1:
+        raise ValueError(f"a decision needs at least one option, got {n}")
+    if method == "rotations":
+        return [tuple((k + i) % n for i in range(n)) for k in range(n)]
+    if method == "all":
+        if n > MAX_ALL_OPTIONS:
+            raise ValueError(f"orderings 'all' allows at most {MAX_ALL_OPTIONS} options, got {n}")
+        return list(itertools.permutations(range(n)))  # lexicographic: identity first
+    return [tuple(range(n))]
+
+
+def expand(row: Mapping[str, Any], method: str) -> list[dict[str, Any]]:
+    """One SemIf row per ordering, id f"{row['id']}#o{k}", options reordered.
+
+    Every other key (state, question, ...) is copied as it is, so each row
+    differs from the caller's only in id and option order; option objects are
+    shared, not copied.
+    """
+    options = list(row["options"])
+    return [
+        {**row, "id": f"{row['id']}#o{k}", "options": [options[i] for i in order]}
+        for k, order in enumerate(orderings(len(options), method))
+    ]
+
+
+def _log_softmax(logits: Sequence[float]) -> list[float]:
+    """log softmax via a max-shifted log-sum-exp, finite for logits of any finite size."""
+    top = max(logits)
+    lse = top + math.log(math.fsum(math.exp(value - top) for value in logits))
+    return [value - lse for value in logits]
+
+
+def _softmax(values: Sequence[float]) -> list[float]:
+    """softmax shifted by the maximum, so no weight overflows and the largest is 1."""
+    top = max(values)
+    weights = [math.exp(value - top) for value in values]
+    total = math.fsum(weights)
+    return [weight / total for weight in weights]
+
+
+def _first_max(option_ids: Sequence[str], score: Mapping[str, float]) -> str:
+    """The highest-scoring option id, an exact tie going to the earliest in option_ids."""
+    return max(option_ids, key=score.__getitem__)  # max keeps the first of equal keys
+
+
+def _by_id(option_ids: Sequence[str], result: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """(log-probs, native probabilities) of one result, keyed by option id, not position.
+
+    The result's own `option_ids` say which option each logit belongs to; a
+    result that does not cover exactly the decision's options cannot be averaged.
+    """
+    ids, logits, native = result["option_ids"], result["option_logits"], result["probabilities"]
+    if sorted(ids) != sorted(option_ids) or not len(ids) == len(logits) == len(native):
+        raise ValueError(f"result {result.get('id')!r} does not score exactly the options {list(option_ids)}")
+    if not all(math.isfinite(value) for value in [*logits, *native]):
+        raise ValueError(f"result {result.get('id')!r} has a non-finite logit or probability")
+    return dict(zip(ids, _log_softmax(logits))), dict(zip(ids, native))
+
+
+def combine(row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The averaged result for one decision from its expanded rows' results, in expansion order.
+
+    probabilities: per option id, the mean of each ordering's log-softmax,
+    renormalised, in the caller's order. top: the highest combined probability,
+    an exact tie going to the option earliest in the caller's order.
+    agreement: the fraction of orderings whose own top (argmax of its native
+    probabilities, ties likewise by the caller's order) is `top`. spread: each
+    option's [min, max] native probability across orderings. `orderings` holds
+    the result objects themselves (INV-1: never rewritten, never copied).
+    """
+    option_ids = [option["id"] for option in row["options"]]
+    if len(set(option_ids)) != len(option_ids):
+        raise ValueError(f"decision {row['id']!r} repeats an option id: {option_ids}")
+    expected = len(orderings(len(option_ids), method))
+    if len(results) != expected:
+        raise ValueError(f"{method!r} over {len(option_ids)} options needs {expected} results, got {len(results)}")
+    scored = [_by_id(option_ids, result) for result in results]
+    mean = [math.fsum(logp[oid] for logp, _ in scored) / len(scored) for oid in option_ids]
+    probabilities = _softmax(mean)
+    top = _first_max(option_ids, dict(zip(option_ids, probabilities)))
+    tops = [_first_max(option_ids, native) for _, native in scored]
+    spread = {oid: [min(nat[oid] for _, nat in scored), max(nat[oid] for _, nat in scored)] for oid in option_ids}
+    return {
+        "id": row["id"],
+        "option_ids": option_ids,
+        "combined": {
+            "method": method,
+            "orderings": len(scored),
+            "probabilities": probabilities,
+            "top": top,
+            "agreement": tops.count(top) / len(scored),
+            "spread": spread,
+        },
+        "orderings": list(results),
+    }
