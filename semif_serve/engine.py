@@ -53,10 +53,15 @@ class Engine:
             return fn(*args)
 
     async def _submit(self, fn: Any, *args: Any) -> Any:
-        # A call cancelled while still queued never starts: run_in_executor
-        # cancels the pending executor future along with the awaiting task.
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._serialised, fn, *args)
+        future = self._executor.submit(self._serialised, fn, *args)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            # Queued: cancel() means it never starts. Running: it still holds the
+            # scorer, so the caller keeps its admission slot until the call returns.
+            if not future.cancel():
+                await asyncio.wait([asyncio.wrap_future(future)])
+            raise
 
     async def start(self) -> None:
         """Load the model on the engine thread, so it is the thread that owns it."""
@@ -73,7 +78,8 @@ class Engine:
         return self.scorer.health()
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Drop queued calls; a running one finishes on its thread."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 def build_scorer(settings: Settings) -> Scorer:

@@ -21,6 +21,7 @@ STATUS: dict[str, int] = {
     "busy": 429,
     "headers_too_large": 431,
     "scoring_failed": 500,
+    "too_many_connections": 503,
     "out_of_memory": 503,
     "shutting_down": 503,
 }
@@ -32,6 +33,7 @@ class ApiError(Exception):
 
     code: str
     message: str
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
     def __post_init__(self) -> None:
         if self.code not in STATUS:

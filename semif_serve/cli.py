@@ -1,0 +1,54 @@
+"""Entry point: `semif-serve [serve]` and `semif-serve tiny-model [--out DIR]`.
+
+INV-5: HF_HUB_OFFLINE=1 is set here, at import, before torch or transformers
+can load, so the service never reaches a model hub wherever it runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import asyncio  # noqa: E402 - after the offline switch on purpose
+import logging  # noqa: E402
+import sys  # noqa: E402
+
+from . import config  # noqa: E402
+
+USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
+       semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings"""
+
+
+def _serve() -> int:
+    try:
+        settings = config.load()
+    except ValueError as error:
+        print(f"semif-serve: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .server import serve
+
+    try:
+        return asyncio.run(serve(settings))
+    except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam
+        logging.getLogger("semif_serve").debug("startup failed", exc_info=True)
+        print(f"semif-serve: refusing to start: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["tiny-model"]:
+        from . import tiny_model
+
+        return tiny_model.main(args[1:])
+    if args in ([], ["serve"]):
+        return _serve()
+    print(USAGE, file=sys.stderr)
+    return 0 if args[:1] in (["-h"], ["--help"]) else 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

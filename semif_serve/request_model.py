@@ -1,0 +1,192 @@
+"""The request model: JSON bodies in, validated decisions out, before any scoring.
+
+Everything the scorer would refuse for its shape is refused here first with a
+422 naming the field, so a bad request never reaches the engine thread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import averaging
+from .errors import ApiError, excerpt
+
+MAX_OPTIONS = 16  # SemIf's letters A..P
+EXPANDED_ID = re.compile(r"#o\d+")
+DECIDE_KEYS = {"id", "state", "question", "options", "workload", "orderings"}
+SHARED_KEYS = {"state", "decisions", "workload"}
+DECISION_KEYS = {"id", "question", "options", "orderings"}
+OPTION_KEYS = {"id", "description"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One SemIf row and how its options are to be ordered."""
+
+    row: dict[str, Any]
+    orderings: str
+
+    @property
+    def averaged(self) -> bool:
+        return self.orderings != "none"
+
+
+@dataclass(frozen=True)
+class DecideRequest:
+    """A validated /decide or /decide/shared body."""
+
+    decisions: tuple[Decision, ...]
+    workload: str | None
+    shared: bool
+
+    @property
+    def averaged(self) -> bool:
+        return any(decision.averaged for decision in self.decisions)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the request model enforces from the settings."""
+
+    max_decisions: int
+    workloads: frozenset[str]
+
+
+def invalid(message: str) -> ApiError:
+    return ApiError("invalid_request", message)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {excerpt(key, 40)!r}")
+        result[key] = value
+    return result
+
+
+def parse_json(body: bytes) -> Any:
+    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, bounded nesting."""
+    try:
+        return json.loads(body.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError:
+        raise invalid("body is not UTF-8") from None
+    except RecursionError:
+        raise invalid("body is nested too deeply") from None
+    except ValueError as error:
+        raise invalid(f"body is not valid JSON: {excerpt(str(error), 120)}") from None
+
+
+def _object(value: Any, where: str, allowed: set[str], required: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise invalid(f"{where} must be a JSON object")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise invalid(f"{where} has unknown field(s): {', '.join(excerpt(key, 40) for key in unknown[:5])}")
+    missing = sorted(required - set(value))
+    if missing:
+        raise invalid(f"{where} is missing field(s): {', '.join(missing)}")
+    return value
+
+
+def _nonempty_string(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise invalid(f"{where} must be a nonempty string")
+    return value
+
+
+def _state(value: Any) -> Any:
+    if not isinstance(value, (str, dict, list)) or not value:
+        raise invalid("state must be a nonempty string, object or array")
+    return value
+
+
+def _options(value: Any, where: str) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not 2 <= len(value) <= MAX_OPTIONS:
+        raise invalid(f"{where}.options must be an array of 2..{MAX_OPTIONS} options")
+    options = []
+    for index, item in enumerate(value):
+        option = _object(item, f"{where}.options[{index}]", OPTION_KEYS, OPTION_KEYS)
+        if not isinstance(option["id"], str) or not isinstance(option["description"], str):
+            raise invalid(f"{where}.options[{index}] needs string id and description")
+        options.append({"id": option["id"], "description": option["description"]})
+    if len({option["id"] for option in options}) != len(options):
+        raise invalid(f"{where}.options ids must be unique")
+    return options
+
+
+def _orderings(value: Any, options: list[dict[str, str]], where: str) -> str:
+    if value not in averaging.METHODS:
+        raise invalid(f"{where}.orderings must be one of {', '.join(averaging.METHODS)}")
+    if value == "all" and len(options) > averaging.MAX_ALL_OPTIONS:
+        raise invalid(
+            f"{where}.orderings \"all\" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}"
+        )
+    return value
+
+
+def _decision(item: Mapping[str, Any], state: Any, where: str) -> Decision:
+    options = _options(item["options"], where)
+    row = {
+        "id": _nonempty_string(item["id"], f"{where}.id"),
+        "state": state,
+        "question": _nonempty_string(item["question"], f"{where}.question"),
+        "options": options,
+    }
+    return Decision(row=row, orderings=_orderings(item.get("orderings", "none"), options, where))
+
+
+def _workload(value: Any, limits: Limits) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in limits.workloads:
+        raise invalid(f"unknown workload {excerpt(value, 60)!r}; known: {', '.join(sorted(limits.workloads)) or 'none'}")
+    return value
+
+
+def _check_expansion(request: DecideRequest, limits: Limits) -> None:
+    """Every expanded row counts toward the cap, and expanded ids must stay unambiguous."""
+    rows = sum(len(averaging.orderings(len(d.row["options"]), d.orderings)) for d in request.decisions)
+    if rows > limits.max_decisions:
+        raise invalid(f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed")
+    if request.averaged and request.workload is not None:
+        raise invalid("workload cannot be combined with orderings: no temperature is fitted on combined scores")
+    ids = [d.row["id"] for d in request.decisions]
+    if len(set(ids)) != len(ids):
+        raise invalid("decision ids must be unique")
+    if request.averaged:
+        clashing = [i for i in ids if EXPANDED_ID.search(i)]
+        if clashing:
+            raise invalid(f"decision id {excerpt(clashing[0], 60)!r} contains '#o<digits>', reserved for orderings")
+
+
+def parse_decide(body: bytes, limits: Limits) -> DecideRequest:
+    """A /decide body: one SemIf row, optional workload and orderings."""
+    data = _object(parse_json(body), "body", DECIDE_KEYS, {"id", "state", "question", "options"})
+    decision = _decision(data, _state(data["state"]), "body")
+    request = DecideRequest((decision,), _workload(data.get("workload"), limits), shared=False)
+    _check_expansion(request, limits)
+    return request
+
+
+def parse_shared(body: bytes, limits: Limits) -> DecideRequest:
+    """A /decide/shared body: one state and 1..max decisions over it."""
+    data = _object(parse_json(body), "body", SHARED_KEYS, {"state", "decisions"})
+    state = _state(data["state"])
+    items = data["decisions"]
+    if not isinstance(items, list) or not 1 <= len(items) <= limits.max_decisions:
+        raise invalid(f"decisions must be an array of 1..{limits.max_decisions} entries")
+    decisions = tuple(
+        _decision(_object(item, f"decisions[{i}]", DECISION_KEYS, {"id", "question", "options"}), state, f"decisions[{i}]")
+        for i, item in enumerate(items)
+    )
+    request = DecideRequest(decisions, _workload(data.get("workload"), limits), shared=True)
+    _check_expansion(request, limits)
+    return request

@@ -1,0 +1,102 @@
+"""The server's lifecycle: listen, cap connections, and shut down gracefully.
+
+On SIGTERM or SIGINT it stops accepting, closes idle keep-alive connections,
+answers new requests 503 with `Connection: close`, lets in-flight calls finish
+within the grace period, answers any still waiting 503, and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from .config import Settings
+from .engine import Engine, Scorer, build_scorer
+from .errors import envelope
+from .service import Service
+from .wire import Drain, HttpConnection
+
+log = logging.getLogger("semif_serve.server")
+
+_FULL_BODY = envelope("too_many_connections", "too many open connections; retry later")
+# Pre-rendered so refusing a connection over the cap costs one write, no parsing.
+FULL = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"content-length: " + str(len(_FULL_BODY)).encode() + b"\r\nconnection: close\r\n\r\n" + _FULL_BODY
+)
+
+
+class Server:
+    """One listening socket, its connections and the shared drain flag."""
+
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.service = Service(settings, engine)
+        self.drain = Drain()
+        self.connections: dict[asyncio.Task[None], HttpConnection] = {}
+        self._listener: asyncio.base_events.Server | None = None
+        self.port = 0
+
+    async def start(self) -> int:
+        """Listen; return the bound port (SEMIF_PORT, or the one the OS chose for 0)."""
+        self._listener = await asyncio.start_server(
+            self._accept, self.settings.host, self.settings.port, backlog=1024
+        )
+        self.port = self._listener.sockets[0].getsockname()[1]
+        return self.port
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self.connections) >= self.settings.max_connections:
+            writer.write(FULL)
+            writer.close()
+            return
+        connection = HttpConnection(reader, writer, self.service, self.settings, self.drain)
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections[task] = connection
+        try:
+            await connection.run()
+        finally:
+            del self.connections[task]
+
+    async def shutdown(self) -> None:
+        """Drain: refuse new work, let in-flight requests finish within the grace period."""
+        self.drain.active = True
+        if self._listener is not None:
+            self._listener.close()
+        for connection in self.connections.values():
+            if connection.closable:
+                connection.writer.close()
+        pending = set(self.connections)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=self.settings.shutdown_grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
+        self.engine.close()
+
+
+async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
+    """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
+    engine = Engine(scorer if scorer is not None else build_scorer(settings))
+    await engine.start()
+    server = Server(settings, engine)
+    port = await server.start()
+    log.info("semif-serve listening on %s:%d (scorer %s)", settings.host, port, settings.scorer)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+    log.info("shutting down: draining %d connection(s)", len(server.connections))
+    await server.shutdown()
+    return 0

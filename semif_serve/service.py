@@ -1,0 +1,174 @@
+"""The application: routes, auth, admission and the three endpoints, with no I/O.
+
+The wire layer asks this module what a request head is allowed to do and hands
+it complete bodies; it answers with a status and a JSON body. Scores pass
+through untouched (INV-1): the only things added are `calibrated` and the
+order-averaged `combined` view.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from . import averaging, request_model
+from .calibration import calibrated_view
+from .config import Settings
+from .engine import Engine
+from .errors import ApiError, OutOfMemory, ScoringFailed, envelope, excerpt
+from .request_model import DecideRequest, Decision
+
+log = logging.getLogger("semif_serve.service")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint: its handler name, method, and whether it needs auth and a slot."""
+
+    name: str
+    method: bytes
+    protected: bool
+
+
+ROUTES = {
+    b"/health": Route("health", b"GET", protected=False),
+    b"/decide": Route("decide", b"POST", protected=True),
+    b"/decide/shared": Route("shared", b"POST", protected=True),
+}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A status and a rendered JSON body."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+    @classmethod
+    def error(cls, error: ApiError) -> "Reply":
+        return cls(error.status, envelope(error.code, error.message), error.headers)
+
+
+def route(method: bytes, target: bytes) -> Route:
+    """The route for a request line, or 404 / 405 in the envelope."""
+    path = target.split(b"?", 1)[0]
+    found = ROUTES.get(path)
+    if found is None:
+        raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
+    if method != found.method:
+        raise ApiError(
+            "method_not_allowed", f"{path.decode()} accepts {found.method.decode()} only", ((b"allow", found.method),)
+        )
+    return found
+
+
+class Admission:
+    """Counts POSTs in progress (queued or scoring); the next one past the limit is refused."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_progress = 0
+
+    def enter(self) -> None:
+        if self.in_progress >= self.limit:
+            raise ApiError("busy", f"{self.limit} requests already in progress; retry later")
+        self.in_progress += 1
+
+    def leave(self) -> None:
+        self.in_progress -= 1
+
+
+def render(payload: Any) -> bytes:
+    # allow_nan=False: a non-finite number would be invalid JSON on the wire.
+    return json.dumps(payload, allow_nan=False, ensure_ascii=False).encode()
+
+
+def _rows(decision: Decision) -> list[dict[str, Any]]:
+    """The rows one decision sends: itself, or one per ordering."""
+    return averaging.expand(decision.row, decision.orderings) if decision.averaged else [decision.row]
+
+
+class Service:
+    """The endpoints over one engine."""
+
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.admission = Admission(settings.max_queue)
+        self.limits = request_model.Limits(settings.max_decisions, frozenset(settings.calibration))
+        self._token = settings.api_token.encode()
+
+    def authorize(self, header: bytes | None) -> None:
+        """Constant-time bearer check over bytes (INV-6)."""
+        scheme, _, credentials = (header or b"").partition(b" ")
+        valid = hmac.compare_digest(credentials, self._token)
+        if scheme.lower() != b"bearer" or not valid:
+            raise ApiError("unauthorized", "missing or wrong bearer token")
+
+    def health(self) -> Reply:
+        facts = self.engine.health()
+        payload = {
+            **facts,
+            "status": "ok",
+            "vram_cap_gib": self.settings.vram_cap_gib,
+            "max_tokens": self.settings.max_tokens,
+            "max_decisions": self.settings.max_decisions,
+            "max_queue": self.settings.max_queue,
+            "in_progress": self.admission.in_progress,
+            "workloads": sorted(self.settings.calibration),
+        }
+        return Reply(200, render(payload))
+
+    async def post(self, name: str, body: bytes) -> Reply:
+        """Parse, score and build the reply for /decide or /decide/shared."""
+        try:
+            parse = request_model.parse_shared if name == "shared" else request_model.parse_decide
+            request = parse(body, self.limits)
+            scored = await self._score(request)
+        except ApiError as error:
+            return Reply.error(error)
+        try:
+            return Reply(200, render(self._build(request, scored)))
+        except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
+            log.exception("failed to build a response from a scorer result")
+            return Reply.error(ApiError("scoring_failed", "failed to build the response"))
+
+    async def _score(self, request: DecideRequest) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """One engine call per request: direct for a plain /decide, else one shared call."""
+        try:
+            if not request.shared and not request.averaged:
+                return [await self.engine.score(request.decisions[0].row)], None
+            rows = [row for d in request.decisions for row in _rows(d)]
+            return await self.engine.score_shared(rows)
+        except ValueError as error:
+            raise ApiError("invalid_request", excerpt(str(error), 300)) from None
+        except OutOfMemory as error:
+            raise ApiError("out_of_memory", str(error) or "CUDA out of memory") from None
+        except ScoringFailed as error:
+            raise ApiError("scoring_failed", excerpt(str(error), 300) or "scoring failed") from None
+        except Exception:  # noqa: BLE001 - an unknown scorer failure is a 500 in the envelope
+            log.exception("scorer call failed")
+            raise ApiError("scoring_failed", "scoring failed") from None
+
+    def _build(self, request: DecideRequest, scored: tuple[list[dict[str, Any]], dict[str, Any] | None]) -> Any:
+        results, timing = scored
+        built, offset = [], 0
+        for decision in request.decisions:
+            count = len(averaging.orderings(len(decision.row["options"]), decision.orderings))
+            built.append(self._one(decision, results[offset:offset + count], request.workload))
+            offset += count
+        if offset != len(results):
+            raise RuntimeError(f"scorer returned {len(results)} results for {offset} rows")
+        return {"results": built, "timing": timing} if request.shared else built[0]
+
+    def _one(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
+        if decision.averaged:
+            return averaging.combine(decision.row, decision.orderings, results)
+        (result,) = results
+        if workload is None:
+            return result
+        return {**result, "calibrated": calibrated_view(result, workload, self.settings.calibration[workload])}

@@ -1,0 +1,282 @@
+"""The wire: one asyncio task per connection, turning h11 events into actions.
+
+h11 owns HTTP/1.1 framing (it validates Content-Length as plain ASCII digits,
+chunked encoding, header sizes); this loop owns the policy around it: every
+check on a POST head runs before a single body byte is kept, the body limit
+is checked before each chunk is kept, every wait has a deadline, and a client
+that leaves while its request waits never reaches the scorer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from http import HTTPStatus
+from typing import Awaitable
+
+import h11
+
+from .config import Settings
+from .errors import ApiError, envelope
+from .service import Reply, Route, Service, route
+
+READ_SIZE = 65536
+# Pipelined bytes buffered while a request is scored; past this we stop reading.
+MAX_BUFFERED = 65536
+PROTOCOL_CODES = {431: "headers_too_large"}
+
+
+class ClientGone(Exception):
+    """The peer closed its side: nothing more can be answered."""
+
+
+class Deadline(Exception):
+    """A read did not complete in time."""
+
+
+def _header(request: h11.Request, name: bytes) -> bytes | None:
+    for key, value in request.headers:
+        if key == name:
+            return value
+    return None
+
+
+def _has_body(request: h11.Request) -> bool:
+    length = _header(request, b"content-length")
+    return _header(request, b"transfer-encoding") is not None or (length is not None and int(length) > 0)
+
+
+class Drain:
+    """Shared shutdown state: once set, new requests are answered 503 and closed."""
+
+    def __init__(self) -> None:
+        self.active = False
+
+
+class HttpConnection:
+    """One client connection: reads events with deadlines, answers through the service."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        service: Service,
+        settings: Settings,
+        drain: Drain,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.service = service
+        self.settings = settings
+        self.drain = drain
+        self.conn = h11.Connection(h11.SERVER)
+        self.idle = True  # waiting for a request to begin
+
+    @property
+    def closable(self) -> bool:
+        """Between requests with no byte of the next one received: shutdown may just close it."""
+        return self.idle and not self.conn.trailing_data[0]
+
+    # -- reading -------------------------------------------------------------
+
+    async def _receive(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Deadline
+        try:
+            data = await asyncio.wait_for(self.reader.read(READ_SIZE), remaining)
+        except asyncio.TimeoutError:
+            raise Deadline from None
+        except ConnectionError:
+            data = b""
+        self.conn.receive_data(data)
+
+    async def _next_event(self, deadline: float) -> h11.Event:
+        while True:
+            event = self.conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            await self._receive(deadline)
+
+    async def _next_request(self, first: bool) -> h11.Event:
+        """The next request head, under the idle and header deadlines."""
+        now = time.monotonic()
+        if first or self.conn.trailing_data[0]:
+            return await self._next_event(now + self.settings.header_timeout)
+        # Keep-alive: wait for the first byte under the idle timeout, then the head
+        # must complete within the header timeout counted from that byte.
+        self.idle = True
+        await self._receive(now + self.settings.idle_timeout)
+        self.idle = False
+        return await self._next_event(time.monotonic() + self.settings.header_timeout)
+
+    async def _read_body(self) -> bytes:
+        """The whole body, refusing before keeping any chunk that would pass the limit."""
+        limit = self.settings.max_body_bytes
+        deadline = time.monotonic() + self.settings.body_timeout
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event = await self._next_event(deadline)
+            if isinstance(event, h11.Data):
+                if size + len(event.data) > limit:
+                    raise ApiError("request_too_large", f"body over the {limit}-byte limit")
+                chunks.append(event.data)
+                size += len(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(chunks)
+            else:  # ConnectionClosed mid-body
+                raise ClientGone
+
+    async def _watch_for_close(self) -> None:
+        """Feed pipelined bytes to h11 while a request is scored; return on EOF."""
+        while len(self.conn.trailing_data[0]) < MAX_BUFFERED:
+            try:
+                data = await self.reader.read(READ_SIZE)
+            except ConnectionError:
+                data = b""
+            self.conn.receive_data(data)
+            if not data:
+                return
+        await asyncio.Event().wait()  # buffer full: stop reading, never complete
+
+    # -- writing -------------------------------------------------------------
+
+    async def _send(self, reply: Reply, close: bool = False) -> None:
+        fields = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(reply.body)).encode()),
+            *reply.headers,
+        ]
+        if close:
+            fields.append((b"connection", b"close"))
+        reason = HTTPStatus(reply.status).phrase.encode()
+        head = h11.Response(status_code=reply.status, headers=fields, reason=reason)
+        self.writer.write(
+            self.conn.send(head) + self.conn.send(h11.Data(data=reply.body)) + self.conn.send(h11.EndOfMessage())
+        )
+        await asyncio.wait_for(self.writer.drain(), self.settings.idle_timeout)
+
+    async def _refuse(self, error: ApiError, close: bool) -> None:
+        await self._send(Reply.error(error), close=close)
+
+    # -- the loop ------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve requests until the peer closes, a deadline passes or a reply closes."""
+        try:
+            first = True
+            while await self._serve_one(first) and not self.drain.active:
+                first = False
+                self.conn.start_next_cycle()
+        except (ClientGone, ConnectionError, asyncio.TimeoutError):
+            pass
+        finally:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    async def _serve_one(self, first: bool) -> bool:
+        """Answer one request; True when the connection may carry another."""
+        try:
+            event = await self._next_request(first)
+        except Deadline:
+            if self.conn.trailing_data[0] or not self.idle:
+                await self._send(Reply.error(ApiError("request_timeout", "request head not received in time")), close=True)
+            return False
+        except h11.RemoteProtocolError as error:
+            await self._protocol_error(error)
+            return False
+        if not isinstance(event, h11.Request):
+            return False  # ConnectionClosed between requests
+        self.idle = False
+        try:
+            return await self._dispatch(event)
+        except Deadline:
+            await self._send(Reply.error(ApiError("request_timeout", "request body not received in time")), close=True)
+        except h11.RemoteProtocolError as error:
+            await self._protocol_error(error)
+        return False
+
+    async def _protocol_error(self, error: h11.RemoteProtocolError) -> None:
+        """h11 refused the bytes: answer in the envelope (if we still may) and close."""
+        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        status = error.error_status_hint
+        code = PROTOCOL_CODES.get(status, "bad_request")
+        await self._send(Reply(ApiError(code, "").status, envelope(code, str(error) or "malformed request")), close=True)
+
+    async def _dispatch(self, request: h11.Request) -> bool:
+        """Run every head check before the body, then read it and answer."""
+        unread = _has_body(request)
+        if not unread:  # an empty body: let h11 reach EndOfMessage so the connection can be reused
+            await self._next_event(time.monotonic() + self.settings.body_timeout)
+        try:
+            if self.drain.active:
+                raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
+            found = route(request.method, request.target)
+            if found.protected:
+                self.service.authorize(_header(request, b"authorization"))
+        except ApiError as error:
+            await self._refuse(error, close=unread or self.drain.active)
+            return not (unread or self.drain.active)
+        if not found.protected:
+            await self._send(self.service.health(), close=unread)
+            return not unread
+        try:
+            self.service.admission.enter()
+        except ApiError as error:
+            await self._refuse(error, close=unread)
+            return not unread
+        try:
+            return await self._post(request, found, unread)
+        finally:
+            self.service.admission.leave()
+
+    async def _post(self, request: h11.Request, found: Route, unread: bool) -> bool:
+        """A POST that holds an admission slot: framing checks, body, scoring."""
+        try:
+            self._check_framing(request)
+            if self.conn.they_are_waiting_for_100_continue:
+                self.writer.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+            body = await self._read_body() if unread else b""
+        except ApiError as error:
+            await self._refuse(error, close=True)
+            return False
+        try:
+            reply = await self._until_client_leaves(self.service.post(found.name, body))
+        except asyncio.CancelledError:
+            # Shutdown's grace ran out: the caller still gets an answer, never silence.
+            with contextlib.suppress(Exception):
+                await self._send(Reply.error(ApiError("shutting_down", "the server stopped before scoring finished")), close=True)
+            raise
+        await self._send(reply)
+        return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
+
+    def _check_framing(self, request: h11.Request) -> None:
+        if _header(request, b"transfer-encoding") is not None and _header(request, b"content-length") is not None:
+            # Both framings is the request-smuggling classic: refuse and close (RFC 9112 6.1).
+            raise ApiError("bad_request", "both Content-Length and Transfer-Encoding are set")
+        length = _header(request, b"content-length")
+        if length is not None and int(length) > self.settings.max_body_bytes:
+            raise ApiError("request_too_large", f"declared body over the {self.settings.max_body_bytes}-byte limit")
+
+    async def _until_client_leaves(self, work: Awaitable[Reply]) -> Reply:
+        """Await the reply, cancelling it if the client closes first (queued calls never start)."""
+        task = asyncio.ensure_future(work)
+        watcher = asyncio.ensure_future(self._watch_for_close())
+        try:
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            watcher.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ClientGone
+
