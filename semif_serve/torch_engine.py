@@ -53,17 +53,12 @@ def load_model(settings: Settings, device: str, dtype: str, torch: ModuleType) -
         cls = transformers.Qwen3_5ForCausalLM
         config = config.get_text_config()
     model, info = cls.from_pretrained(
-        settings.model,
-        config=config,
-        dtype=getattr(torch, dtype),
-        device_map={"": device},
-        low_cpu_mem_usage=True,
-        output_loading_info=True,
-        **common,
+        settings.model, config=config, dtype=getattr(torch, dtype), output_loading_info=True, **common
     )
     if any(info.get(key) for key in ("missing_keys", "mismatched_keys", "error_msgs")):
         raise RuntimeError(f"checkpoint {settings.model}@{settings.revision} did not load completely: {info}")
-    model.eval()
+    # .to() rather than SemIf's device_map, which needs `accelerate`, a dependency this project lacks.
+    model.to(device).eval()
     metadata = {
         "source": settings.model,
         "revision": settings.revision,
