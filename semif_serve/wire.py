@@ -1,7 +1,8 @@
 """The wire: one asyncio task per connection, turning h11 events into actions.
 
 h11 owns HTTP/1.1 framing (it validates Content-Length as plain ASCII digits,
-chunked encoding, header sizes); this loop owns the policy around it: every
+chunked encoding, header sizes); this loop owns the policy around it: a head h11
+tolerates but another parser could frame differently is refused, every
 check on a POST head runs before a single body byte is kept, the body limit
 is checked before each chunk is kept, every wait has a deadline, and a client
 that leaves while its request waits never reaches the scorer.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from http import HTTPStatus
 from typing import Awaitable
@@ -18,13 +20,18 @@ from typing import Awaitable
 import h11
 
 from .config import Settings
-from .errors import ApiError, envelope
+from .errors import ApiError, envelope, excerpt
 from .service import Reply, Route, Service, route
 
 READ_SIZE = 65536
 # Pipelined bytes buffered while a request is scored; past this we stop reading.
 MAX_BUFFERED = 65536
 PROTOCOL_CODES = {431: "headers_too_large"}
+# h11 refuses an incomplete head past 16 KiB, but parses a longer one that arrives in one read.
+MAX_HEAD = 16384
+# What h11 tolerates in a head but another parser in front may read differently (RFC 9112 2.2, 5.2;
+# RFC 9110 5.5): a bare LF or CR, an obs-fold line, a control byte other than HTAB.
+LOOSE_HEAD = re.compile(rb"(?<!\r)\n|\r(?!\n)|\n[ \t]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 class ClientGone(Exception):
@@ -72,6 +79,7 @@ class HttpConnection:
         self.drain = drain
         self.conn = h11.Connection(h11.SERVER)
         self.idle = True  # waiting for a request to begin
+        self.head = bytearray()  # raw bytes received since the current head began
 
     @property
     def closable(self) -> bool:
@@ -90,6 +98,8 @@ class HttpConnection:
             raise Deadline from None
         except ConnectionError:
             data = b""
+        if self.conn.their_state is h11.IDLE:
+            self.head += data
         self.conn.receive_data(data)
 
     async def _next_event(self, deadline: float) -> h11.Event:
@@ -102,14 +112,27 @@ class HttpConnection:
     async def _next_request(self, first: bool) -> h11.Event:
         """The next request head, under the idle and header deadlines."""
         now = time.monotonic()
-        if first or self.conn.trailing_data[0]:
-            return await self._next_event(now + self.settings.header_timeout)
+        self.head = bytearray(self.conn.trailing_data[0])
+        if first or self.head:
+            return await self._next_head(now + self.settings.header_timeout)
         # Keep-alive: wait for the first byte under the idle timeout, then the head
         # must complete within the header timeout counted from that byte.
         self.idle = True
         await self._receive(now + self.settings.idle_timeout)
         self.idle = False
-        return await self._next_event(time.monotonic() + self.settings.header_timeout)
+        return await self._next_head(time.monotonic() + self.settings.header_timeout)
+
+    async def _next_head(self, deadline: float) -> h11.Event:
+        """The next event; a request head must also pass the checks h11 leaves out."""
+        event = await self._next_event(deadline)
+        if isinstance(event, h11.Request):
+            raw = self.head[: len(self.head) - len(self.conn.trailing_data[0])]
+            self.head = bytearray()
+            if len(raw) > MAX_HEAD:
+                raise h11.RemoteProtocolError(f"request head over {MAX_HEAD} bytes", 431)
+            if LOOSE_HEAD.search(raw):
+                raise h11.RemoteProtocolError("request head has a bare LF or CR, an obs-fold or a control byte", 400)
+        return event
 
     async def _read_body(self) -> bytes:
         """The whole body, refusing before keeping any chunk that would pass the limit."""
@@ -205,7 +228,9 @@ class HttpConnection:
             return
         status = error.error_status_hint
         code = PROTOCOL_CODES.get(status, "bad_request")
-        await self._send(Reply(ApiError(code, "").status, envelope(code, str(error) or "malformed request")), close=True)
+        # h11 quotes the offending bytes (perhaps a credential) after ": bytearray(": keep its description only.
+        message = excerpt(str(error).split(": bytearray(", 1)[0], 120) or "malformed request"
+        await self._send(Reply(ApiError(code, "").status, envelope(code, message)), close=True)
 
     async def _dispatch(self, request: h11.Request) -> bool:
         """Run every head check before the body, then read it and answer."""
@@ -213,6 +238,9 @@ class HttpConnection:
         if not unread:  # an empty body: let h11 reach EndOfMessage so the connection can be reused
             await self._next_event(time.monotonic() + self.settings.body_timeout)
         try:
+            if _header(request, b"transfer-encoding") is not None and _header(request, b"content-length") is not None:
+                # Both framings is the request-smuggling classic: refuse and close on every route (RFC 9112 6.1).
+                raise ApiError("bad_request", "both Content-Length and Transfer-Encoding are set")
             if self.drain.active:
                 raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
             found = route(request.method, request.target)
@@ -220,15 +248,15 @@ class HttpConnection:
                 self.service.authorize(_header(request, b"authorization"))
         except ApiError as error:
             await self._refuse(error, close=unread or self.drain.active)
-            return not (unread or self.drain.active)
+            return self._reusable()
         if not found.protected:
             await self._send(self.service.health(), close=unread)
-            return not unread
+            return self._reusable()
         try:
             self.service.admission.enter()
         except ApiError as error:
             await self._refuse(error, close=unread)
-            return not unread
+            return self._reusable()
         try:
             return await self._post(request, found, unread)
         finally:
@@ -252,12 +280,13 @@ class HttpConnection:
                 await self._send(Reply.error(ApiError("shutting_down", "the server stopped before scoring finished")), close=True)
             raise
         await self._send(reply)
+        return self._reusable()
+
+    def _reusable(self) -> bool:
+        """Both sides finished a keep-alive exchange (not after `Connection: close`, HTTP/1.0 or an unread body)."""
         return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
 
     def _check_framing(self, request: h11.Request) -> None:
-        if _header(request, b"transfer-encoding") is not None and _header(request, b"content-length") is not None:
-            # Both framings is the request-smuggling classic: refuse and close (RFC 9112 6.1).
-            raise ApiError("bad_request", "both Content-Length and Transfer-Encoding are set")
         length = _header(request, b"content-length")
         if length is not None and int(length) > self.settings.max_body_bytes:
             raise ApiError("request_too_large", f"declared body over the {self.settings.max_body_bytes}-byte limit")

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import h11
+import pytest
 
 TOKEN = "t" * 16 + "0123456789abcdef-~!"
 AUTH = (b"authorization", b"Bearer " + TOKEN.encode())
+AUTH_LINE = b"authorization: Bearer " + TOKEN.encode() + b"\r\n"
+HEALTH = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
 
 
 @dataclass
@@ -101,48 +105,85 @@ async def request(port: int, method: str, path: str, body: Any = None, headers: 
         await connection.close()
 
 
-async def raw_exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
-    """Send raw bytes, read until the server closes (or the timeout), return all it sent."""
+async def connections_closed(server: Any, timeout: float = 2.0) -> None:
+    """Wait until every connection the server holds has finished (it noticed a close on its own)."""
+    if server.connections:
+        await asyncio.wait(set(server.connections), timeout=timeout)
+    assert not server.connections
+
+
+def raw_request(method: bytes = b"POST", target: bytes = b"/decide", fields: bytes = b"", body: bytes = b"", auth: bool = True) -> bytes:
+    """One request framed by hand: `fields` (CRLF-terminated lines) decide the framing, not this helper."""
+    return method + b" " + target + b" HTTP/1.1\r\nhost: x\r\n" + (AUTH_LINE if auth else b"") + fields + b"\r\n" + body
+
+
+@dataclass
+class Exchange:
+    """What the server sent on one raw connection, and whether it closed it (EOF or reset)."""
+
+    data: bytes
+    closed: bool
+
+
+async def raw_session(port: int, data: bytes, timeout: float = 5.0) -> Exchange:
+    """Send raw bytes, read until the server closes or the timeout passes."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(data)
-    received = b""
+    received, closed = b"", True
     try:
-        while True:
-            chunk = await asyncio.wait_for(reader.read(65536), timeout)
-            if not chunk:
-                break
+        while chunk := await asyncio.wait_for(reader.read(65536), timeout):
             received += chunk
-    except (asyncio.TimeoutError, ConnectionError):
+    except asyncio.TimeoutError:
+        closed = False
+    except ConnectionError:
         pass
     finally:
         writer.close()
-    return received
+    return Exchange(received, closed)
 
 
-def parse_responses(data: bytes) -> list[Response]:
-    """Every complete response in a raw byte stream, in order."""
+async def raw_exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
+    """Send raw bytes, read until the server closes (or the timeout), return all it sent."""
+    return (await raw_session(port, data, timeout)).data
+
+
+def parse_responses(data: bytes, strict: bool = False) -> list[Response]:
+    """Every complete response in a raw byte stream, in order; `strict`: no partial or stray bytes after them."""
     conn = h11.Connection(h11.CLIENT)
-    responses: list[Response] = []
     conn.receive_data(data)
-    while True:
-        # Pretend we sent one GET per response so h11 accepts the next one.
-        if conn.our_state is h11.IDLE:
-            conn.send(h11.Request(method="GET", target="/", headers=[(b"host", b"x")]))
-            conn.send(h11.EndOfMessage())
-        status, headers, chunks = 0, {}, []
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA or isinstance(event, h11.ConnectionClosed):
-                return responses
-            if isinstance(event, h11.InformationalResponse):
-                continue
-            if isinstance(event, h11.Response):
-                status, headers = event.status_code, dict(event.headers)
-            elif isinstance(event, h11.Data):
-                chunks.append(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                responses.append(Response(status, headers, b"".join(chunks)))
-                break
+    responses: list[Response] = []
+    while (response := _next_response(conn)) is not None:
+        responses.append(response)
         if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-            return responses
+            break
         conn.start_next_cycle()
+    if strict:
+        assert not conn.trailing_data[0], f"bytes after the last complete response: {conn.trailing_data[0][:80]!r}"
+    return responses
+
+
+def _next_response(conn: h11.Connection) -> Response | None:
+    """The next response on a client connection fed with raw bytes, or None when there is none."""
+    if conn.our_state is h11.IDLE:  # pretend we sent one GET per response so h11 accepts the next one
+        conn.send(h11.Request(method="GET", target="/", headers=[(b"host", b"x")]))
+        conn.send(h11.EndOfMessage())
+    status, headers, chunks = 0, {}, []
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA or isinstance(event, h11.ConnectionClosed):
+            return None
+        if isinstance(event, h11.Response):
+            status, headers = event.status_code, dict(event.headers)
+        elif isinstance(event, h11.Data):
+            chunks.append(event.data)
+        elif isinstance(event, h11.EndOfMessage):
+            return Response(status, headers, b"".join(chunks))
+
+
+@pytest.fixture
+def no_error_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Fail the test if anything logged an ERROR, such as an unhandled exception in a connection task."""
+    yield
+    records = [r for when in ("setup", "call", "teardown") for r in caplog.get_records(when)]
+    errors = [f"{r.name}: {r.getMessage()}" for r in records if r.levelno >= logging.ERROR]
+    assert errors == []
