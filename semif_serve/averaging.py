@@ -24,6 +24,8 @@ import itertools
 import math
 from typing import Any, Mapping, Sequence
 
+from .numerics import log_softmax, softmax
+
 METHODS: tuple[str, ...] = ("none", "rotations", "all")
 MAX_ALL_OPTIONS = 4
 
@@ -63,21 +65,6 @@ def expand(row: Mapping[str, Any], method: str) -> list[dict[str, Any]]:
     ]
 
 
-def _log_softmax(logits: Sequence[float]) -> list[float]:
-    """log softmax via a max-shifted log-sum-exp, finite for logits of any finite size."""
-    top = max(logits)
-    lse = top + math.log(math.fsum(math.exp(value - top) for value in logits))
-    return [value - lse for value in logits]
-
-
-def _softmax(values: Sequence[float]) -> list[float]:
-    """softmax shifted by the maximum, so no weight overflows and the largest is 1."""
-    top = max(values)
-    weights = [math.exp(value - top) for value in values]
-    total = math.fsum(weights)
-    return [weight / total for weight in weights]
-
-
 def _first_max(option_ids: Sequence[str], score: Mapping[str, float]) -> str:
     """The highest-scoring option id, an exact tie going to the earliest in option_ids."""
     return max(option_ids, key=score.__getitem__)  # max keeps the first of equal keys
@@ -94,7 +81,7 @@ def _by_id(option_ids: Sequence[str], result: Mapping[str, Any]) -> tuple[dict[s
         raise ValueError(f"result {result.get('id')!r} does not score exactly the options {list(option_ids)}")
     if not all(math.isfinite(value) for value in [*logits, *native]):
         raise ValueError(f"result {result.get('id')!r} has a non-finite logit or probability")
-    return dict(zip(ids, _log_softmax(logits))), dict(zip(ids, native))
+    return dict(zip(ids, log_softmax(logits))), dict(zip(ids, native))
 
 
 def combine(row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -116,7 +103,7 @@ def combine(row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, 
         raise ValueError(f"{method!r} over {len(option_ids)} options needs {expected} results, got {len(results)}")
     scored = [_by_id(option_ids, result) for result in results]
     mean = [math.fsum(logp[oid] for logp, _ in scored) / len(scored) for oid in option_ids]
-    probabilities = _softmax(mean)
+    probabilities = softmax(mean)
     top = _first_max(option_ids, dict(zip(option_ids, probabilities)))
     tops = [_first_max(option_ids, native) for _, native in scored]
     spread = {oid: [min(nat[oid] for _, nat in scored), max(nat[oid] for _, nat in scored)] for oid in option_ids}

@@ -10,6 +10,8 @@ import json
 import math
 from typing import Any, Mapping
 
+from .numerics import softmax
+
 T_MIN, T_MAX = 0.05, 20.0
 VARIABLE = "SEMIF_CALIBRATION"
 
@@ -40,12 +42,8 @@ def load_table(path: str) -> dict[str, float]:
 
 
 def tempered_softmax(logits: list[float], temperature: float) -> list[float]:
-    """softmax(logits / T), shifted by the maximum so extreme logits stay finite."""
-    scaled = [value / temperature for value in logits]
-    top = max(scaled)
-    weights = [math.exp(value - top) for value in scaled]
-    total = math.fsum(weights)
-    return [weight / total for weight in weights]
+    """softmax(logits / T); max-shifted, so extreme logits stay finite."""
+    return softmax([value / temperature for value in logits])
 
 
 def calibrated_view(result: Mapping[str, Any], workload: str, temperature: float) -> dict[str, Any]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from typing import Any
 
 from .config import Settings
 from .engine import Row, SharedResult
+from .numerics import softmax
 
 PROMPT_VERSION = "stub-v1"
 READOUT = "stub: hash-derived option logits, no model"
@@ -25,13 +25,6 @@ def _logit(row: Row, option: dict[str, Any], position: int) -> float:
     text = json.dumps([row["state"], row["question"], option["description"], position], sort_keys=True)
     word = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
     return round(8.0 * word / 2**64 - 4.0, 6)
-
-
-def _softmax(values: list[float]) -> list[float]:
-    top = max(values)
-    weights = [math.exp(value - top) for value in values]
-    total = sum(weights)
-    return [weight / total for weight in weights]
 
 
 class StubScorer:
@@ -58,7 +51,7 @@ class StubScorer:
         return {
             "id": row["id"],
             "option_ids": [option["id"] for option in row["options"]],
-            "probabilities": _softmax(logits),
+            "probabilities": softmax(logits),
             "option_logits": logits,
             "input_tokens": tokens,
             "prompt_sha256": digest,
