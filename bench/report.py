@@ -1,0 +1,99 @@
+"""How every tool reports: a short table and a verdict on stdout, JSON with --out, exit status.
+
+One renderer for tables (markdown pipes, readable in a terminal and in
+RESULTS.md) and one outcome shape, so every check's JSON reads the same.
+Progress goes to stderr, so stdout stays the table and the verdict.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+
+@dataclass
+class Outcome:
+    """One check's result: pass/fail, why, the criterion applied and the figures behind it."""
+
+    check: str
+    passed: bool
+    verdict: str
+    criterion: str
+    figures: dict[str, Any] = field(default_factory=dict)
+    table: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "passed": self.passed, "verdict": self.verdict, "criterion": self.criterion,
+                "figures": self.figures, "when": now(), "machine": machine()}
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def machine() -> dict[str, Any]:
+    return {"arch": platform.machine(), "nproc": os.cpu_count(), "python": platform.python_version(),
+            "system": platform.system()}
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A pipe table; numbers are already formatted by the caller."""
+    cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    line = lambda row: "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |"  # noqa: E731
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])])
+
+
+def fmt(value: float, digits: int = 4) -> str:
+    """A float for a table: fixed digits, scientific when tiny, '-' when undefined."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if value != 0 and abs(value) < 10 ** -digits:
+        return f"{value:.2e}"
+    return f"{value:.{digits}f}"
+
+
+def write_json(path: Path, payload: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def emit(outcome: Outcome, out: Path | None) -> int:
+    """Print the table and the verdict, write the JSON, return the exit status."""
+    print(markdown_table(("figure", "value"), outcome.table))
+    print(f"{'PASS' if outcome.passed else 'FAIL'} {outcome.check}: {outcome.verdict}")
+    if out is not None:
+        write_json(out, outcome.to_json())
+    return 0 if outcome.passed else 1
+
+
+class Progress:
+    """`label: done/total` on stderr, at most once a second and once at the end if it took a while."""
+
+    def __init__(self, label: str, total: int, every: float = 1.0) -> None:
+        self.label, self.total, self.every = label, total, every
+        self.done = 0
+        self.started = self.last = time.monotonic()
+
+    def tick(self, count: int = 1) -> None:
+        self.done += count
+        now_ = time.monotonic()
+        finished = self.done >= self.total
+        if now_ - self.last >= self.every or (finished and now_ - self.started >= self.every):
+            self.last = now_
+            print(f"{self.label}: {self.done}/{self.total} ({now_ - self.started:.1f} s)", file=sys.stderr, flush=True)
+
+
+def note(message: str) -> None:
+    """A progress line on stderr."""
+    print(message, file=sys.stderr, flush=True)
