@@ -199,6 +199,11 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """p50 and the range of repeated timings, with the samples themselves."""
+    return {"p50": median(values), "min": min(values), "max": max(values), "n": len(values), "all": list(values)}
+
+
 async def _worker(connection: Connection, requests: Sequence[bytes], offset: int, until: float,
                   tally: Tally | None, timeout: float) -> None:
     """Send requests back to back on one connection until the deadline."""
