@@ -1,0 +1,410 @@
+"""Load and overhead benchmarks: `python -m bench load` runs them all, one server at a time.
+
+* overhead: the stub with no delay, ours against FastAPI + uvicorn (bench/baseline_fastapi.py),
+  requests per second and p50/p99 for /health, /decide (2 and 16 options) and
+  /decide/shared (21 decisions) at each concurrency, through the same load generator;
+  rounds alternate the order (ours, baseline, baseline, ours, ...) so drift hits both.
+* admission: the stub with a delay, a burst of 3 x SEMIF_MAX_QUEUE requests: exactly
+  SEMIF_MAX_QUEUE in progress (sampled on /health), the rest 429 in well under the delay,
+  every request answered exactly once.
+* tiny: the tiny model, served /decide/shared (21 criteria) against an in-process
+  `score_shared` on the same rows, and order averaging in one request against separate calls.
+
+These are benchmarks, not timed tests: targets are compared as ratios from one run
+and reported, met or missed, in bench/RESULTS.md (markdown) and a JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import importlib.util
+import os
+import platform
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from . import datasets, procs
+from .loadgen import Connection, Response, Tally, Target, call, drive, encode, median, spread
+from .report import markdown_table, note, write_json
+
+HERE = Path(__file__).resolve().parent
+ENDPOINTS = ("health", "decide-2", "decide-16", "shared-21")
+OVERHEAD_TARGET, OVERHEAD_AIM, TINY_TARGET = 1.0, 1.5, 1.10
+STUB = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": "0", "SEMIF_MAX_QUEUE": "64"}
+
+
+# -- request sets --------------------------------------------------------------------
+
+
+def sixteen_options() -> datasets.Row:
+    """A 16-option row (SemIf's maximum), built from the first row's state."""
+    base = datasets.rows()[0]
+    options = [{"id": f"o{k:02d}", "description": f"Option number {k}"} for k in range(16)]
+    return {"id": "sixteen", "state": base["state"], "question": "Which option fits best?", "options": options}
+
+
+def first_with(count: int) -> datasets.Row:
+    """The first bench row with `count` options."""
+    return next(row for row in datasets.rows() if len(row["options"]) == count)
+
+
+def endpoint_requests(target: Target) -> dict[str, list[bytes]]:
+    """Each load cell's request, rendered once."""
+    spec = datasets.load_json(datasets.SPEED21)
+    return {
+        "health": [encode(target, "GET", "/health")],
+        "decide-2": [encode(target, "POST", "/decide", first_with(2))],
+        "decide-16": [encode(target, "POST", "/decide", sixteen_options())],
+        "shared-21": [encode(target, "POST", "/decide/shared", datasets.shared_body(spec["state"], spec["decisions"]))],
+    }
+
+
+# -- overhead: ours against FastAPI + uvicorn ---------------------------------------------
+
+
+def uvicorn_stack() -> dict[str, str]:
+    """What uvicorn's `auto` picks in this environment (it imports uvloop/httptools when present)."""
+    has = lambda name: importlib.util.find_spec(name) is not None  # noqa: E731
+    return {"loop": "uvloop" if has("uvloop") else "asyncio", "http": "httptools" if has("httptools") else "h11"}
+
+
+async def _cells(target: Target, concurrency: list[int], duration: float) -> dict[str, Tally]:
+    tallies = {}
+    for endpoint, requests in endpoint_requests(target).items():
+        for conns in concurrency:
+            tallies[f"{endpoint}@{conns}"] = await drive(target, requests, conns, duration)
+    return tallies
+
+
+def merge(tallies: list[Tally]) -> Tally:
+    """One tally from rounds of the same cell: counts and latencies pooled, walls added."""
+    merged = Tally()
+    for tally in tallies:
+        merged.sent += tally.sent
+        merged.answered += tally.answered
+        merged.lost += tally.lost
+        merged.duplicates += tally.duplicates
+        merged.statuses.update(tally.statuses)
+        merged.latencies += tally.latencies
+        merged.wall += tally.wall
+        merged.client_cpu += tally.client_cpu
+    return merged
+
+
+def overhead(args: argparse.Namespace, token: str) -> dict[str, Any]:
+    """Every cell on ours and on the baseline, `rounds` times in alternating order."""
+    starters: dict[str, Callable[..., Any]] = {"ours": procs.semif_serve, "baseline": procs.fastapi_baseline}
+    rounds: dict[str, list[dict[str, Tally]]] = {"ours": [], "baseline": []}
+    for index in range(args.rounds):
+        order = ("ours", "baseline") if index % 2 == 0 else ("baseline", "ours")
+        for name in order:
+            note(f"load overhead: round {index + 1}/{args.rounds}, {name}")
+            with starters[name](STUB, token) as server:
+                rounds[name].append(asyncio.run(_cells(server.target, args.concurrency, args.duration)))
+    cells = {}
+    for key in rounds["ours"][0]:
+        ours, base = merge([r[key] for r in rounds["ours"]]), merge([r[key] for r in rounds["baseline"]])
+        cells[key] = {"ours": ours.summary(), "baseline": base.summary(),
+                      "ratio": round(ours.rps / base.rps, 3) if base.rps else None}
+    return {"cells": cells, "uvicorn": uvicorn_stack(), "rounds": args.rounds, "duration_s": args.duration,
+            "concurrency": args.concurrency, "profile": profile(args, token) if args.profile else None}
+
+
+def profile(args: argparse.Namespace, token: str) -> dict[str, Any]:
+    """Our server's event-loop thread under cProfile while loaded (a separate, unmeasured run)."""
+    path = Path(tempfile.mkdtemp(prefix="semif-profile-")) / "server.prof"
+    with procs.semif_serve(STUB, token, profile=path) as server:
+        note("load overhead: profiling our server under /decide-2 and shared-21 at 32 connections")
+        requests = endpoint_requests(server.target)
+        for endpoint in ("decide-2", "shared-21"):
+            asyncio.run(drive(server.target, requests[endpoint], 32, args.duration))
+    stats = pstats.Stats(str(path))
+    total = stats.total_tt  # type: ignore[attr-defined]
+    rows = []
+    for (filename, line, function), (_, calls, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
+        rows.append({"function": f"{Path(filename).name}:{line}({function})", "calls": calls,
+                     "own_s": round(own, 4), "cumulative_s": round(cumulative, 4)})
+    rows.sort(key=lambda r: r["own_s"], reverse=True)
+    return {"file": str(path), "total_s": round(total, 3), "top_own_time": rows[:25]}
+
+
+# -- admission: 429 past SEMIF_MAX_QUEUE ----------------------------------------------------
+
+
+async def _exchange(connection: Connection, raw: bytes, timeout: float) -> Response | None:
+    try:
+        return await connection.exchange(raw, timeout)
+    except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError):
+        return None
+
+
+async def _sample_health(target: Target, stop: asyncio.Event, samples: list[dict[str, Any]]) -> None:
+    """/health every 10 ms until stop: in_progress and max_queue while the burst is in flight."""
+    connection = await Connection.open(target)
+    try:
+        while not stop.is_set():
+            health = (await connection.request(target, "GET", "/health", timeout=5.0)).json()
+            samples.append({"in_progress": health["in_progress"], "max_queue": health["max_queue"]})
+            try:
+                async with asyncio.timeout(0.01):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+    finally:
+        await connection.close()
+
+
+async def burst(target: Target, queue: int, offered: int, delay: float) -> dict[str, Any]:
+    """`offered` simultaneous /decide calls, one per connection, each with its own id."""
+    row = first_with(2)
+    payloads = [encode(target, "POST", "/decide", {**row, "id": f"burst-{k}"}) for k in range(offered)]
+    connections = await asyncio.gather(*(Connection.open(target) for _ in range(offered)))
+    samples: list[dict[str, Any]] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_sample_health(target, stop, samples))
+    try:
+        await asyncio.sleep(0.05)  # a first sample before the burst
+        timeout = queue * delay + 10.0
+        responses = await asyncio.gather(*(_exchange(c, p, timeout) for c, p in zip(connections, payloads)))
+        strays = await asyncio.gather(*(c.stray_bytes() for c in connections))
+    finally:
+        stop.set()
+        await sampler
+        await asyncio.gather(*(c.close() for c in connections))
+    idle = (await call(target, "GET", "/health")).json()["in_progress"]
+    return admission_figures(queue, offered, delay, responses, samples, sum(1 for s in strays if s), idle)
+
+
+def admission_figures(queue: int, offered: int, delay: float, responses: list[Response | None],
+                      samples: list[dict[str, Any]], strays: int, idle: int) -> dict[str, Any]:
+    """Judge the burst: exact counts, fast refusals, one answer per request."""
+    answered = [r for r in responses if r is not None]
+    ok = [r for r in answered if r.status == 200]
+    refused = [r for r in answered if r.status == 429]
+    ok_ids = [r.json()["id"] for r in ok]
+    refusal_max = max((r.latency for r in refused), default=0.0)
+    peak = max((s["in_progress"] for s in samples), default=0)
+    checks = {
+        "max_queue_reported": all(s["max_queue"] == queue for s in samples),
+        "peak_in_progress_is_max_queue": peak == queue,
+        "admitted_is_max_queue": len(ok) == queue,
+        "rest_refused_429": len(refused) == offered - queue,
+        "refusals_well_under_delay": refusal_max < delay / 4,
+        "none_lost": len(answered) == offered,
+        "none_answered_twice": strays == 0 and len(set(ok_ids)) == len(ok_ids),
+        "idle_after": idle == 0,
+    }
+    return {"max_queue": queue, "offered": offered, "delay_s": delay, "answered": len(answered), "ok_200": len(ok),
+            "refused_429": len(refused), "other": len(answered) - len(ok) - len(refused),
+            "refusal_latency_max_s": refusal_max, "refusal_latency_p50_s": median([r.latency for r in refused]),
+            "peak_in_progress": peak, "health_samples": len(samples), "in_progress_after": idle,
+            "checks": checks, "passed": all(checks.values())}
+
+
+def admission(args: argparse.Namespace, token: str) -> dict[str, Any]:
+    env = {**STUB, "SEMIF_STUB_DELAY_MS": str(args.delay_ms), "SEMIF_MAX_QUEUE": str(args.queue)}
+    with procs.semif_serve(env, token) as server:
+        note(f"load admission: burst of {3 * args.queue} against SEMIF_MAX_QUEUE={args.queue}, delay {args.delay_ms} ms")
+        return asyncio.run(burst(server.target, args.queue, 3 * args.queue, args.delay_ms / 1000))
+
+
+# -- tiny model: served against in-process -------------------------------------------------
+
+
+async def _timed(connection: Connection, target: Target, path: str, payload: Any) -> float:
+    response = await connection.request(target, "POST", path, payload, timeout=120.0)
+    if response.status != 200:
+        raise RuntimeError(f"{path} answered {response.status}: {response.body[:300]!r}")
+    return response.latency
+
+
+async def _tiny(target: Target, repeats: int) -> dict[str, Any]:
+    from . import inprocess
+
+    health = (await call(target, "GET", "/health")).json()
+    loaded = inprocess.load(inprocess.Facts.from_health(health))
+    spec = datasets.load_json(datasets.SPEED21)
+    body, rows = datasets.shared_body(spec["state"], spec["decisions"]), datasets.with_state(spec["state"], spec["decisions"])
+    connection = await Connection.open(target)
+    try:
+        await _timed(connection, target, "/decide/shared", body)  # warm-up, not counted
+        inprocess.time_shared(loaded, rows, 1)
+        served, local = [], []
+        for rep in range(repeats):  # interleaved, so drift hits both alike
+            served.append(await _timed(connection, target, "/decide/shared", body))
+            local += inprocess.time_shared(loaded, rows, 1)
+            if rep % 5 == 4:
+                note(f"load tiny: shared {rep + 1}/{repeats}")
+        averaging = {f"{k}-options": await _rotations(connection, target, first_with(k), repeats) for k in (4, 3)}
+    finally:
+        await connection.close()
+    return {"model": health["model"], "revision": health["revision"], "device": health["device"],
+            "shared21": {"served_s": spread(served), "inprocess_s": spread(local),
+                         "ratio": median(served) / median(local), "target": TINY_TARGET},
+            "rotations": averaging, "repeats": repeats}
+
+
+async def _rotations(connection: Connection, target: Target, row: datasets.Row, repeats: int) -> dict[str, Any]:
+    """n rotations in one /decide (`orderings: rotations`) against n separate /decide calls."""
+    count = len(row["options"])
+    one, separate = [], []
+    for _ in range(repeats):
+        one.append(await _timed(connection, target, "/decide", {**row, "orderings": "rotations"}))
+        started = time.perf_counter()
+        for shift in range(count):
+            await _timed(connection, target, "/decide", datasets.rotate(row, shift))
+        separate.append(time.perf_counter() - started)
+    return {"options": count, "rotations": count, "one_request_s": spread(one), "separate_calls_s": spread(separate),
+            "speedup": median(separate) / median(one)}
+
+
+def tiny(args: argparse.Namespace, token: str) -> dict[str, Any]:
+    note(f"load tiny: building the tiny model in {args.tiny_dir}")
+    settings = procs.tiny_model(args.tiny_dir)
+    os.environ.update(settings)  # before this process first imports transformers
+    with procs.semif_serve(settings, token, ready_timeout=180.0) as server:
+        return asyncio.run(_tiny(server.target, args.repeats))
+
+
+# -- reporting -----------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    return {"uname_m": platform.machine(), "nproc": os.cpu_count(), "python": platform.python_version(),
+            "date": datetime.date.today().isoformat()}
+
+
+def _ms(summary: dict[str, Any]) -> str:
+    return f"{summary['p50_ms']:.2f} / {summary['p99_ms']:.2f}"
+
+
+def overhead_markdown(result: dict[str, Any]) -> list[str]:
+    stack = result["uvicorn"]
+    rows = []
+    for key, cell in result["cells"].items():
+        endpoint, conns = key.split("@")
+        ours, base = cell["ours"], cell["baseline"]
+        flag = "" if ours["lost"] == base["lost"] == 0 and set(ours["statuses"]) == set(base["statuses"]) == {"200"} else " (!)"
+        rows.append((endpoint, conns, f"{ours['rps']:.0f}", _ms(ours), f"{base['rps']:.0f}", _ms(base),
+                     f"{cell['ratio']:.2f}x{flag}", f"{ours['client_cpu_share']:.2f} / {base['client_cpu_share']:.2f}"))
+    table = markdown_table(("endpoint", "conns", "ours rps", "ours p50 / p99 ms", "baseline rps",
+                            "baseline p50 / p99 ms", "ours / baseline", "load-gen CPU (ours / base)"), rows)
+    return [f"## HTTP overhead on the stub (no delay): ours vs FastAPI + uvicorn",
+            "", f"Baseline: one uvicorn worker; its `auto` choice here is loop `{stack['loop']}`, HTTP "
+            f"`{stack['http']}`. {result['rounds']} rounds x {result['duration_s']} s per cell, alternating order; keep-alive "
+            "connections, one request in flight each. Target: ratio >= 1.0 on /decide and /decide/shared, aim 1.5.",
+            "", table, ""]
+
+
+def admission_markdown(result: dict[str, Any]) -> list[str]:
+    rows = [(name, "yes" if ok else "NO") for name, ok in result["checks"].items()]
+    head = (f"Burst of {result['offered']} /decide against SEMIF_MAX_QUEUE={result['max_queue']}, stub delay "
+            f"{result['delay_s'] * 1000:.0f} ms: {result['ok_200']} answered 200, {result['refused_429']} refused 429 "
+            f"(max {result['refusal_latency_max_s'] * 1000:.1f} ms, p50 {result['refusal_latency_p50_s'] * 1000:.1f} ms), "
+            f"peak in_progress on /health {result['peak_in_progress']} over {result['health_samples']} samples.")
+    return ["## Admission: 429 past SEMIF_MAX_QUEUE", "", head, "", markdown_table(("check", "holds"), rows), ""]
+
+
+def tiny_markdown(result: dict[str, Any]) -> list[str]:
+    shared = result["shared21"]
+    s, i = shared["served_s"], shared["inprocess_s"]
+    rows = [("/decide/shared, 21 criteria, served", f"{s['p50'] * 1e3:.1f}", f"{s['min'] * 1e3:.1f} - {s['max'] * 1e3:.1f}"),
+            ("score_shared, same rows, in-process", f"{i['p50'] * 1e3:.1f}", f"{i['min'] * 1e3:.1f} - {i['max'] * 1e3:.1f}")]
+    for name, rot in result["rotations"].items():
+        one, sep = rot["one_request_s"], rot["separate_calls_s"]
+        rows.append((f"{name}: {rot['rotations']} rotations in one /decide", f"{one['p50'] * 1e3:.1f}",
+                     f"{one['min'] * 1e3:.1f} - {one['max'] * 1e3:.1f}"))
+        rows.append((f"{name}: {rot['rotations']} separate /decide calls", f"{sep['p50'] * 1e3:.1f}",
+                     f"{sep['min'] * 1e3:.1f} - {sep['max'] * 1e3:.1f}"))
+    ratios = [f"served / in-process p50: **{shared['ratio']:.3f}x** (target <= {TINY_TARGET}x)"]
+    ratios += [f"{name}: one request is {rot['speedup']:.2f}x faster than {rot['rotations']} separate calls"
+               for name, rot in result["rotations"].items()]
+    return [f"## Tiny model ({result['device']}): served against in-process", "",
+            f"{result['model']}@{result['revision'][:12]}, N = {result['repeats']} each, interleaved.", "",
+            markdown_table(("what", "p50 ms", "min - max ms"), rows), "", *[f"- {r}" for r in ratios], ""]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    info = results["machine"]
+    lines = ["# semif-serve benchmark results", "",
+             f"Machine: `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}; run {info['date']} "
+             "with `python -m bench load`. The server under test runs as its own process; the load generator "
+             "(bench/loadgen.py, asyncio over raw keep-alive sockets) is the same for both servers.", ""]
+    if "overhead" in results:
+        lines += overhead_markdown(results["overhead"])
+    if "admission" in results:
+        lines += admission_markdown(results["admission"])
+    if "tiny" in results:
+        lines += tiny_markdown(results["tiny"])
+    lines += ["## Verdicts", "", *[f"- {v}" for v in results["verdicts"]], ""]
+    return "\n".join(lines)
+
+
+def verdicts(results: dict[str, Any]) -> list[str]:
+    """Targets met or missed, stated plainly."""
+    out = []
+    if "overhead" in results:
+        cells = {k: v for k, v in results["overhead"]["cells"].items() if not k.startswith("health")}
+        worst = min(cells.items(), key=lambda kv: kv[1]["ratio"])
+        met = all(c["ratio"] >= OVERHEAD_TARGET for c in cells.values())
+        aim = all(c["ratio"] >= OVERHEAD_AIM for c in cells.values())
+        out.append(f"overhead: ours >= baseline on every /decide and /decide/shared cell: {'MET' if met else 'MISSED'} "
+                   f"(lowest {worst[1]['ratio']:.2f}x at {worst[0]}); aim 1.5x everywhere: {'met' if aim else 'not met'}")
+    if "admission" in results:
+        out.append(f"admission: {'PASS' if results['admission']['passed'] else 'FAIL'}")
+    if "tiny" in results:
+        ratio = results["tiny"]["shared21"]["ratio"]
+        out.append(f"tiny: served /decide/shared within {TINY_TARGET}x of in-process: "
+                   f"{'MET' if ratio <= TINY_TARGET else 'MISSED'} ({ratio:.3f}x)")
+    return out
+
+
+# -- entry point -----------------------------------------------------------------------------
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace, str], dict[str, Any]]] = {
+    "overhead": overhead, "admission": admission, "tiny": tiny,
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench load", description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections (default all: {', '.join(SECTIONS)})")
+    p.add_argument("--duration", type=float, default=2.0, help="seconds measured per overhead cell (default 2)")
+    p.add_argument("--rounds", type=int, default=2, help="overhead rounds, alternating server order (default 2)")
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32],
+                   help="connections per cell (default 1,8,32)")
+    p.add_argument("--profile", action="store_true", help="also profile our server under load (cProfile)")
+    p.add_argument("--queue", type=int, default=8, help="SEMIF_MAX_QUEUE for the admission burst (default 8)")
+    p.add_argument("--delay-ms", type=int, default=250, help="stub delay for the admission burst (default 250)")
+    p.add_argument("--repeats", type=int, default=20, help="tiny-model repetitions per measurement (default 20)")
+    p.add_argument("--tiny-dir", type=Path, default=procs.ROOT / ".tiny-model", help="where to build the tiny model")
+    p.add_argument("--out", type=Path, default=HERE / "results" / "load.json", help="JSON results")
+    p.add_argument("--md", type=Path, default=HERE / "RESULTS.md", help="markdown results (default bench/RESULTS.md)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    chosen = [s for s in args.only.split(",") if s]
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        print(f"unknown section(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    token = procs.token()
+    results: dict[str, Any] = {"machine": machine()}
+    for name in chosen:
+        results[name] = SECTIONS[name](args, token)
+    results["verdicts"] = verdicts(results)
+    write_json(args.out, results)
+    text = markdown(results)
+    args.md.write_text(text, encoding="utf-8")
+    print(text)
+    failed = "admission" in results and not results["admission"]["passed"]
+    return 1 if failed else 0
