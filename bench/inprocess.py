@@ -73,6 +73,9 @@ def load(facts: Facts) -> Loaded:
     settings = Settings(api_token="-" * 32, model=facts.model, revision=facts.revision, device=facts.device,
                         max_tokens=facts.max_tokens, scorer=facts.scorer)
     torch = importlib.import_module("torch")
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:  # the server takes its thread count from the same variable
+        torch.set_num_threads(int(threads))
     model, tokenizer, metadata = torch_engine.load_model(settings, facts.device, facts.dtype, torch)
     return Loaded(facts, package.direct, package.shared, model, tokenizer, metadata)
 

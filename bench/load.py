@@ -3,7 +3,8 @@
 * overhead: the stub with no delay, ours against FastAPI + uvicorn (bench/baseline_fastapi.py),
   requests per second and p50/p99 for /health, /decide (2 and 16 options) and
   /decide/shared (21 decisions) at each concurrency, through the same load generator;
-  rounds alternate the order (ours, baseline, baseline, ours, ...) so drift hits both.
+  both servers stay up and each cell alternates between them (ours, baseline, baseline,
+  ours, ...), so drift on a shared 2-core machine hits both alike.
 * admission: the stub with a delay, a burst of 3 x SEMIF_MAX_QUEUE requests: exactly
   SEMIF_MAX_QUEUE in progress (sampled on /health), the rest 429 in well under the delay,
   every request answered exactly once.
@@ -20,6 +21,7 @@ import argparse
 import asyncio
 import datetime
 import importlib.util
+import json
 import os
 import platform
 import pstats
@@ -74,16 +76,8 @@ def uvicorn_stack() -> dict[str, str]:
     return {"loop": "uvloop" if has("uvloop") else "asyncio", "http": "httptools" if has("httptools") else "h11"}
 
 
-async def _cells(target: Target, concurrency: list[int], duration: float) -> dict[str, Tally]:
-    tallies = {}
-    for endpoint, requests in endpoint_requests(target).items():
-        for conns in concurrency:
-            tallies[f"{endpoint}@{conns}"] = await drive(target, requests, conns, duration)
-    return tallies
-
-
 def merge(tallies: list[Tally]) -> Tally:
-    """One tally from rounds of the same cell: counts and latencies pooled, walls added."""
+    """One tally from rounds of the same cell: counts, CPU and latencies pooled, walls added."""
     merged = Tally()
     for tally in tallies:
         merged.sent += tally.sent
@@ -94,26 +88,80 @@ def merge(tallies: list[Tally]) -> Tally:
         merged.latencies += tally.latencies
         merged.wall += tally.wall
         merged.client_cpu += tally.client_cpu
+    merged.server_cpu = sum(tally.server_cpu for tally in tallies)
     return merged
 
 
+async def _paired(servers: dict[str, procs.Running], concurrency: list[int], duration: float,
+                  rounds: int) -> dict[str, dict[str, list[Tally]]]:
+    """Every cell on every server, round by round, the order flipping each round (ABBA...)."""
+    requests = {name: endpoint_requests(server.target) for name, server in servers.items()}
+    cells: dict[str, dict[str, list[Tally]]] = {}
+    names = list(servers)
+    for endpoint in ENDPOINTS:
+        for conns in concurrency:
+            key = f"{endpoint}@{conns}"
+            note(f"load overhead: {key}, {rounds} rounds x {duration:g} s on each server")
+            cells[key] = {name: [] for name in names}
+            for index in range(rounds):
+                for name in names if index % 2 == 0 else names[::-1]:
+                    server = servers[name]
+                    cells[key][name].append(await drive(server.target, requests[name][endpoint], conns, duration,
+                                                        server_cpu=server.cpu_seconds))
+    return cells
+
+
+def _cell(rounds: dict[str, list[Tally]]) -> dict[str, Any]:
+    """Pooled figures per server, the pooled ratio and the range of per-round ratios."""
+    ours, base = merge(rounds["ours"]), merge(rounds["baseline"])
+    per_round = [a.rps / b.rps for a, b in zip(rounds["ours"], rounds["baseline"]) if b.rps]
+    return {"ours": ours.summary(), "baseline": base.summary(), "ratio": round(ours.rps / base.rps, 3) if base.rps else None,
+            "ratio_range": [round(min(per_round), 3), round(max(per_round), 3)] if per_round else None}
+
+
 def overhead(args: argparse.Namespace, token: str) -> dict[str, Any]:
-    """Every cell on ours and on the baseline, `rounds` times in alternating order."""
-    starters: dict[str, Callable[..., Any]] = {"ours": procs.semif_serve, "baseline": procs.fastapi_baseline}
-    rounds: dict[str, list[dict[str, Tally]]] = {"ours": [], "baseline": []}
-    for index in range(args.rounds):
-        order = ("ours", "baseline") if index % 2 == 0 else ("baseline", "ours")
-        for name in order:
-            note(f"load overhead: round {index + 1}/{args.rounds}, {name}")
-            with starters[name](STUB, token) as server:
-                rounds[name].append(asyncio.run(_cells(server.target, args.concurrency, args.duration)))
-    cells = {}
-    for key in rounds["ours"][0]:
-        ours, base = merge([r[key] for r in rounds["ours"]]), merge([r[key] for r in rounds["baseline"]])
-        cells[key] = {"ours": ours.summary(), "baseline": base.summary(),
-                      "ratio": round(ours.rps / base.rps, 3) if base.rps else None}
-    return {"cells": cells, "uvicorn": uvicorn_stack(), "rounds": args.rounds, "duration_s": args.duration,
-            "concurrency": args.concurrency, "profile": profile(args, token) if args.profile else None}
+    """Both servers up at once (the idle one costs nothing), measured in alternation per cell."""
+    load_before = os.getloadavg()
+    floor = asyncio.run(service_floor())
+    with procs.semif_serve(STUB, token) as ours, procs.fastapi_baseline(STUB, token) as baseline:
+        cells = asyncio.run(_paired({"ours": ours, "baseline": baseline}, args.concurrency, args.duration, args.rounds))
+    return {"cells": {key: _cell(rounds) for key, rounds in cells.items()}, "uvicorn": uvicorn_stack(),
+            "shared_work_us_per_request": floor,
+            "rounds": args.rounds, "duration_s": args.duration, "concurrency": args.concurrency,
+            "loadavg_before_after": [load_before[0], os.getloadavg()[0]],
+            "profile": profile(args, token) if args.profile else None}
+
+
+async def service_floor(repeats: int = 400) -> dict[str, float]:
+    """CPU per request of the work both servers share, without HTTP: `Service.post` over the stub.
+
+    Both servers run exactly this code behind their HTTP stack (same Service, same Engine
+    thread, same StubScorer), so it bounds how far apart their per-request costs can be.
+    """
+    from semif_serve.config import Settings
+    from semif_serve.engine import Engine
+    from semif_serve.service import Service
+    from semif_serve.stub import StubScorer
+
+    settings = Settings(api_token="-" * 32, scorer="stub")
+    engine = Engine(StubScorer(settings))
+    await engine.start()
+    service = Service(settings, engine)
+    spec = datasets.load_json(datasets.SPEED21)
+    bodies = {"decide-2": ("decide", first_with(2)), "decide-16": ("decide", sixteen_options()),
+              "shared-21": ("shared", datasets.shared_body(spec["state"], spec["decisions"]))}
+    floor = {}
+    try:
+        for endpoint, (name, payload) in bodies.items():
+            body = json.dumps(payload).encode()
+            await service.post(name, body)
+            started = time.process_time()
+            for _ in range(repeats):
+                await service.post(name, body)
+            floor[endpoint] = round((time.process_time() - started) / repeats * 1e6, 1)
+    finally:
+        engine.close()
+    return floor
 
 
 def profile(args: argparse.Namespace, token: str) -> dict[str, Any]:
@@ -266,8 +314,9 @@ async def _rotations(connection: Connection, target: Target, row: datasets.Row, 
 
 def tiny(args: argparse.Namespace, token: str) -> dict[str, Any]:
     note(f"load tiny: building the tiny model in {args.tiny_dir}")
-    settings = procs.tiny_model(args.tiny_dir)
-    os.environ.update(settings)  # before this process first imports transformers
+    # One torch thread in the server and here: on 2 cores the other is the client's.
+    settings = {**procs.tiny_model(args.tiny_dir), "OMP_NUM_THREADS": "1"}
+    os.environ.update(settings)  # before this process first imports torch or transformers
     with procs.semif_serve(settings, token, ready_timeout=180.0) as server:
         return asyncio.run(_tiny(server.target, args.repeats))
 
@@ -278,6 +327,10 @@ def tiny(args: argparse.Namespace, token: str) -> dict[str, Any]:
 def machine() -> dict[str, Any]:
     return {"uname_m": platform.machine(), "nproc": os.cpu_count(), "python": platform.python_version(),
             "date": datetime.date.today().isoformat()}
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def _ms(summary: dict[str, Any]) -> str:
@@ -291,15 +344,35 @@ def overhead_markdown(result: dict[str, Any]) -> list[str]:
         endpoint, conns = key.split("@")
         ours, base = cell["ours"], cell["baseline"]
         flag = "" if ours["lost"] == base["lost"] == 0 and set(ours["statuses"]) == set(base["statuses"]) == {"200"} else " (!)"
+        low, high = cell["ratio_range"]
         rows.append((endpoint, conns, f"{ours['rps']:.0f}", _ms(ours), f"{base['rps']:.0f}", _ms(base),
-                     f"{cell['ratio']:.2f}x{flag}", f"{ours['client_cpu_share']:.2f} / {base['client_cpu_share']:.2f}"))
+                     f"**{cell['ratio']:.2f}x**{flag}", f"{low:.2f} - {high:.2f}",
+                     f"{_us(ours['server_cpu_us_per_request'])} / {_us(base['server_cpu_us_per_request'])}",
+                     f"{ours['client_cpu_share']:.2f} / {base['client_cpu_share']:.2f}"))
     table = markdown_table(("endpoint", "conns", "ours rps", "ours p50 / p99 ms", "baseline rps",
-                            "baseline p50 / p99 ms", "ours / baseline", "load-gen CPU (ours / base)"), rows)
+                            "baseline p50 / p99 ms", "ours / baseline", "per-round range",
+                            "server CPU us/req (ours / base)", "load-gen CPU share (ours / base)"), rows)
+    floor = ", ".join(f"{k} {v:.0f} us" for k, v in result["shared_work_us_per_request"].items())
     return [f"## HTTP overhead on the stub (no delay): ours vs FastAPI + uvicorn",
             "", f"Baseline: one uvicorn worker; its `auto` choice here is loop `{stack['loop']}`, HTTP "
-            f"`{stack['http']}`. {result['rounds']} rounds x {result['duration_s']} s per cell, alternating order; keep-alive "
-            "connections, one request in flight each. Target: ratio >= 1.0 on /decide and /decide/shared, aim 1.5.",
-            "", table, ""]
+            f"`{stack['http']}`. Both servers run at once (the idle one costs nothing) and each cell alternates between "
+            f"them: {result['rounds']} rounds x {result['duration_s']:g} s per server, order flipped every round (ABBA). "
+            "Keep-alive connections, one request in flight each; rps pooled over the rounds. Load average "
+            f"{result['loadavg_before_after'][0]:.2f} before, {result['loadavg_before_after'][1]:.2f} after. "
+            "Target: ratio >= 1.0 on /decide and /decide/shared at every concurrency, aim 1.5.",
+            "", table, "",
+            f"Work both servers share per request, measured in-process without HTTP (`Service.post` over the stub on "
+            f"the engine thread): {floor}. Server CPU per request minus this is the HTTP stack's cost.", "",
+            *profile_markdown(result.get("profile"))]
+
+
+def profile_markdown(found: dict[str, Any] | None) -> list[str]:
+    if not found:
+        return []
+    rows = [(r["function"], r["calls"], f"{r['own_s']:.3f}", f"{r['cumulative_s']:.3f}") for r in found["top_own_time"][:15]]
+    return ["Our server's event-loop thread under cProfile (decide-2 then shared-21, 32 connections; a separate, "
+            f"unmeasured run; {found['total_s']:.2f} s profiled):", "",
+            markdown_table(("function", "calls", "own s", "cumulative s"), rows), ""]
 
 
 def admission_markdown(result: dict[str, Any]) -> list[str]:
@@ -376,8 +449,8 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, str], dict[str, Any]]] = {
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench load", description=__doc__.splitlines()[0])
     p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections (default all: {', '.join(SECTIONS)})")
-    p.add_argument("--duration", type=float, default=2.0, help="seconds measured per overhead cell (default 2)")
-    p.add_argument("--rounds", type=int, default=2, help="overhead rounds, alternating server order (default 2)")
+    p.add_argument("--duration", type=float, default=1.0, help="seconds per server per round of a cell (default 1)")
+    p.add_argument("--rounds", type=int, default=4, help="overhead rounds per cell, order flipped each (default 4)")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32],
                    help="connections per cell (default 1,8,32)")
     p.add_argument("--profile", action="store_true", help="also profile our server under load (cProfile)")

@@ -42,6 +42,14 @@ class Running:
     def url(self) -> str:
         return self.target.url
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU the server process has used so far (Linux /proc; NaN elsewhere)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def token() -> str:
     """SEMIF_API_TOKEN when set, else a fresh one (>= 32 visible ASCII, as the server demands)."""
