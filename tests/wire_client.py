@@ -58,6 +58,7 @@ class Connection:
         self.writer.write(out)
 
     async def read_response(self, timeout: float = 10.0) -> Response:
+        _expect_response(self.h11)
         status, headers, chunks = 0, {}, []
         while True:
             event = self.h11.next_event()
@@ -70,8 +71,8 @@ class Connection:
                 chunks.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
                 break
-            elif isinstance(event, h11.ConnectionClosed):
-                raise ConnectionError("closed before a response")
+            elif event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
+                raise ConnectionError("no further response on this connection")
         if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
             self.h11.start_next_cycle()
         return Response(status, headers, b"".join(chunks))
@@ -162,11 +163,16 @@ def parse_responses(data: bytes, strict: bool = False) -> list[Response]:
     return responses
 
 
-def _next_response(conn: h11.Connection) -> Response | None:
-    """The next response on a client connection fed with raw bytes, or None when there is none."""
-    if conn.our_state is h11.IDLE:  # pretend we sent one GET per response so h11 accepts the next one
+def _expect_response(conn: h11.Connection) -> None:
+    """Requests written raw leave our side IDLE: pretend we sent a GET so h11 accepts the next response."""
+    if conn.our_state is h11.IDLE:
         conn.send(h11.Request(method="GET", target="/", headers=[(b"host", b"x")]))
         conn.send(h11.EndOfMessage())
+
+
+def _next_response(conn: h11.Connection) -> Response | None:
+    """The next response on a client connection fed with raw bytes, or None when there is none."""
+    _expect_response(conn)
     status, headers, chunks = 0, {}, []
     while True:
         event = conn.next_event()
