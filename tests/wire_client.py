@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import h11
 import pytest
@@ -104,6 +104,14 @@ async def request(port: int, method: str, path: str, body: Any = None, headers: 
         return await connection.request(method, path, body, headers)
     finally:
         await connection.close()
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 2.0) -> None:
+    """Poll server state that has no event to await (admission counts); fail after the timeout."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.01)
 
 
 async def connections_closed(server: Any, timeout: float = 2.0) -> None:
