@@ -145,7 +145,7 @@ class Service:
             rows = [row for d in request.decisions for row in _rows(d)]
             return await self.engine.score_shared(rows)
         except ValueError as error:
-            raise ApiError("invalid_request", excerpt(str(error), 300)) from None
+            raise ApiError("invalid_request", excerpt(str(error), 300) or "the scorer refused the input") from None
         except OutOfMemory as error:
             raise ApiError("out_of_memory", str(error) or "CUDA out of memory") from None
         except ScoringFailed as error:

@@ -1,0 +1,195 @@
+"""Faults in the scorer and in building its reply, and what error messages may carry.
+
+Each fault is injected through the engine (a scorer given to the server) and must give
+the contract's status in the envelope with a nonempty, short, printable message; the
+server stays up, the admission count returns to 0 and the next request is served. The
+token never reaches a log or a message, and client input is echoed only as a short excerpt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any, Callable
+
+import pytest
+
+from semif_serve.errors import OutOfMemory, ScoringFailed
+
+from .fake_scorer import FakeScorer
+from .test_server import ROW, SHARED, assert_serving
+from .wire_client import HEALTH, TOKEN, parse_responses, raw_request, raw_session, request
+
+AVERAGED = {**ROW, "orderings": "rotations"}
+ROUTES = [("/decide", ROW), ("/decide/shared", SHARED), ("/decide", AVERAGED)]
+
+
+def assert_envelope(response, status: int, code: str) -> str:
+    """The contract's envelope with a message a caller can read; returns the message."""
+    assert response.status == status and response.code == code
+    message = response.json["error"]["message"]
+    assert message and message.isprintable() and len(message) <= 320
+    assert "Traceback" not in message
+    return message
+
+
+def errors_logged(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# -- scorer exceptions ----------------------------------------------------------------------------
+
+FAULTS = [
+    (OutOfMemory(""), 503, "out_of_memory", False),
+    (OutOfMemory("CUDA out of memory"), 503, "out_of_memory", False),
+    (OutOfMemory("CUDA out of memory. Tried to allocate 2.00 GiB"), 503, "out_of_memory", False),
+    (ScoringFailed("scoring failed: RuntimeError"), 500, "scoring_failed", False),
+    (ScoringFailed(""), 500, "scoring_failed", False),
+    (RuntimeError("CUDA error: device-side assert triggered"), 500, "scoring_failed", True),
+    (RuntimeError(), 500, "scoring_failed", True),
+    (ValueError("Row r1: 5000 input tokens exceed limit 4096; no truncation allowed"), 422, "invalid_request", False),
+    (ValueError(""), 422, "invalid_request", False),
+    (ValueError("x" * 100_000 + "\x1b[2J\u202e"), 422, "invalid_request", False),
+    (MemoryError(), 500, "scoring_failed", True),
+    (KeyError("option_logits"), 500, "scoring_failed", True),
+]
+
+
+@pytest.mark.parametrize("path,body", ROUTES, ids=["decide", "shared", "averaged"])
+@pytest.mark.parametrize("error,status,code,traceback", FAULTS, ids=lambda v: repr(v)[:40] if isinstance(v, BaseException) else None)
+async def test_a_scorer_fault_gets_its_status_and_the_server_stays_up(start_server, fake, caplog, path, body, error, status, code, traceback) -> None:
+    server = await start_server(fake)
+    fake.raise_ = error
+    message = assert_envelope(await request(server.port, "POST", path, body), status, code)
+    if isinstance(error, OutOfMemory):
+        assert "out of memory" in message
+    assert server.service.admission.in_progress == 0
+    # an unexpected exception is logged once with its traceback; an expected one is not noise
+    logged = errors_logged(caplog)
+    assert [bool(r.exc_info) for r in logged] == ([True] if traceback else [])
+    fake.raise_ = None
+    assert (await request(server.port, "POST", path, body)).status == 200
+    await assert_serving(server.port)
+
+
+# -- failures while building the reply ------------------------------------------------------------
+
+class Mangling(FakeScorer):
+    """A scorer that breaks its contract: `mangle` rewrites the results of every call."""
+
+    def __init__(self, mangle: Callable[[list[dict[str, Any]]], list[Any]]) -> None:
+        super().__init__()
+        self.mangle = mangle
+
+    def score(self, row: dict[str, Any]) -> dict[str, Any]:
+        (result,) = self.mangle([super().score(row)])
+        return result
+
+    def score_shared(self, rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, Any]]:
+        results, timing = super().score_shared(rows)
+        return self.mangle(results), timing
+
+
+def without(key: str) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    return lambda results: [{k: v for k, v in r.items() if k != key} for r in results]
+
+
+def with_logits(value: float) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    return lambda results: [{**r, "option_logits": [value] * len(r["option_logits"])} for r in results]
+
+
+BROKEN = {
+    "nan-logits-shared": (with_logits(math.nan), "/decide/shared", SHARED),
+    "nan-logits-averaged": (with_logits(math.nan), "/decide", AVERAGED),
+    "inf-logits-averaged": (with_logits(math.inf), "/decide", AVERAGED),
+    "no-logits-averaged": (without("option_logits"), "/decide", AVERAGED),
+    "no-option-ids-averaged": (without("option_ids"), "/decide", AVERAGED),
+    "no-logits-calibrated": (without("option_logits"), "/decide", {**ROW, "workload": "triage"}),
+    "one-result-short": (lambda results: results[:-1], "/decide/shared", SHARED),
+    "one-result-extra": (lambda results: results + results[:1], "/decide/shared", SHARED),
+    "none-results-averaged": (lambda results: [None] * len(results), "/decide", AVERAGED),
+}
+
+
+@pytest.mark.parametrize("mangle,path,body", BROKEN.values(), ids=BROKEN.keys())
+async def test_a_failure_while_building_the_reply_is_a_500_envelope(start_server, caplog, mangle, path, body) -> None:
+    scorer = Mangling(mangle)
+    server = await start_server(scorer, calibration={"triage": 2.0})
+    response = await request(server.port, "POST", path, body)
+    assert_envelope(response, 500, "scoring_failed")
+    assert [r.getMessage() for r in errors_logged(caplog)] == ["failed to build a response from a scorer result"]
+    assert server.service.admission.in_progress == 0
+    scorer.mangle = lambda results: results
+    assert (await request(server.port, "POST", path, body)).status == 200
+
+
+# -- what messages and logs may carry -------------------------------------------------------------
+
+async def test_the_token_never_reaches_a_log_or_a_message(start_server, fake, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    server = await start_server(fake, calibration={"triage": 2.0})
+    bodies = []
+    for value in (b"Bearer " + TOKEN.encode() + b"x", b"Bearer " + TOKEN.encode()[:-1], b"Basic " + TOKEN.encode(), TOKEN.encode()):
+        response = await request(server.port, "POST", "/decide", ROW, headers=[(b"authorization", value)])
+        assert response.status == 401
+        bodies.append(response.body)
+    malformed = raw_request(b"GET", b"/health", b"authorization : Bearer " + TOKEN.encode() + b"\r\n", auth=False)
+    bodies.append((await raw_session(server.port, malformed)).data)
+    for error in (RuntimeError("boom"), ScoringFailed("scoring failed"), OutOfMemory(""), ValueError("bad row")):
+        fake.raise_ = error
+        bodies.append((await request(server.port, "POST", "/decide", ROW)).body)
+    fake.raise_ = None
+    fake.logits = lambda row: [math.nan] * len(row["options"])
+    bodies.append((await request(server.port, "POST", "/decide", ROW)).body)
+    assert len(errors_logged(caplog)) == 2  # the run did log: the unexpected failure and the build failure
+    assert TOKEN not in caplog.text
+    assert all(TOKEN not in (record.exc_text or "") + record.getMessage() for record in caplog.records)
+    assert all(TOKEN.encode() not in body for body in bodies)
+
+
+HUGE = "\x1b[31m\u202e" + "x" * 100_000
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/decide", {**ROW, "workload": HUGE}),
+    ("/decide", {**ROW, HUGE: 1}),
+    ("/decide", {**ROW, "id": HUGE + "#o1", "orderings": "rotations"}),
+    ("/decide", {**ROW, "orderings": HUGE}),
+    ("/decide/shared", {**SHARED, "decisions": [{"id": HUGE, "question": "q", "options": ROW["options"]}] * 2}),
+    ("/decide/shared", {**SHARED, "workload": [HUGE]}),
+    ("/decide", json.dumps(ROW).encode()[:-1] + HUGE.encode()),
+    ("/decide", b'{"id": "a", "id": "' + HUGE.encode() + b'"}'),
+], ids=["workload", "field-name", "reserved-id", "orderings", "duplicate-id", "workload-list", "trailing-garbage", "duplicate-key"])
+async def test_a_100_kb_client_value_is_echoed_only_as_a_short_printable_excerpt(start_server, fake, path, body) -> None:
+    server = await start_server(fake, calibration={"triage": 2.0})
+    assert_envelope(await request(server.port, "POST", path, body), 422, "invalid_request")
+    assert fake.calls == []
+
+
+async def test_a_long_scorer_refusal_quoting_the_input_is_cut_short(start_server, fake) -> None:
+    server = await start_server(fake)
+    fake.raise_ = ValueError(f"Row {HUGE}: 99999 input tokens exceed limit 4096; no truncation allowed")
+    assert_envelope(await request(server.port, "POST", "/decide", {**ROW, "id": HUGE}), 422, "invalid_request")
+
+
+@pytest.mark.parametrize("target,status,code", [
+    (b"/" + b"%E2%80%AE" * 1000, 404, "not_found"),
+    (b"/" + b"y" * 100_000, 431, "headers_too_large"),
+])
+async def test_a_long_path_is_echoed_only_as_a_short_printable_excerpt(start_server, fake, target, status, code) -> None:
+    server = await start_server(fake)
+    (response,) = parse_responses((await raw_session(server.port, raw_request(b"GET", target, auth=False))).data)
+    assert_envelope(response, status, code)
+
+
+async def test_health_stays_answerable_after_every_kind_of_fault(start_server, fake) -> None:
+    """One server through every fault in turn: nothing accumulates (slots, connections)."""
+    server = await start_server(fake)
+    for error, status, code, _ in FAULTS:
+        fake.raise_ = error
+        assert (await request(server.port, "POST", "/decide", ROW)).status == status
+    fake.raise_ = None
+    exchange = await raw_session(server.port, HEALTH, timeout=0.3)
+    assert [r.status for r in parse_responses(exchange.data, strict=True)] == [200]
+    assert server.service.admission.in_progress == 0 and len(fake.calls) == len(FAULTS)
