@@ -31,11 +31,18 @@ def _serve() -> int:
     from .server import serve
 
     try:
-        return asyncio.run(serve(settings))
+        code = asyncio.run(serve(settings))
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam
         logging.getLogger("semif_serve").debug("startup failed", exc_info=True)
         print(f"semif-serve: refusing to start: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
+    # A scorer call still running when the shutdown grace ran out holds the engine's worker
+    # thread, which Python would join at exit; a call cannot be interrupted, and its caller
+    # already got a 503, so leave now rather than outlive the grace.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -172,7 +172,7 @@ class HttpConnection:
             (b"content-length", str(len(reply.body)).encode()),
             *reply.headers,
         ]
-        if close:
+        if close or self.drain.active:  # draining: nothing after this response will be answered
             fields.append((b"connection", b"close"))
         reason = HTTPStatus(reply.status).phrase.encode()
         head = h11.Response(status_code=reply.status, headers=fields, reason=reason)
@@ -195,10 +195,21 @@ class HttpConnection:
                 self.conn.start_next_cycle()
         except (ClientGone, ConnectionError, asyncio.TimeoutError):
             pass
+        except asyncio.CancelledError:
+            # Shutdown's grace ran out. The task then ends normally: Python 3.11's stream
+            # callback logs a cancelled connection handler as an unhandled error.
+            await self._stopped()
         finally:
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
+
+    async def _stopped(self) -> None:
+        """A request in progress (head, body or scoring) still gets an answer, never silence."""
+        if self.closable or self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        with contextlib.suppress(Exception):
+            await self._send(Reply.error(ApiError("shutting_down", "the server stopped before this request finished")), close=True)
 
     async def _serve_one(self, first: bool) -> bool:
         """Answer one request; True when the connection may carry another."""
@@ -272,13 +283,7 @@ class HttpConnection:
         except ApiError as error:
             await self._refuse(error, close=True)
             return False
-        try:
-            reply = await self._until_client_leaves(self.service.post(found.name, body))
-        except asyncio.CancelledError:
-            # Shutdown's grace ran out: the caller still gets an answer, never silence.
-            with contextlib.suppress(Exception):
-                await self._send(Reply.error(ApiError("shutting_down", "the server stopped before scoring finished")), close=True)
-            raise
+        reply = await self._until_client_leaves(self.service.post(found.name, body))
         await self._send(reply)
         return self._reusable()
 

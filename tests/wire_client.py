@@ -159,7 +159,8 @@ async def raw_exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
 def parse_responses(data: bytes, strict: bool = False) -> list[Response]:
     """Every complete response in a raw byte stream, in order; `strict`: no partial or stray bytes after them."""
     conn = h11.Connection(h11.CLIENT)
-    conn.receive_data(data)
+    if data:  # receive_data(b"") would mean EOF
+        conn.receive_data(data)
     responses: list[Response] = []
     while (response := _next_response(conn)) is not None:
         responses.append(response)

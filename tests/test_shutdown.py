@@ -1,0 +1,217 @@
+"""Graceful shutdown: stop accepting, refuse new work, finish or answer what is in progress.
+
+First in-process against Server.shutdown (fast, scripted scorer), then the real thing:
+`python -m semif_serve` on the stub scorer, stopped with SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+
+import pytest
+
+from .test_server import ROW
+from .wire_client import (
+    HEALTH,
+    TOKEN,
+    Connection,
+    eventually,
+    no_error_logs,  # noqa: F401 - fixture
+    parse_responses,
+    raw_request,
+    request,
+)
+
+pytestmark = pytest.mark.usefixtures("no_error_logs")
+
+BODY = json.dumps(ROW).encode()
+POST = raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)
+
+
+async def entered(fake) -> None:
+    assert await asyncio.get_running_loop().run_in_executor(None, fake.entered.wait, 5)
+
+
+async def begin_shutdown(server) -> asyncio.Future:
+    """Start draining and return once it has stopped accepting (its first step runs synchronously)."""
+    stopping = asyncio.ensure_future(server.shutdown())
+    await asyncio.sleep(0)
+    assert server.drain.active
+    return stopping
+
+
+async def assert_refused(port: int) -> None:
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("127.0.0.1", port)
+
+
+async def refused_soon(port: int, timeout: float = 2.0) -> None:
+    """New connections are refused once the listener closes; one that raced it in is never served."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except ConnectionRefusedError:
+            return
+        writer.write(HEALTH)
+        try:
+            data = await asyncio.wait_for(reader.read(), 2)
+        except ConnectionResetError:
+            data = b""
+        writer.close()
+        assert [r.code for r in parse_responses(data, strict=True)] in ([], ["shutting_down"])
+    raise AssertionError("new connections were still accepted")
+
+
+# -- in process -----------------------------------------------------------------------------------
+
+async def test_in_flight_calls_finish_and_idle_connections_close(start_server, fake) -> None:
+    server = await start_server(fake, shutdown_grace=5.0)
+    fake.gate = threading.Event()
+    busy = await Connection.open(server.port)
+    busy.writer.write(POST)
+    await entered(fake)
+    idle = await Connection.open(server.port)
+    assert (await idle.request("GET", "/health", headers=[])).status == 200
+    stopping = await begin_shutdown(server)
+    assert await idle.closed_by_peer(timeout=1.0)  # nothing in progress there: closed at once, no response
+    await assert_refused(server.port)
+    fake.gate.set()
+    response = await busy.read_response()
+    assert response.status == 200 and response.json["id"] == ROW["id"]
+    assert response.headers[b"connection"] == b"close"  # the client learns nothing more is answered here
+    assert await busy.closed_by_peer()
+    await asyncio.wait_for(stopping, 2)
+    assert not server.connections and server.service.admission.in_progress == 0
+
+
+async def test_a_request_begun_before_the_drain_and_finished_after_gets_503(start_server, fake) -> None:
+    server = await start_server(fake, shutdown_grace=5.0)
+    connection = await Connection.open(server.port)
+    connection.writer.write(POST[:10])  # a head in progress keeps the connection through the drain
+    await eventually(lambda: any(not c.closable for c in server.connections.values()))
+    stopping = await begin_shutdown(server)
+    connection.writer.write(POST[10:])
+    response = await connection.read_response()
+    assert response.status == 503 and response.code == "shutting_down"
+    assert response.headers[b"connection"] == b"close" and await connection.closed_by_peer()
+    assert fake.calls == []
+    await asyncio.wait_for(stopping, 2)
+
+
+async def test_requests_pipelined_behind_an_in_flight_one_are_not_answered_after_close(start_server, fake) -> None:
+    server = await start_server(fake, shutdown_grace=5.0)
+    fake.gate = threading.Event()
+    connection = await Connection.open(server.port)
+    connection.writer.write(POST + HEALTH)
+    await entered(fake)
+    stopping = await begin_shutdown(server)
+    fake.gate.set()
+    data = await asyncio.wait_for(connection.reader.read(), 2)
+    (response,) = parse_responses(data, strict=True)
+    assert response.status == 200 and response.headers[b"connection"] == b"close"
+    await asyncio.wait_for(stopping, 2)
+
+
+@pytest.mark.parametrize("stage", ["scoring", "reading the body", "reading the head"])
+async def test_when_the_grace_runs_out_work_in_progress_gets_503_not_silence(start_server, fake, stage) -> None:
+    server = await start_server(fake, shutdown_grace=0.3, header_timeout=10.0, body_timeout=10.0)
+    fake.gate = threading.Event()
+    connection = await Connection.open(server.port)
+    if stage == "scoring":
+        connection.writer.write(POST)
+        await entered(fake)
+    elif stage == "reading the body":
+        connection.writer.write(POST[:-10])
+        await eventually(lambda: server.service.admission.in_progress == 1)
+    else:
+        connection.writer.write(POST[:10])
+        await eventually(lambda: any(not c.closable for c in server.connections.values()))
+    stopping = await begin_shutdown(server)
+    response = await connection.read_response(timeout=2)
+    assert response.status == 503 and response.code == "shutting_down"
+    assert response.headers[b"connection"] == b"close" and await connection.closed_by_peer()
+    fake.gate.set()
+    await asyncio.wait_for(stopping, 3)
+    assert server.service.admission.in_progress == 0
+
+
+# -- the real process -----------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Process:
+    """`python -m semif_serve` on the stub scorer, with its stderr read line by line."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, port: int) -> None:
+        self.proc, self.port = proc, port
+        self.stderr: list[str] = []
+
+    @classmethod
+    async def start(cls, **env: str) -> "Process":
+        port = free_port()
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
+        environ.update(SEMIF_API_TOKEN=TOKEN, SEMIF_SCORER="stub", SEMIF_PORT=str(port), **env)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "semif_serve", env=environ, stderr=asyncio.subprocess.PIPE)
+        process = cls(proc, port)
+        await asyncio.wait_for(process.wait_for_line("listening"), 30)
+        return process
+
+    async def wait_for_line(self, fragment: str) -> str:
+        assert self.proc.stderr is not None
+        while line := (await self.proc.stderr.readline()).decode():
+            self.stderr.append(line)
+            if fragment in line:
+                return line
+        raise AssertionError(f"the server exited without logging {fragment!r}: {''.join(self.stderr)}")
+
+    async def exit_code(self, timeout: float) -> int:
+        assert self.proc.stderr is not None
+        self.stderr += (await asyncio.wait_for(self.proc.stderr.read(), timeout)).decode().splitlines(True)
+        return await asyncio.wait_for(self.proc.wait(), timeout)
+
+    async def in_flight(self) -> None:
+        """Until /health reports one POST in progress (the stub sleeps inside its call)."""
+        while (await request(self.port, "GET", "/health", headers=[])).json["in_progress"] != 1:
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_signal_drains_the_process_and_it_exits_0(sig) -> None:
+    process = await Process.start(SEMIF_STUB_DELAY_MS="1500")
+    in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
+    await asyncio.wait_for(process.in_flight(), 5)
+    process.proc.send_signal(sig)
+    await asyncio.wait_for(process.wait_for_line("shutting down"), 5)
+    await refused_soon(process.port)
+    assert not in_flight.done()  # refused while a call was still in flight
+    response = await asyncio.wait_for(in_flight, 5)
+    assert response.status == 200 and response.json["id"] == ROW["id"]
+    assert await process.exit_code(5) == 0
+    output = "".join(process.stderr)
+    assert "Traceback" not in output and TOKEN not in output
+
+
+async def test_when_the_grace_runs_out_the_process_answers_503_and_exits_0_promptly() -> None:
+    process = await Process.start(SEMIF_STUB_DELAY_MS="6000", SEMIF_SHUTDOWN_GRACE_S="0.5")
+    in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
+    await asyncio.wait_for(process.in_flight(), 5)
+    began = asyncio.get_running_loop().time()
+    process.proc.send_signal(signal.SIGTERM)
+    response = await asyncio.wait_for(in_flight, 3)
+    assert response.status == 503 and response.code == "shutting_down"
+    assert await process.exit_code(10) == 0
+    assert asyncio.get_running_loop().time() - began < 3.0  # not held until the 6 s call ends
+    output = "".join(process.stderr)
+    assert "Traceback" not in output and TOKEN not in output
