@@ -73,15 +73,22 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_json(body: bytes) -> Any:
-    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, bounded nesting."""
+    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, no lone surrogate, bounded nesting."""
     try:
-        return json.loads(body.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        text = body.decode("utf-8")
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except UnicodeDecodeError:
         raise invalid("body is not UTF-8") from None
     except RecursionError:
         raise invalid("body is nested too deeply") from None
     except ValueError as error:
         raise invalid(f"body is not valid JSON: {excerpt(str(error), 120)}") from None
+    if "\\u" in text:  # only an escape like \ud800 can decode to a lone surrogate, which no UTF-8 carries
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise invalid("body holds a lone surrogate escape (\\ud800-\\udfff)") from None
+    return value
 
 
 def _object(value: Any, where: str, allowed: set[str], required: set[str]) -> dict[str, Any]:
