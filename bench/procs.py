@@ -135,13 +135,13 @@ def semif_serve(env: Mapping[str, str], api_token: str, ready_timeout: float = 6
                 log_dir: Path | None = None, profile: Path | None = None) -> contextlib.AbstractContextManager[Running]:
     """Our server with env (SEMIF_SCORER and friends) on a free port; under cProfile when `profile` is set.
 
-    cProfile writes its file when the server exits, which a SIGTERM drain does cleanly.
+    The profile file is written when the server exits, which a SIGTERM drain does cleanly.
     """
     port = free_port()
     settings = {"SEMIF_HOST": HOST, "SEMIF_PORT": str(port), **env}
     argv = semif_argv()
     if profile is not None:
-        argv = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "semif_serve"]
+        argv = [sys.executable, "-m", "bench.profiled_server", str(profile)]
     return running(argv, settings, port, api_token, ready_timeout, log_dir)
 
 
