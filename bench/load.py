@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import importlib.util
 import json
 import os
-import platform
 import pstats
 import sys
 import tempfile
@@ -33,7 +31,7 @@ from typing import Any, Callable
 
 from . import datasets, procs
 from .loadgen import Connection, Response, Tally, Target, call, drive, encode, median, spread
-from .report import markdown_table, note, write_json
+from .report import machine, markdown_table, note, write_json
 
 HERE = Path(__file__).resolve().parent
 ENDPOINTS = ("health", "decide-2", "decide-16", "shared-21")
@@ -326,11 +324,6 @@ def tiny(args: argparse.Namespace, token: str) -> dict[str, Any]:
 
 
 # -- reporting -----------------------------------------------------------------------------
-
-
-def machine() -> dict[str, Any]:
-    return {"uname_m": platform.machine(), "nproc": os.cpu_count(), "python": platform.python_version(),
-            "date": datetime.date.today().isoformat()}
 
 
 def _us(value: float | None) -> str:

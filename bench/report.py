@@ -40,8 +40,9 @@ def now() -> str:
 
 
 def machine() -> dict[str, Any]:
-    return {"arch": platform.machine(), "nproc": os.cpu_count(), "python": platform.python_version(),
-            "system": platform.system()}
+    """Where a figure was measured: `uname -m`, CPU count, Python, and the date."""
+    return {"uname_m": platform.machine(), "nproc": os.cpu_count(), "python": platform.python_version(),
+            "system": platform.system(), "date": datetime.date.today().isoformat()}
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
