@@ -240,5 +240,7 @@ class TorchScorer:
             cuda = self._torch.cuda
             facts["memory_reserved_bytes"] = cuda.memory_reserved(loaded.device)
             facts["memory_allocated_bytes"] = cuda.memory_allocated(loaded.device)
+            # The process's peak since start: what the VRAM acceptance check sizes the cap from.
+            facts["max_memory_reserved_bytes"] = cuda.max_memory_reserved(loaded.device)
             facts["vram_cap_gib"] = self._settings.vram_cap_gib
         return facts

@@ -40,6 +40,7 @@ class FakeCuda:
         self.total_memory = total_memory
         self.reserved = 0
         self.allocated = 0
+        self.peak_reserved = 0
 
     def is_available(self) -> bool:
         return self.available
@@ -70,6 +71,9 @@ class FakeCuda:
 
     def memory_allocated(self, device: Any = None) -> int:
         return self.allocated
+
+    def max_memory_reserved(self, device: Any = None) -> int:
+        return self.peak_reserved
 
     def empty_cache(self) -> None:
         self.log.append("empty_cache")

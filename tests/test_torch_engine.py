@@ -288,11 +288,12 @@ def test_the_release_also_follows_shared_calls_and_failed_calls(rig: Rig) -> Non
 
 
 def test_health_reports_the_facts_and_the_card_memory(rig: Rig) -> None:
-    rig.torch.cuda.reserved, rig.torch.cuda.allocated = 5 * GIB, 4 * GIB
+    rig.torch.cuda.reserved, rig.torch.cuda.allocated, rig.torch.cuda.peak_reserved = 5 * GIB, 4 * GIB, 7 * GIB
     assert rig.scorer.health() == {
         "scorer": "fake", "semif_commit": "fake-commit", "model": "Qwen/Qwen3.5-4B",
         "revision": "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a", "device": "cuda:0", "dtype": "bfloat16",
-        "memory_reserved_bytes": 5 * GIB, "memory_allocated_bytes": 4 * GIB, "vram_cap_gib": None,
+        "memory_reserved_bytes": 5 * GIB, "memory_allocated_bytes": 4 * GIB,
+        "max_memory_reserved_bytes": 7 * GIB, "vram_cap_gib": None,
     }
 
 
