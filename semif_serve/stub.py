@@ -21,10 +21,19 @@ READOUT = "stub: hash-derived option logits, no model"
 STATUS = "stub score; not a model output"
 
 
-def _logit(row: Row, option: dict[str, Any], position: int) -> float:
-    text = json.dumps([row["state"], row["question"], option["description"], position], sort_keys=True)
-    word = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-    return round(8.0 * word / 2**64 - 4.0, 6)
+def _logits(row: Row) -> list[float]:
+    """One hash per option of (state, question, description, position), in [-4, 4).
+
+    The state is serialised once per row: the stub must cost next to nothing,
+    so the HTTP benchmarks measure the HTTP layer rather than the stand-in.
+    """
+    context = json.dumps([row["state"], row["question"]], sort_keys=True).encode()
+    logits = []
+    for position, option in enumerate(row["options"]):
+        key = context + b"\0" + option["description"].encode() + b"\0" + str(position).encode()
+        word = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+        logits.append(round(8.0 * word / 2**64 - 4.0, 6))
+    return logits
 
 
 class StubScorer:
@@ -47,7 +56,7 @@ class StubScorer:
 
     def _result(self, row: Row) -> dict[str, Any]:
         digest, tokens = self._encode(row)
-        logits = [_logit(row, option, index) for index, option in enumerate(row["options"])]
+        logits = _logits(row)
         return {
             "id": row["id"],
             "option_ids": [option["id"] for option in row["options"]],
