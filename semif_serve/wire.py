@@ -80,6 +80,7 @@ class HttpConnection:
         self.conn = h11.Connection(h11.SERVER)
         self.idle = True  # waiting for a request to begin
         self.head = bytearray()  # raw bytes received since the current head began
+        self.head_only = False  # the request is HEAD: its response carries no body
 
     @property
     def closable(self) -> bool:
@@ -113,6 +114,7 @@ class HttpConnection:
         """The next request head, under the idle and header deadlines."""
         now = time.monotonic()
         self.head = bytearray(self.conn.trailing_data[0])
+        self.head_only = False
         if first or self.head:
             return await self._next_head(now + self.settings.header_timeout)
         # Keep-alive: wait for the first byte under the idle timeout, then the head
@@ -126,6 +128,7 @@ class HttpConnection:
         """The next event; a request head must also pass the checks h11 leaves out."""
         event = await self._next_event(deadline)
         if isinstance(event, h11.Request):
+            self.head_only = event.method == b"HEAD"
             raw = self.head[: len(self.head) - len(self.conn.trailing_data[0])]
             self.head = bytearray()
             if len(raw) > MAX_HEAD:
@@ -176,9 +179,8 @@ class HttpConnection:
             fields.append((b"connection", b"close"))
         reason = HTTPStatus(reply.status).phrase.encode()
         head = h11.Response(status_code=reply.status, headers=fields, reason=reason)
-        self.writer.write(
-            self.conn.send(head) + self.conn.send(h11.Data(data=reply.body)) + self.conn.send(h11.EndOfMessage())
-        )
+        body = b"" if self.head_only else reply.body  # h11 refuses a body after a HEAD request
+        self.writer.write(self.conn.send(head) + self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage()))
         await asyncio.wait_for(self.writer.drain(), self.settings.idle_timeout)
 
     async def _refuse(self, error: ApiError, close: bool) -> None:

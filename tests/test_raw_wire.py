@@ -185,6 +185,22 @@ async def test_unusual_but_valid_request_lines_are_routed(start_server, fake, me
     assert response.status == status
 
 
+@pytest.mark.parametrize("path,status", [("/health", 405), ("/decide", 405), ("/nope", 404)])
+async def test_a_head_request_gets_its_status_without_a_body_and_the_connection_lives(start_server, fake, path, status) -> None:
+    server = await start_server(fake)
+    connection = await Connection.open(server.port)
+    response = await connection.request("HEAD", path, headers=[])  # h11 reads a HEAD response as head only
+    assert response.status == status and response.body == b"" and int(response.headers[b"content-length"]) > 0
+    assert (await connection.request("GET", "/health", headers=[])).status == 200
+    await connection.close()
+
+
+async def test_a_head_request_refused_by_the_head_checks_gets_no_body(start_server, fake) -> None:
+    server = await start_server(fake)
+    exchange = await raw_session(server.port, b"HEAD /health HTTP/1.1\r\nhost: x\nx-note: a\r\n\r\n")
+    assert exchange.closed and exchange.data.startswith(b"HTTP/1.1 400 ") and exchange.data.endswith(b"\r\n\r\n")
+
+
 # -- pipelining behind a closing response -------------------------------------------------------
 
 @pytest.mark.parametrize("first", [
