@@ -202,9 +202,17 @@ class HttpConnection:
             # callback logs a cancelled connection handler as an unhandled error.
             await self._stopped()
         finally:
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
+            await self._close()
+
+    async def _close(self) -> None:
+        """Close after flushing what is buffered; abort a peer that will not read it, or it holds the slot forever."""
+        self.writer.close()
+        try:
+            await asyncio.wait_for(self.writer.wait_closed(), self.settings.idle_timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError):  # cancelled: shutdown's grace ran out
+            self.writer.transport.abort()
+        except Exception:  # noqa: BLE001 - the peer reset: the transport is already gone
+            pass
 
     async def _stopped(self) -> None:
         """A request in progress (head, body or scoring) still gets an answer, never silence."""

@@ -11,6 +11,7 @@ import asyncio
 import gc
 import json
 import logging
+import socket
 import threading
 
 import pytest
@@ -197,3 +198,21 @@ async def test_a_client_that_leaves_while_scoring_frees_its_slot_when_the_call_r
     noise = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     caplog.clear()  # reported here, so the xfail above covers it
     assert noise == []
+
+
+async def test_a_client_that_never_reads_its_responses_cannot_hold_a_connection(start_server, fake) -> None:
+    """Pipelined requests whose answers fill the socket buffers: the send deadline ends the connection."""
+    server = await start_server(fake, idle_timeout=0.5)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect, so the window stays small
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", server.port))
+    flood = asyncio.ensure_future(loop.sock_sendall(sock, HEALTH * 20_000))  # never reads a byte
+    try:
+        await eventually(lambda: len(server.connections) == 1)
+        await connections_closed(server, timeout=5.0)
+    finally:
+        flood.cancel()
+        sock.close()
+    await assert_serving(server.port)
