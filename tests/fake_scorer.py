@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any, Callable
@@ -46,6 +47,10 @@ class FakeScorer:
 
     def load(self) -> None:
         pass
+
+    async def wait_entered(self, timeout: float = 5.0) -> None:
+        """Until a call is inside the scorer: `entered` is set on the engine thread, so wait off the loop."""
+        assert await asyncio.get_running_loop().run_in_executor(None, self.entered.wait, timeout)
 
     def _enter(self, kind: str, payload: Any) -> None:
         with self._lock:

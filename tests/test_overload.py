@@ -35,10 +35,6 @@ BODY = json.dumps(ROW).encode()
 POST = raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)
 
 
-async def entered(fake) -> None:
-    """Wait until a call is inside the fake scorer (set from the engine thread)."""
-    assert await asyncio.get_running_loop().run_in_executor(None, fake.entered.wait, 5)
-
 
 async def held(port: int, count: int) -> list[Connection]:
     """`count` kept-alive connections, each proven registered by one answered request."""
@@ -138,7 +134,7 @@ async def test_429_accounting_admits_exactly_max_queue_and_returns_to_zero(start
         fake.calls.clear()
         fake.entered.clear()
         admitted = [asyncio.ensure_future(request(server.port, "POST", "/decide", ROW)) for _ in range(2)]
-        await entered(fake)
+        await fake.wait_entered()
         await eventually(lambda: server.service.admission.in_progress == 2)
         refused = await asyncio.gather(*(request(server.port, "POST", path, body) for path, body in
                                          [("/decide", ROW)] * 3 + [("/decide/shared", {"state": "s", "decisions": [ROW]})]))
@@ -155,7 +151,7 @@ async def test_a_client_that_leaves_while_queued_never_reaches_the_scorer(start_
     server = await start_server(fake)
     fake.gate = threading.Event()
     first = asyncio.ensure_future(request(server.port, "POST", "/decide", {**ROW, "id": "first"}))
-    await entered(fake)
+    await fake.wait_entered()
     (first_task,) = server.connections
     queued = await Connection.open(server.port)
     queued.send_request("POST", "/decide", json.dumps({**ROW, "id": "queued"}).encode())
@@ -183,7 +179,7 @@ async def test_a_client_that_leaves_while_scoring_frees_its_slot_when_the_call_r
     fake.raise_ = outcome
     leaving = await Connection.open(server.port)
     leaving.send_request("POST", "/decide", BODY)
-    await entered(fake)
+    await fake.wait_entered()
     (task,) = server.connections
     await leaving.close()
     busy = await request(server.port, "POST", "/decide", ROW)

@@ -34,9 +34,6 @@ BODY = json.dumps(ROW).encode()
 POST = raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)
 
 
-async def entered(fake) -> None:
-    assert await asyncio.get_running_loop().run_in_executor(None, fake.entered.wait, 5)
-
 
 async def begin_shutdown(server) -> asyncio.Future:
     """Start draining and return once it has stopped accepting (its first step runs synchronously)."""
@@ -76,7 +73,7 @@ async def test_in_flight_calls_finish_and_idle_connections_close(start_server, f
     fake.gate = threading.Event()
     busy = await Connection.open(server.port)
     busy.writer.write(POST)
-    await entered(fake)
+    await fake.wait_entered()
     idle = await Connection.open(server.port)
     assert (await idle.request("GET", "/health", headers=[])).status == 200
     stopping = await begin_shutdown(server)
@@ -110,7 +107,7 @@ async def test_requests_pipelined_behind_an_in_flight_one_are_not_answered_after
     fake.gate = threading.Event()
     connection = await Connection.open(server.port)
     connection.writer.write(POST + HEALTH)
-    await entered(fake)
+    await fake.wait_entered()
     stopping = await begin_shutdown(server)
     fake.gate.set()
     data = await asyncio.wait_for(connection.reader.read(), 2)
@@ -126,7 +123,7 @@ async def test_when_the_grace_runs_out_work_in_progress_gets_503_not_silence(sta
     connection = await Connection.open(server.port)
     if stage == "scoring":
         connection.writer.write(POST)
-        await entered(fake)
+        await fake.wait_entered()
     elif stage == "reading the body":
         connection.writer.write(POST[:-10])
         await eventually(lambda: server.service.admission.in_progress == 1)
