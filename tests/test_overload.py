@@ -35,7 +35,6 @@ BODY = json.dumps(ROW).encode()
 POST = raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)
 
 
-
 async def held(port: int, count: int) -> list[Connection]:
     """`count` kept-alive connections, each proven registered by one answered request."""
     connections = [await Connection.open(port) for _ in range(count)]

@@ -34,7 +34,6 @@ BODY = json.dumps(ROW).encode()
 POST = raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)
 
 
-
 async def begin_shutdown(server) -> asyncio.Future:
     """Start draining and return once it has stopped accepting (its first step runs synchronously)."""
     stopping = asyncio.ensure_future(server.shutdown())
