@@ -23,7 +23,7 @@ MIN_TOKEN_LENGTH = 32
 class Settings:
     """The validated settings of one server process."""
 
-    api_token: str
+    api_token: str = field(repr=False)  # never printed with the settings
     model: str = DEFAULT_MODEL
     revision: str = DEFAULT_REVISION
     device: str = "cuda"

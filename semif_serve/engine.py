@@ -60,7 +60,10 @@ class Engine:
             # Queued: cancel() means it never starts. Running: it still holds the
             # scorer, so the caller keeps its admission slot until the call returns.
             if not future.cancel():
-                await asyncio.wait([asyncio.wrap_future(future)])
+                abandoned = asyncio.wrap_future(future)
+                await asyncio.wait([abandoned])
+                if not abandoned.cancelled():
+                    abandoned.exception()  # read it: the caller left, so its failure is no one's error
             raise
 
     async def start(self) -> None:

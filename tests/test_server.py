@@ -385,3 +385,8 @@ async def test_a_protocol_error_is_a_400_envelope_and_closes(start_server, fake)
     assert [r.status for r in responses] == [400]
     assert responses[0].code == "bad_request" and responses[0].headers[b"connection"] == b"close"
     await assert_serving(server.port)
+
+
+def test_the_settings_never_print_the_token() -> None:
+    loaded = config.load({"SEMIF_API_TOKEN": TOKEN})
+    assert loaded.api_token == TOKEN and TOKEN not in repr(loaded) and TOKEN not in str(loaded)
