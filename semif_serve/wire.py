@@ -94,8 +94,9 @@ class HttpConnection:
         if remaining <= 0:
             raise Deadline
         try:
-            data = await asyncio.wait_for(self.reader.read(READ_SIZE), remaining)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(remaining):  # no extra task per read, unlike wait_for on 3.11
+                data = await self.reader.read(READ_SIZE)
+        except TimeoutError:
             raise Deadline from None
         except ConnectionError:
             data = b""
@@ -181,7 +182,9 @@ class HttpConnection:
         head = h11.Response(status_code=reply.status, headers=fields, reason=reason)
         body = b"" if self.head_only else reply.body  # h11 refuses a body after a HEAD request
         self.writer.write(self.conn.send(head) + self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage()))
-        await asyncio.wait_for(self.writer.drain(), self.settings.idle_timeout)
+        if self.writer.transport.get_write_buffer_size():  # the kernel took it all: nothing to wait for
+            async with asyncio.timeout(self.settings.idle_timeout):
+                await self.writer.drain()
 
     async def _refuse(self, error: ApiError, close: bool) -> None:
         await self._send(Reply.error(error), close=close)
@@ -307,7 +310,11 @@ class HttpConnection:
             raise ApiError("request_too_large", f"declared body over the {self.settings.max_body_bytes}-byte limit")
 
     async def _until_client_leaves(self, work: Awaitable[Reply]) -> Reply:
-        """Await the reply, cancelling it if the client closes first (queued calls never start)."""
+        """Await the reply, cancelling it if the client closes first (queued calls never start).
+
+        The work runs in its own task so that shutdown can cancel this one and answer
+        503 at once, while a scorer call already running finishes on its own.
+        """
         task = asyncio.ensure_future(work)
         watcher = asyncio.ensure_future(self._watch_for_close())
         try:
@@ -317,10 +324,10 @@ class HttpConnection:
             raise
         finally:
             watcher.cancel()
+            await asyncio.wait([watcher])  # it must stop reading before this task reads again
         if task.done():
             return task.result()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         raise ClientGone
-
