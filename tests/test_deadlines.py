@@ -68,18 +68,23 @@ async def test_a_partial_first_head_gets_408_at_the_header_timeout(start_server,
     await assert_serving(server.port)
 
 
+def dribbling(connection: Connection, data: bytes) -> asyncio.Future[None]:
+    """Write `data` a byte every 20 ms in the background: a slow client that never stops short."""
+    async def dribble() -> None:
+        for index in range(len(data)):
+            connection.writer.write(data[index:index + 1])
+            await asyncio.sleep(0.02)
+
+    return asyncio.ensure_future(dribble())
+
+
 async def test_a_head_dribbled_byte_by_byte_is_cut_off_at_the_header_timeout(start_server, fake) -> None:
     """The deadline is for the whole head, not per read: a steady trickle does not extend it."""
     server = await start(start_server, fake)
     began = now()
     connection = await Connection.open(server.port)
 
-    async def dribble() -> None:
-        for byte in HEALTH[:-4]:
-            connection.writer.write(bytes([byte]))
-            await asyncio.sleep(0.02)
-
-    trickle = asyncio.ensure_future(dribble())
+    trickle = dribbling(connection, HEALTH[:-4])
     try:
         await assert_timed_out(connection, began, HEADER)
     finally:
@@ -162,12 +167,7 @@ async def test_a_body_dribbled_too_slowly_is_cut_off_at_the_body_timeout(start_s
     connection.writer.write(head)
     began = now()
 
-    async def dribble() -> None:
-        for index in range(len(BODY) - 1):
-            connection.writer.write(BODY[index:index + 1])
-            await asyncio.sleep(0.02)
-
-    trickle = asyncio.ensure_future(dribble())
+    trickle = dribbling(connection, BODY[:-1])
     try:
         await assert_timed_out(connection, began, BODY_T)
     finally:
