@@ -48,9 +48,9 @@ def _serve() -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["tiny-model"]:
-        from . import tiny_model
+        from .builders import tiny
 
-        return tiny_model.main(args[1:])
+        return tiny.main(args[1:])
     if args in ([], ["serve"]):
         return _serve()
     print(USAGE, file=sys.stderr)

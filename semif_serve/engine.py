@@ -10,35 +10,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
-from .config import Settings
-
-Row = dict[str, Any]
-SharedResult = tuple[list[dict[str, Any]], dict[str, Any]]
+from .scorer import Row, Scorer, SharedResult
 
 # Process-wide: any scorer call anywhere in the process takes it (INV-2).
 SCORER_LOCK = threading.Lock()
-
-
-class Scorer(Protocol):
-    """What the engine thread drives (the stub and the torch engine implement it).
-
-    `score` and `score_shared` raise ValueError for input the scorer refuses
-    (422), errors.OutOfMemory (503) and errors.ScoringFailed (500).
-    """
-
-    def load(self) -> None:
-        """Load and prove the model; raise to refuse startup (fail closed)."""
-
-    def score(self, row: Row) -> dict[str, Any]:
-        """One decision: SemIf's `direct.score` result, unchanged."""
-
-    def score_shared(self, rows: list[Row]) -> SharedResult:
-        """Many decisions over one state: SemIf's `score_shared` (results, timing)."""
-
-    def health(self) -> dict[str, Any]:
-        """Facts for /health: at least scorer, semif_commit, model, revision, device."""
 
 
 class Engine:
@@ -84,13 +61,3 @@ class Engine:
         """Drop queued calls; a running one finishes on its thread."""
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-
-def build_scorer(settings: Settings) -> Scorer:
-    """The scorer SEMIF_SCORER names; torch is imported only for a real one."""
-    if settings.scorer == "stub":
-        from .stub import StubScorer
-
-        return StubScorer(settings)
-    from .torch_engine import TorchScorer
-
-    return TorchScorer(settings)

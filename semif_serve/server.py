@@ -13,8 +13,9 @@ import logging
 import signal
 
 from .config import Settings
-from .engine import Engine, Scorer, build_scorer
+from .engine import Engine
 from .errors import envelope
+from .scorer import Scorer
 from .service import Service
 from .wire import Drain, HttpConnection
 
@@ -26,6 +27,17 @@ FULL = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
     b"content-length: " + str(len(_FULL_BODY)).encode() + b"\r\nconnection: close\r\n\r\n" + _FULL_BODY
 )
+
+
+def build_scorer(settings: Settings) -> Scorer:
+    """The scorer SEMIF_SCORER names; torch is imported only for a real one."""
+    if settings.scorer == "stub":
+        from .stub import StubScorer
+
+        return StubScorer(settings)
+    from .torch_engine import TorchScorer
+
+    return TorchScorer(settings)
 
 
 class Server:

@@ -109,11 +109,13 @@ class Service:
         if scheme.lower() != b"bearer" or not valid:
             raise ApiError("unauthorized", "missing or wrong bearer token")
 
-    def health(self) -> Reply:
+    def health(self, draining: bool = False) -> Reply:
+        """The engine's facts and the limits; 503 `draining` once shutdown began, so a
+        load balancer or readiness probe stops sending while in-flight work finishes."""
         facts = self.engine.health()
         payload = {
             **facts,
-            "status": "ok",
+            "status": "draining" if draining else "ok",
             "vram_cap_gib": self.settings.vram_cap_gib,
             "max_tokens": self.settings.max_tokens,
             "max_decisions": self.settings.max_decisions,
@@ -121,7 +123,7 @@ class Service:
             "in_progress": self.admission.in_progress,
             "workloads": sorted(self.settings.calibration),
         }
-        return Reply(200, render(payload))
+        return Reply(503 if draining else 200, render(payload))
 
     async def post(self, name: str, body: bytes) -> Reply:
         """Parse, score and build the reply for /decide or /decide/shared."""

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from .config import Settings
-from .engine import Row, SharedResult
+from .scorer import Row, SharedResult
 from .numerics import softmax
 
 PROMPT_VERSION = "stub-v1"

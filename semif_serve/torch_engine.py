@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from . import prefix
 from .config import Settings
-from .engine import Row, SharedResult
+from .scorer import Row, SharedResult
 from .errors import OutOfMemory, ScoringFailed
 from .scorer_package import ScorerPackage, resolve
 

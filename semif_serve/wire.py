@@ -265,16 +265,16 @@ class HttpConnection:
             if _header(request, b"transfer-encoding") is not None and _header(request, b"content-length") is not None:
                 # Both framings is the request-smuggling classic: refuse and close on every route (RFC 9112 6.1).
                 raise ApiError("bad_request", "both Content-Length and Transfer-Encoding are set")
-            if self.drain.active:
-                raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
             found = route(request.method, request.target)
+            if self.drain.active and found.protected:
+                raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
             if found.protected:
                 self.service.authorize(_header(request, b"authorization"))
         except ApiError as error:
             await self._refuse(error, close=unread or self.drain.active)
             return self._reusable()
         if not found.protected:
-            await self._send(self.service.health(), close=unread)
+            await self._send(self.service.health(draining=self.drain.active), close=unread)
             return self._reusable()
         try:
             self.service.admission.enter()

@@ -8,7 +8,8 @@ from typing import Any, Awaitable, Callable, Iterator
 import pytest
 
 from semif_serve.config import Settings
-from semif_serve.engine import Engine, Scorer
+from semif_serve.engine import Engine
+from semif_serve.scorer import Scorer
 from semif_serve.server import Server
 
 from .fake_scorer import FakeScorer
@@ -57,7 +58,7 @@ def without_timing(result: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def tiny_built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from semif_serve import tiny_model
+    from semif_serve.builders import tiny as tiny_model
 
     return tiny_model.build(tmp_path_factory.mktemp("tiny"))
 

@@ -101,6 +101,26 @@ async def test_a_request_begun_before_the_drain_and_finished_after_gets_503(star
     await asyncio.wait_for(stopping, 2)
 
 
+async def test_health_reports_draining_503_while_an_in_flight_request_still_gets_its_200(start_server, fake) -> None:
+    server = await start_server(fake, shutdown_grace=5.0)
+    fake.gate = threading.Event()
+    busy = await Connection.open(server.port)
+    busy.writer.write(POST)
+    await fake.wait_entered()
+    probe = await Connection.open(server.port)
+    probe.writer.write(HEALTH[:10])  # a probe whose head is in progress keeps its connection through the drain
+    await eventually(lambda: sum(not c.closable for c in server.connections.values()) == 2)
+    stopping = await begin_shutdown(server)
+    probe.writer.write(HEALTH[10:])
+    readiness = await probe.read_response()
+    assert readiness.status == 503 and readiness.json["status"] == "draining"
+    assert readiness.json["in_progress"] == 1 and readiness.headers[b"connection"] == b"close"
+    fake.gate.set()
+    response = await busy.read_response()
+    assert response.status == 200 and response.json["id"] == ROW["id"]
+    await asyncio.wait_for(stopping, 2)
+
+
 async def test_requests_pipelined_behind_an_in_flight_one_are_not_answered_after_close(start_server, fake) -> None:
     server = await start_server(fake, shutdown_grace=5.0)
     fake.gate = threading.Event()

@@ -18,7 +18,8 @@ import torch
 from fastjev._runtime import direct, shared
 from transformers import AutoConfig, AutoTokenizer, Qwen3_5ForCausalLM
 
-from semif_serve import tiny_model
+from semif_serve.builders import snapshot
+from semif_serve.builders import tiny as tiny_model
 
 LETTERS = "ABCDEFGHIJKLMNOP"
 REFUSAL = "The fixed state prefix does not match every full prompt"
@@ -87,11 +88,11 @@ def test_build_is_deterministic(built: dict[str, str], out: Path, tmp_path: Path
 
 
 def test_revision_is_the_content_hash(built: dict[str, str], out: Path) -> None:
-    repo = tiny_model.repo_dir(out)
-    snapshot = repo / "snapshots" / built["SEMIF_REVISION"]
-    files = {path.name: path.read_bytes() for path in snapshot.iterdir()}
+    repo = snapshot.repo_dir(out, tiny_model.REPO_ID)
+    folder = repo / "snapshots" / built["SEMIF_REVISION"]
+    files = {path.name: path.read_bytes() for path in folder.iterdir()}
     assert sorted(files) == list(tiny_model.SNAPSHOT_FILES)
-    assert tiny_model.revision_of(files) == built["SEMIF_REVISION"]
+    assert snapshot.revision_of(files) == built["SEMIF_REVISION"]
     assert (repo / "refs" / "main").read_text() == built["SEMIF_REVISION"]
 
 
@@ -105,7 +106,7 @@ def test_build_is_idempotent(built: dict[str, str], out: Path) -> None:
 
 def test_build_repairs_a_tampered_snapshot(built: dict[str, str], tmp_path: Path) -> None:
     tiny_model.build(tmp_path)
-    config = tiny_model.repo_dir(tmp_path) / "snapshots" / built["SEMIF_REVISION"] / "config.json"
+    config = snapshot.repo_dir(tmp_path, tiny_model.REPO_ID) / "snapshots" / built["SEMIF_REVISION"] / "config.json"
     pristine = config.read_bytes()
     config.write_bytes(pristine.replace(b'"hidden_size": 64', b'"hidden_size": 65'))
     tiny_model.build(tmp_path)

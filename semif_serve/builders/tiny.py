@@ -40,14 +40,12 @@ Choices, and why:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from . import snapshot
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, Qwen3_5Config, Qwen3_5ForCausalLM
@@ -278,78 +276,9 @@ def render_files() -> dict[str, bytes]:
     return files
 
 
-def revision_of(files: dict[str, bytes]) -> str:
-    """A commit-like 40-hex id that changes exactly when a file name or byte does."""
-    digest = hashlib.sha1()
-    for name in sorted(files):
-        digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    return digest.hexdigest()
-
-
-def repo_dir(out: Path) -> Path:
-    """Where the hub cache keeps this repository under HF_HOME=out."""
-    return out / "hub" / ("models--" + REPO_ID.replace("/", "--"))
-
-
-def _matches(snapshot: Path, files: dict[str, bytes]) -> bool:
-    """True when the snapshot holds exactly these files with exactly these bytes."""
-    if not snapshot.is_dir():
-        return False
-    present = sorted(path.name for path in snapshot.iterdir())
-    return present == sorted(files) and all((snapshot / name).read_bytes() == data for name, data in files.items())
-
-
-def _write_snapshot(snapshot: Path, files: dict[str, bytes]) -> None:
-    """Write beside the target, then rename, so a reader never sees half a snapshot."""
-    snapshot.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=snapshot.parent))
-    try:
-        for name, data in files.items():
-            (staging / name).write_bytes(data)
-        if snapshot.exists():
-            shutil.rmtree(snapshot)
-        os.replace(staging, snapshot)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _write_ref(repo: Path, revision: str) -> None:
-    """Point refs/main at the revision, leaving a correct ref untouched."""
-    ref = repo / "refs" / "main"
-    if ref.is_file() and ref.read_text() == revision:
-        return
-    ref.parent.mkdir(parents=True, exist_ok=True)
-    ref.write_text(revision)
-
-
-def settings(out: Path, revision: str) -> dict[str, str]:
-    """The environment that serves this snapshot through the production loading path."""
-    return {
-        "SEMIF_MODEL": REPO_ID,
-        "SEMIF_REVISION": revision,
-        "HF_HOME": str(out),
-        # Wins over HF_HOME, so an HF_HUB_CACHE already in the environment cannot hide the snapshot.
-        "HF_HUB_CACHE": str(out / "hub"),
-        "HF_HUB_OFFLINE": "1",
-        "SEMIF_DEVICE": "cpu",
-        "SEMIF_SCORER": "fastjev",
-    }
-
-
 def build(out: Path = DEFAULT_OUT) -> dict[str, str]:
     """Write the snapshot under out (unless an identical one is there) and return its settings."""
-    out = Path(out).resolve()
-    files = render_files()
-    revision = revision_of(files)
-    repo = repo_dir(out)
-    snapshot = repo / "snapshots" / revision
-    if _matches(snapshot, files):
-        print(f"tiny-model: snapshot {revision} already present", file=sys.stderr)
-    else:
-        print(f"tiny-model: writing snapshot {revision}", file=sys.stderr)
-        _write_snapshot(snapshot, files)
-    _write_ref(repo, revision)
-    return settings(out, revision)
+    return snapshot.publish(Path(out), REPO_ID, render_files(), label="tiny-model")
 
 
 def main(argv: list[str] | None = None) -> int:

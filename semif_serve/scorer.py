@@ -1,0 +1,35 @@
+"""The scorer interface: what the engine thread drives, and the types it passes.
+
+Rule 1: this module holds only the interface and its plain data types; it
+imports nothing of the project's, so every scorer (the stub, the torch engine,
+a test's fake) and the engine can depend on it without depending on each other.
+Rule 2: which concrete scorer a process runs is decided where the process is
+assembled (server.py), never here or in the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+Row = dict[str, Any]
+SharedResult = tuple[list[dict[str, Any]], dict[str, Any]]
+
+
+class Scorer(Protocol):
+    """What the engine thread drives (the stub and the torch engine implement it).
+
+    `score` and `score_shared` raise ValueError for input the scorer refuses
+    (422), errors.OutOfMemory (503) and errors.ScoringFailed (500).
+    """
+
+    def load(self) -> None:
+        """Load and prove the model; raise to refuse startup (fail closed)."""
+
+    def score(self, row: Row) -> dict[str, Any]:
+        """One decision: SemIf's `direct.score` result, unchanged."""
+
+    def score_shared(self, rows: list[Row]) -> SharedResult:
+        """Many decisions over one state: SemIf's `score_shared` (results, timing)."""
+
+    def health(self) -> dict[str, Any]:
+        """Facts for /health: at least scorer, semif_commit, model, revision, device."""
