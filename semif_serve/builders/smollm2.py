@@ -72,8 +72,9 @@ def default_out() -> Path:
     return Path(cache) / "semif-serve" / "smollm2"
 
 
-def locate_gguf(distribution: str = DISTRIBUTION) -> Path:
+def locate_gguf(distribution: str | None = None) -> Path:
     """The GGUF inside the installed wheel, found from its RECORD, never by importing it."""
+    distribution = distribution or DISTRIBUTION
     try:
         dist = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
