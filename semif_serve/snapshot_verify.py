@@ -34,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from huggingface_hub import constants
+from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils.sha import git_hash, sha_fileobj
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -60,15 +62,11 @@ class Verified:
 
 def hub_cache() -> Path:
     """The cache transformers reads: huggingface_hub's constant, looked up at call time."""
-    from huggingface_hub import constants
-
     return Path(constants.HF_HUB_CACHE)
 
 
 def repo_folder(cache: Path, repo_id: str) -> Path:
     """Where the hub cache keeps model repository repo_id."""
-    from huggingface_hub.file_download import repo_folder_name
-
     return cache / repo_folder_name(repo_id=repo_id, repo_type="model")
 
 
