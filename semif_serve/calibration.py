@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any, Sequence
 
@@ -84,7 +84,7 @@ class Table(Mapping[str, Mapping[str, float]]):
     def describe(self) -> dict[str, Any]:
         """The /health view: every workload with its methods, and the file's binding."""
         return {
-            "binding": None if self.binding is None else dict(vars(self.binding)),
+            "binding": None if self.binding is None else asdict(self.binding),
             "fitted": None if self.fitted is None else dict(self.fitted),
             "workloads": {name: dict(methods) for name, methods in sorted(self.temperatures.items())},
         }

@@ -170,7 +170,7 @@ def _check_expansion(request: DecideRequest, limits: Limits) -> None:
     if rows > limits.max_decisions:
         raise invalid(f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed")
     if request.workload is not None:
-        _check_methods(request, limits)
+        _check_methods(request.workload, request.decisions, limits)
     ids = [d.row["id"] for d in request.decisions]
     if len(set(ids)) != len(ids):
         raise invalid("decision ids must be unique")
@@ -180,14 +180,13 @@ def _check_expansion(request: DecideRequest, limits: Limits) -> None:
             raise invalid(f"decision id {excerpt(clashing[0], 60)!r} contains '#o<digits>', reserved for orderings")
 
 
-def _check_methods(request: DecideRequest, limits: Limits) -> None:
+def _check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limits) -> None:
     """A workload calibrates a decision only with a temperature fitted for its orderings method."""
-    assert request.workload is not None
-    fitted = limits.methods_of(request.workload)
-    for decision in request.decisions:
+    fitted = limits.methods_of(workload)
+    for decision in decisions:
         if decision.orderings not in fitted:
             raise invalid(
-                f"workload {excerpt(request.workload, 60)!r} has no temperature for method {decision.orderings!r} "
+                f"workload {excerpt(workload, 60)!r} has no temperature for method {decision.orderings!r} "
                 f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted))}"
             )
 

@@ -92,7 +92,9 @@ def _blob(snapshot: Path, blobs: Path, name: str) -> Path:
             raise SnapshotInvalid(f"snapshot file {name!r} is missing from {snapshot}")
         raise SnapshotInvalid(f"snapshot file {name!r} is not a link to a content-addressed blob, so it cannot be verified")
     target = Path(os.path.normpath(entry.parent / os.readlink(entry)))
-    if target.parent != blobs or not (COMMIT.fullmatch(target.name) or SHA256_NAME.fullmatch(target.name)):
+    # realpath on the folders only: an absolute link through a symlinked cache path still counts.
+    in_blobs = os.path.realpath(target.parent) == os.path.realpath(blobs)
+    if not in_blobs or not (COMMIT.fullmatch(target.name) or SHA256_NAME.fullmatch(target.name)):
         raise SnapshotInvalid(f"snapshot file {name!r} links to {target}, not to a blob of {blobs}")
     if not target.is_file():
         raise SnapshotInvalid(f"snapshot file {name!r} is missing: its blob {target.name} is not in the cache")

@@ -80,6 +80,28 @@ def test_the_builder_writes_blobs_named_by_their_hash_behind_relative_links(hub:
     assert sorted(path.name for path in blobs.iterdir()) == sorted(blob_of(hub, revision, n).name for n in tiny_model.SNAPSHOT_FILES)
 
 
+@pytest.mark.parametrize("damage", ["flip", "delete-blob", "delete-link"])
+def test_publishing_again_repairs_a_damaged_snapshot_so_it_verifies(tmp_path: Path, damage: str) -> None:
+    files = {"config.json": b'{"a": 1}', "model.safetensors": bytes(range(256)) * 64}
+    built = snapshot.publish(tmp_path, "org/small", files, label="test")
+    hub, revision = Path(built["HF_HUB_CACHE"]), built["SEMIF_REVISION"]
+    link = hub / "models--org--small" / "snapshots" / revision / "model.safetensors"
+    {"flip": lambda: flip_one_byte(link.resolve()), "delete-blob": lambda: link.resolve().unlink(),
+     "delete-link": link.unlink}[damage]()
+    with pytest.raises(SnapshotInvalid, match="'model.safetensors'"):
+        snapshot_verify.verify("org/small", revision, cache=hub)
+    assert snapshot.publish(tmp_path, "org/small", files, label="test") == built
+    assert snapshot_verify.verify("org/small", revision, cache=hub).files == 2
+
+
+def test_an_absolute_link_to_the_right_blob_is_accepted(hub: Path, revision: str) -> None:
+    link = entry(hub, revision, "config.json")
+    blob = link.resolve()
+    link.unlink()
+    link.symlink_to(blob)  # the hub falls back to absolute links where relative ones fail
+    assert snapshot_verify.verify(REPO_ID, revision, cache=hub).files == len(tiny_model.SNAPSHOT_FILES)
+
+
 def test_the_intact_snapshot_passes_in_both_modes(hub: Path, revision: str) -> None:
     verified = snapshot_verify.verify(REPO_ID, revision, cache=hub)
     assert verified.files == len(tiny_model.SNAPSHOT_FILES)

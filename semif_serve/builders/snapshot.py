@@ -61,12 +61,18 @@ def matches(snapshot: Path, files: dict[str, bytes]) -> bool:
     if not snapshot.is_dir():
         return False
     present = sorted(str(path.relative_to(snapshot)) for path in snapshot.rglob("*") if not path.is_dir())
-    blobs = snapshot.parent.parent / "blobs"
-    return present == sorted(files) and all(
-        (snapshot / name).is_symlink()
-        and os.readlink(snapshot / name) == _link(snapshot, name, blobs / etag(name, data))
-        and (snapshot / name).read_bytes() == data
-        for name, data in files.items()
+    return present == sorted(files) and all(_holds(snapshot, name, data) for name, data in files.items())
+
+
+def _holds(snapshot: Path, name: str, data: bytes) -> bool:
+    """The entry is the hub's link to the blob named by these bytes' hash, and the blob holds them."""
+    entry, blob = snapshot / name, snapshot.parent.parent / "blobs" / etag(name, data)
+    return (
+        entry.is_symlink()
+        and os.readlink(entry) == _link(snapshot, name, blob)
+        and blob.is_file()
+        and blob.stat().st_size == len(data)
+        and blob.read_bytes() == data
     )
 
 
