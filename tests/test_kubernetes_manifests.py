@@ -150,3 +150,49 @@ def test_disruptions_take_one_pod_at_a_time(kinds: dict[str, dict[str, Any]]) ->
     deployment = kinds["Deployment"]["spec"]
     assert kinds["PodDisruptionBudget"]["spec"]["maxUnavailable"] == deployment["strategy"]["rollingUpdate"]["maxUnavailable"] == 1
     assert deployment["replicas"] >= 2  # with one, any disruption is an outage
+
+
+def test_liveness_outlasts_a_drain(container: dict[str, Any]) -> None:
+    """A draining server has closed its listener, so every probe is refused until it exits
+    (at most SEMIF_SHUTDOWN_GRACE_S): liveness must not give up on it before then."""
+    liveness = container["livenessProbe"]
+    drain = float(env_of(container)["SEMIF_SHUTDOWN_GRACE_S"])
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] > drain
+
+
+def test_liveness_passes_on_any_answer_and_fails_on_none(container: dict[str, Any], tmp_path: Path) -> None:
+    """The manifest's own liveness command against a real server: it passes on 200 and on a
+    503 (over SEMIF_MAX_CONNECTIONS, where an httpGet probe would fail and restart a healthy
+    server), and fails once the server has stopped listening (draining, or gone)."""
+    import asyncio
+    import signal
+    import subprocess
+    import sys
+
+    from bench import procs
+    from bench.loadgen import Connection, call
+
+    command = container["livenessProbe"]["exec"]["command"]
+    assert command[0] == "python"
+    token = "k8s-token-" + "0123456789abcdef" * 2
+    env = {"SEMIF_SCORER": "stub", "SEMIF_MAX_CONNECTIONS": "1", "SEMIF_SHUTDOWN_GRACE_S": "10"}
+
+    def live(port: int) -> int:
+        argv = [sys.executable, *(part.replace("8000", str(port)) for part in command[1:])]
+        return subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode
+
+    async def while_full(server: procs.Running) -> tuple[int, int]:
+        held = await Connection.open(server.target)  # the one connection allowed
+        try:
+            await held.request(server.target, "GET", "/health")
+            health = await call(server.target, "GET", "/health")  # what readiness would see
+            return health.status, await asyncio.to_thread(live, server.target.port)
+        finally:
+            await held.close()
+
+    with procs.semif_serve(env, token, log_dir=tmp_path) as server:
+        assert live(server.target.port) == 0
+        assert asyncio.run(while_full(server)) == (503, 0)
+        os.killpg(server.process.pid, signal.SIGTERM)
+        server.process.wait(15)
+        assert live(server.target.port) != 0

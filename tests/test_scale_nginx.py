@@ -19,6 +19,7 @@ import pytest
 
 from bench import edge, scale
 from deploy.nginx.render import Edge, render
+from semif_serve.errors import STATUS
 
 TOKEN = "scale-token-" + "0123456789abcdef" * 2
 QUEUE = 2
@@ -120,3 +121,19 @@ def test_rolling_restart_loses_and_duplicates_nothing(fast) -> None:
     assert result["client_visible_failures"] == 0, result
     assert result["statuses"] == {"200": result["sent"]}
     assert result["retried_by_nginx"] >= 1  # the restarts were felt, and absorbed
+
+
+def test_edge_errors_use_the_contract_envelope(log_dir: Path) -> None:
+    """What nginx answers itself: 413 over SEMIF_MAX_BODY_BYTES (the server's code) and,
+    with no replica listening, 503 `no_replica` (the edge's own code) - JSON envelopes."""
+    with edge.fleet(1, scale.stub_env(0), TOKEN, log_dir) as replicas, \
+            edge.nginx(replicas, TOKEN, max_body_bytes=4096) as front:
+        exact = scale.run_async(scale.call(front.target, "POST", "/decide", b"x" * 4096))
+        assert exact.status == 422  # at the limit: passed on, and the replica judged it
+        large = scale.run_async(scale.call(front.target, "POST", "/decide", b"x" * 4097))
+        assert large.status == 413 == STATUS[large.json()["error"]["code"]]
+        assert large.json()["error"]["code"] == "request_too_large" and large.header("x-request-id")
+        replicas[0].stop()
+        gone = scale.run_async(scale.call(front.target, "POST", "/decide", b"{}"))
+        assert gone.status == 503 and gone.json()["error"]["code"] == "no_replica", gone.body
+        assert "no_replica" not in STATUS  # a caller can tell the edge answered, not a replica
