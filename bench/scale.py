@@ -312,11 +312,18 @@ def throughput(env_delay: dict[str, str], token: str, log_dir: Path, counts: lis
 
 def _pool(samples: list[dict[str, Any]]) -> dict[str, Any]:
     rps = sorted(s["rps"] for s in samples)
-    return {"rps_median": rps[len(rps) // 2], "rps_all": rps,
+    return {"rps_median": rps[len(rps) // 2], "rps_rounds": [s["rps"] for s in samples],
             "p50_ms_median": sorted(s["p50_ms"] for s in samples)[len(samples) // 2],
             "p99_ms_median": sorted(s["p99_ms"] for s in samples)[len(samples) // 2],
             "non_200": sum(n for s in samples for k, n in s["statuses"].items() if k != "200"),
             "lost": sum(s["lost"] for s in samples), "client_cpu_share": max(s["client_cpu_share"] for s in samples)}
+
+
+def proxy_cost(direct: list[float], behind: list[float]) -> dict[str, Any]:
+    """nginx-1 rps over direct-1 rps, round by round (each pair measured back to back)."""
+    ratios = sorted(b / d for d, b in zip(direct, behind) if d)
+    return {"ratio_median": round(ratios[len(ratios) // 2], 3), "ratio_min": round(ratios[0], 3),
+            "ratio_max": round(ratios[-1], 3), "rounds": len(ratios)}
 
 
 def run_async(coroutine: Any) -> Any:
@@ -354,6 +361,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                                              args.duration, args.rounds)
     results["throughput_no_delay"] = throughput(stub_env(0, 64), token, log_dir, [1], args.concurrency,
                                                 args.duration, args.rounds)
+    bare = results["throughput_no_delay"]
+    results["proxy_cost_no_delay"] = proxy_cost(bare["direct-1"]["rps_rounds"], bare["nginx-1"]["rps_rounds"])
     results["conditions"]["loadavg_after"] = os.getloadavg()
     return results
 
@@ -392,6 +401,13 @@ def markdown(results: dict[str, Any]) -> str:
     rows += [(f"{name} (no delay)", v["rps_median"], v["p50_ms_median"], v["p99_ms_median"], v["non_200"] + v["lost"])
              for name, v in results["throughput_no_delay"].items()]
     lines += [markdown_table(("throughput", "rps (median of rounds)", "p50 ms", "p99 ms", "failures"), rows), ""]
+    cost = results["proxy_cost_no_delay"]
+    lines += [f"**What the proxy costs** (no delay, CPU-bound: nginx, the replica and the load generator share "
+              f"{c['nproc']} cores): one replica behind nginx serves {cost['ratio_median']}x the requests per second "
+              f"of the same replica direct (per-round range {cost['ratio_min']}-{cost['ratio_max']}, "
+              f"{cost['rounds']} rounds). With the delay standing in for a card: "
+              f"{results['throughput_delay']['nginx-1']['rps_median']} rps behind nginx against "
+              f"{results['throughput_delay']['direct-1']['rps_median']} direct.", ""]
     return "\n".join(lines)
 
 
@@ -413,7 +429,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", type=int, default=8, help="SEMIF_MAX_QUEUE per replica (default 8)")
     p.add_argument("--concurrency", type=int, default=12, help="closed-loop callers (default 12)")
     p.add_argument("--duration", type=float, default=3.0, help="seconds per load cell (default 3)")
-    p.add_argument("--rounds", type=int, default=3, help="throughput rounds, order flipped each (default 3)")
+    p.add_argument("--rounds", type=int, default=5, help="throughput rounds, order flipped each (default 5)")
     p.add_argument("--pause", type=float, default=2.0,
                    help="seconds between a replica ready and the next SIGTERM; must exceed nginx's fail_timeout (default 2)")
     p.add_argument("--slow-delay-ms", type=int, default=500,
