@@ -206,14 +206,17 @@ class Logged:
         return self.tried[-1] if self.tried else None
 
 
+def _listed(text: str) -> tuple[str, ...]:
+    """nginx's list of tries: ", " between replicas, " : " between upstream groups; "-" for none."""
+    return tuple(part.strip() for part in re.split(r"[,:]\s(?=\S)", text) if part.strip() not in ("", "-"))
+
+
 def parse_log(lines: list[str]) -> list[Logged]:
-    """The POST and GET lines written with the template's `semif` log_format."""
+    """The lines written with the template's `semif` log_format."""
     logged = []
     for line in lines:
         found = _UPSTREAM.search(line)
-        if not found:
-            continue
-        _, request_id, _method, _uri, status = line.split(" ", 5)[:5]
-        split = lambda text: tuple(part.strip() for part in re.split(r"[,:]\s(?=\S)", text) if part.strip() not in ("", "-"))  # noqa: E731
-        logged.append(Logged(request_id, int(status), split(found.group(1)), split(found.group(2))))
+        if found:
+            _time, request_id, _method, _uri, status = line.split(" ", 5)[:5]
+            logged.append(Logged(request_id, int(status), _listed(found.group(1)), _listed(found.group(2))))
     return logged
