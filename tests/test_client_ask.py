@@ -100,10 +100,12 @@ def test_without_a_token_it_exits_2(monkeypatch, capsys) -> None:
     assert "SEMIF_API_TOKEN" in capsys.readouterr().err
 
 
-def test_an_option_without_a_description_separator_is_a_usage_error(capsys) -> None:
+@pytest.mark.parametrize(("extra", "said"), [(["--option", "maybe"], "ID=DESCRIPTION"),
+                                             (["--deadline", "0"], "seconds > 0"), (["--deadline", "nan"], "seconds > 0")])
+def test_a_bad_argument_is_a_usage_error(capsys, extra, said) -> None:
     with pytest.raises(SystemExit) as exited:
-        ask.main([*ARGS, "--option", "maybe"])
-    assert exited.value.code == 2 and "ID=DESCRIPTION" in capsys.readouterr().err
+        ask.main([*ARGS, *extra])
+    assert exited.value.code == 2 and said in capsys.readouterr().err
 
 
 async def test_the_entry_point_runs_ask_in_a_child_process(live) -> None:

@@ -47,6 +47,17 @@ def option(text: str) -> tuple[str, str]:
     return option_id, description
 
 
+def seconds(text: str) -> float:
+    """A deadline: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     parse = argparse.ArgumentParser(prog="semif-serve ask", description="Ask semif-serve one typed decision. "
                                     f"The bearer token is read from {TOKEN_ENV}.")
@@ -59,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--orderings", choices=("none", "rotations", "all"), help="order averaging")
     parse.add_argument("--workload", help="a calibrated workload the server knows")
     parse.add_argument("--id", default="ask", help="the decision id (default: ask)")
-    parse.add_argument("--deadline", type=float, default=30.0, help="seconds for the call, retries included")
+    parse.add_argument("--deadline", type=seconds, default=30.0, help="seconds for the call, retries included")
     parse.add_argument("--json", action="store_true", help="print the server's JSON instead of a table")
     return parse
 
@@ -105,8 +116,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"semif-serve ask: {error.message} ({status}{error.code}, request id {error.request_id})",
               file=sys.stderr)
         return EXIT_FAILED
-    except ValueError as error:  # a deadline that is not > 0
-        print(f"semif-serve ask: {error}", file=sys.stderr)
-        return EXIT_USAGE
     print(json.dumps(result.to_json(), indent=2) if args.json else table(result))
     return 0
