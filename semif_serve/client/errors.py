@@ -5,7 +5,8 @@ one clause; every error carries the four facts the issue names: the HTTP `status
 (None when no response came), the `code`, a `message` fit to show, and the
 `request_id` the call sent in `X-Request-Id` on every attempt. Server codes come from
 the envelope `{"error": {"code", "message"}}` unchanged; the client adds only the
-codes in CLIENT_CODES, for failures that have no envelope. No I/O here.
+codes in CLIENT_CODES, for failures that have no envelope, and `http_<status>` for an
+error status whose body is not an envelope (a proxy's page). No I/O here.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class TransportError(SemifError):
     """No usable response: the connection failed, broke mid-response, or the body was not JSON."""
 
     def __init__(self, code: str, message: str, request_id: str, attempts: int = 1, status: int | None = None) -> None:
+        if code not in CLIENT_CODES:
+            raise KeyError(f"unknown client error code {code!r}")
         super().__init__(status, code, message, request_id, attempts)
 
 
