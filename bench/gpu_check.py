@@ -110,9 +110,10 @@ class Plan:
 
 
 # Defaults per device: the card gets the sizes, the CPU dry run the smallest that exercise every step.
+# On the card the whole run is held to 5 minutes, so that one rerun still fits the session's 15 device minutes.
 DEFAULTS = {
     "cuda": {"speed_n": 5, "vram_tokens": 4096, "shared_tokens": 3800, "decisions_start": 64,
-             "decisions_max": 4096, "target_gib": 1.5, "growth_budget_s": 150.0, "budget_s": 420.0,
+             "decisions_max": 4096, "target_gib": 1.5, "growth_budget_s": 100.0, "budget_s": 300.0,
              "models": "tiny,smollm2"},
     "cpu": {"speed_n": 3, "vram_tokens": 512, "shared_tokens": 256, "decisions_start": 4,
             "decisions_max": 8, "target_gib": 1.5, "growth_budget_s": 60.0, "budget_s": 300.0, "models": "tiny"},
@@ -567,7 +568,7 @@ def parser() -> argparse.ArgumentParser:
     main_parser.add_argument("--decisions-max", dest="decisions_max", type=int, help="cuda default 4096")
     main_parser.add_argument("--target-gib", dest="target_gib", type=float, help="rise over baseline to reach (1.5)")
     main_parser.add_argument("--growth-budget-s", dest="growth_budget_s", type=float, help="seconds for the growth")
-    main_parser.add_argument("--budget-s", dest="budget_s", type=float, help="soft limit for the whole run (420)")
+    main_parser.add_argument("--budget-s", dest="budget_s", type=float, help="soft limit for the whole run (cuda 300)")
     return main_parser
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA check on a lent device machine, run from the repository root:
-#   bench/gpu_check.sh             on the card (SEMIF_DEVICE=cuda), about 3-5 minutes
+#   bench/gpu_check.sh             on the card (SEMIF_DEVICE=cuda), at most about 5 minutes
 #   bench/gpu_check.sh --dry-run   the same steps on the CPU, CUDA-only ones skipped
 # Records go to $OUT (the device tool's folder) or bench/results/gpu_check: records.jsonl
 # (one JSON line per check), summary.txt, gpu_check.log and the servers' logs.
@@ -23,6 +23,6 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 out=${OUT:-bench/results/gpu_check}
 mkdir -p "$out"
 # A hard stop well inside the device tool's 10-minute command limit; the Python side keeps
-# its own softer budget (--budget-s, 420 s on the card) so the summary is normally written.
-timeout --kill-after=10 "${GPU_CHECK_TIMEOUT_S:-480}" "$py" -m bench.gpu_check --out "$out" "$@" 2>&1 | tee "$out/gpu_check.log"
+# its own softer budget (--budget-s, 300 s on the card) so the summary is normally written.
+timeout --kill-after=10 "${GPU_CHECK_TIMEOUT_S:-360}" "$py" -m bench.gpu_check --out "$out" "$@" 2>&1 | tee "$out/gpu_check.log"
 exit "${PIPESTATUS[0]}"
