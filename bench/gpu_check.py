@@ -203,12 +203,25 @@ class Records:
         """Write summary.txt, print it, return the exit status (1 if anything failed)."""
         counts = {s: sum(r["status"] == s for r in self.items) for s in (PASSED, FAILED, SKIPPED, INCONCLUSIVE)}
         verdict = "FAIL" if counts[FAILED] else "PASS"
-        table = markdown_table(("check", "status", "why"), [(r["check"], r["status"], r["reason"]) for r in self.items])
+        rows = [(r["check"], r["status"], one_line(r["reason"])) for r in self.items]
+        table = markdown_table(("check", "status", "why (records.jsonl has it whole)"), rows)
         text = (f"semif-serve GPU check on {plan.device} ({'dry run, ' if not plan.cuda else ''}{seconds:.0f} s, "
                 f"{now()})\n\n{table}\n\n{verdict}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "\n")
         (self.out / "summary.txt").write_text(text, encoding="utf-8")
         print(text)
         return 1 if counts[FAILED] else 0
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A reason for the summary table: whitespace collapsed, the end kept when long (it names the error)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else "..." + flat[-limit:]
+
+
+def last_line(text: str) -> str:
+    """The last nonblank line of a child's stderr: the exception, for a reason."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output)"
 
 
 # -- one run ---------------------------------------------------------------------------------
@@ -298,7 +311,8 @@ def health(server: procs.Running) -> dict[str, Any]:
 def environment(run: Run) -> None:
     done = run_child([sys.executable, "-m", "bench.gpu_probe", "facts"], run.child_env({}), 180.0)
     if done.returncode != 0:
-        run.records.add("environment", FAILED, f"gpu_probe facts exited {done.returncode}: {done.stderr[-800:]}")
+        run.records.add("environment", FAILED, f"gpu_probe facts exited {done.returncode}: {last_line(done.stderr)}",
+                        {"stderr_tail": done.stderr[-3000:]})
         return
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     run.found["facts"] = facts
@@ -462,7 +476,8 @@ def vram_cap(run: Run) -> None:
     env = run.child_env(run.found["tiny"], SEMIF_DEVICE=run.plan.device, SEMIF_VRAM_CAP_GIB=repr(cap_gib))
     done = run_child([sys.executable, "-m", "bench.gpu_probe", "cap"], env, min(240.0, run.left()))
     if done.returncode != 0:
-        run.records.add("vram_cap", FAILED, f"gpu_probe cap exited {done.returncode}: {done.stderr[-1200:]}")
+        run.records.add("vram_cap", FAILED, f"gpu_probe cap exited {done.returncode}: {last_line(done.stderr)}",
+                        {"stderr_tail": done.stderr[-3000:]})
         return
     probe = json.loads(done.stdout.strip().splitlines()[-1])
     under, over = probe["under_cap"], probe["over_cap"]
