@@ -348,10 +348,12 @@ def startup(run: Run, server: procs.Running) -> None:
         run.records.add("startup", status, f"dry run: the arch check and cuda:0 exist only with SEMIF_DEVICE=cuda; "
                         f"the server started and /health says device {facts.get('device')!r}", figures)
         return
-    ok = facts.get("device") == "cuda:0" and "memory_reserved_bytes" in facts
-    run.records.add("startup", PASSED if ok else FAILED,
-                    f"SEMIF_DEVICE=cuda passed the arch check ({figures['arch']['capability']}); /health says "
-                    f"device {facts.get('device')!r}, dtype {facts.get('dtype')}", figures)
+    seen = f"/health says device {facts.get('device')!r}, dtype {facts.get('dtype')}"
+    if facts.get("device") != "cuda:0" or "memory_reserved_bytes" not in facts:
+        run.records.add("startup", FAILED, f"{seen}; expected 'cuda:0' with memory figures", figures)
+        return
+    run.records.add("startup", PASSED, f"SEMIF_DEVICE=cuda passed the arch check "
+                    f"({figures['arch']['capability']}); {seen}", figures)
 
 
 def vram(run: Run, server: procs.Running) -> None:

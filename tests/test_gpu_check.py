@@ -90,8 +90,9 @@ class MemoryScorer:
     bugs the GPU check exists to catch.
     """
 
-    def __init__(self, per: int, cap: int | None = None, keep: bool = False, keep_on_oom: bool = False) -> None:
-        self.per, self.cap, self.keep, self.keep_on_oom = per, cap, keep, keep_on_oom
+    def __init__(self, per: int, cap: int | None = None, keep: bool = False, keep_on_oom: bool = False,
+                 device: str = "cuda:0") -> None:
+        self.per, self.cap, self.keep, self.keep_on_oom, self.device = per, cap, keep, keep_on_oom, device
         self.reserved = self.peak = BASELINE
 
     def load(self) -> None:
@@ -118,7 +119,7 @@ class MemoryScorer:
         return [self._result(row) for row in rows], {"total_seconds": 0.0}
 
     def health(self) -> dict[str, Any]:
-        return {"scorer": "fake", "semif_commit": "fake", "model": "fake", "revision": "r" * 40, "device": "cuda:0",
+        return {"scorer": "fake", "semif_commit": "fake", "model": "fake", "revision": "r" * 40, "device": self.device,
                 "dtype": "bfloat16", "memory_reserved_bytes": self.reserved, "memory_allocated_bytes": self.reserved,
                 "max_memory_reserved_bytes": self.peak}
 
@@ -162,6 +163,11 @@ async def test_large_shared_is_inconclusive_when_no_request_exceeds_the_slack(st
     _, found = await grown(start_server, MemoryScorer(per=1024), tmp_path)
     record = found["large_shared"]
     assert record["status"] == INCONCLUSIVE and record["figures"]["steps"][-1]["decisions"] == 256
+
+
+async def test_startup_fails_when_health_names_another_device(start_server: Any, tmp_path: Path) -> None:
+    _, found = await grown(start_server, MemoryScorer(per=64 * 1024, device="cuda:1"), tmp_path)
+    assert found["startup"]["status"] == FAILED and "expected 'cuda:0'" in found["startup"]["reason"]
 
 
 async def burst(start_server: Any, scorer: MemoryScorer, probative: bool) -> tuple[str, str]:
