@@ -20,8 +20,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from bench import datasets, gpu_check, procs
 from bench.gpu_check import FAILED, INCONCLUSIVE, MIB, PASSED, SKIPPED, Plan, Records, Run
 from bench.loadgen import Target
