@@ -190,6 +190,7 @@ class Records:
         self.out = out
         self.path = out / "records.jsonl"
         self.path.write_text("", encoding="utf-8")
+        (out / "summary.txt").unlink(missing_ok=True)  # a run stopped early must not show an older summary
         self.items: list[dict[str, Any]] = []
 
     def add(self, check: str, status: str, reason: str, figures: dict[str, Any] | None = None) -> None:
