@@ -15,7 +15,7 @@ import asyncio  # noqa: E402 - after the offline switch on purpose
 import logging  # noqa: E402
 import sys  # noqa: E402
 
-from . import config  # noqa: E402
+from . import calibration, config  # noqa: E402
 
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
        semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings
@@ -34,6 +34,9 @@ def _serve() -> int:
 
     try:
         code = asyncio.run(serve(settings))
+    except calibration.BindingMismatch as error:  # an invalid setting, found once the scorer is known
+        print(f"semif-serve: {error}", file=sys.stderr)
+        return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam
         logging.getLogger("semif_serve").debug("startup failed", exc_info=True)
         print(f"semif-serve: refusing to start: {type(error).__name__}: {error}", file=sys.stderr)
