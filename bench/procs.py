@@ -154,16 +154,16 @@ def fastapi_baseline(env: Mapping[str, str], api_token: str, ready_timeout: floa
 
 def tiny_model(out: Path, timeout: float = 300.0) -> dict[str, str]:
     """Build the tiny model with `semif-serve tiny-model` in a child process; its settings."""
-    return built("tiny-model", out, timeout)
+    return built_model("tiny-model", out, timeout)
 
 
 def small_model(out: Path | None = None, timeout: float = 900.0) -> dict[str, str]:
     """Build (or find) SmolLM2 with `semif-serve small-model`; without `out`, in its per-machine cache."""
-    return built("small-model", out, timeout)
+    return built_model("small-model", out, timeout)
 
 
-def built(command: str, out: Path | None, timeout: float) -> dict[str, str]:
-    """Run a model builder in a child process and return the settings it prints.
+def built_model(command: str, out: Path | None, timeout: float = 300.0) -> dict[str, str]:
+    """Run a model builder (`semif-serve <command> [--out DIR]`) in a child process; its KEY=VALUE settings.
 
     A child keeps transformers out of this process until HF_HOME is known: the hub
     cache path is fixed when huggingface_hub is first imported.

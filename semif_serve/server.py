@@ -12,6 +12,7 @@ import contextlib
 import logging
 import signal
 
+from . import calibration
 from .config import Settings
 from .engine import Engine
 from .errors import envelope
@@ -94,7 +95,12 @@ class Server:
 
 async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
-    engine = Engine(scorer if scorer is not None else build_scorer(settings))
+    scorer = scorer if scorer is not None else build_scorer(settings)
+    # Before the model loads: a table fitted on another model or prompt refuses startup.
+    calibration.check_binding(
+        settings.calibration, settings.model, settings.revision, scorer.health().get("prompt_version")
+    )
+    engine = Engine(scorer)
     await engine.start()
     server = Server(settings, engine)
     port = await server.start()

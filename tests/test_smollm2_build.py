@@ -117,21 +117,43 @@ def test_a_damaged_snapshot_or_a_new_builder_version_converts_again(tmp_path, ca
     assert len(calls) == 3
 
 
+class FullDisk:
+    """A writable stream on a disk with room for one more write: then ENOSPC, as the kernel says it."""
+
+    room = 1
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, data: bytes) -> int:
+        if FullDisk.room <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        FullDisk.room -= 1
+        return self._stream.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __enter__(self) -> "FullDisk":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stream.close()
+
+
 def test_a_full_disk_is_one_line_and_leaves_no_snapshot(tmp_path, capsys, fake_source, monkeypatch) -> None:
+    """Every way publishing writes bytes (a stream from os.fdopen or open, Path.write_bytes) hits the full disk."""
     source, calls = fake_source
     out = tmp_path / "out"
-    written: list[str] = []
-    real_write = Path.write_bytes
-
-    def write_until_full(self: Path, data: Any) -> int:
-        if written:  # the second file finds the disk full
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
-        written.append(self.name)
-        return real_write(self, data)
-
-    monkeypatch.setattr(Path, "write_bytes", write_until_full)
+    real_fdopen, real_open = os.fdopen, open
+    monkeypatch.setattr(FullDisk, "room", 1)
+    monkeypatch.setattr(os, "fdopen", lambda *args, **kwargs: FullDisk(real_fdopen(*args, **kwargs)))
+    monkeypatch.setattr(Path, "write_bytes", lambda self, data: FullDisk(real_open(self, "wb")).write(data))
     code, stdout, err = run(capsys, "--out", str(out), "--gguf", str(source))
     assert (code, stdout) == (1, [])
     assert err[-1].startswith("small-model: cannot write the snapshot under") and "No space left on device" in err[-1]
-    assert written and snapshots(out) == []  # the staging folder is gone too
+    assert FullDisk.room == 0 and snapshots(out) == []  # one file was written, then the disk was full
     assert not (out / "semif-serve-builds").exists() or not any((out / "semif-serve-builds").iterdir())
+    monkeypatch.setattr(FullDisk, "room", 1_000)  # space freed: the next run builds
+    code, stdout, _ = run(capsys, "--out", str(out), "--gguf", str(source))
+    assert code == 0 and len(snapshots(out)) == 1 and len(calls) == 2
