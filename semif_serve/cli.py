@@ -27,14 +27,17 @@ def _serve() -> int:
     except ValueError as error:
         print(f"semif-serve: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .ops.logs import configure
+
+    configure(settings.log_format)
     from .server import serve
 
     try:
         code = asyncio.run(serve(settings))
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam
         logging.getLogger("semif_serve").debug("startup failed", exc_info=True)
-        print(f"semif-serve: refusing to start: {type(error).__name__}: {error}", file=sys.stderr)
+        # Through logging, so that with SEMIF_LOG_FORMAT=json this line is JSON too.
+        logging.getLogger("semif_serve").error("refusing to start: %s: %s", type(error).__name__, error)
         return 1
     # A scorer call still running when the shutdown grace ran out holds the engine's worker
     # thread, which Python would join at exit; a call cannot be interrupted, and its caller
