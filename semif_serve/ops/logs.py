@@ -54,6 +54,9 @@ class TextFormatter(logging.Formatter):
 
 
 def _text(value: Any) -> str:
+    """A bare word as is; anything with spaces, quotes or structure as JSON, so a line splits unambiguously."""
+    if isinstance(value, str) and value and not any(ch.isspace() or ch in '"=\\' for ch in value):
+        return value
     return json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (dict, list, str)) else str(value)
 
 
