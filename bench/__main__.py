@@ -1,4 +1,4 @@
-"""`python -m bench <check> --url URL` (acceptance checks) or `python -m bench load` (benchmarks)."""
+"""`python -m bench <check> --url URL` (acceptance checks), `python -m bench load` or `python -m bench wrk` (benchmarks)."""
 
 import sys
 
@@ -8,4 +8,8 @@ if sys.argv[1:2] == ["load"]:
     from . import load
 
     raise SystemExit(load.main(sys.argv[2:]))
+if sys.argv[1:2] == ["wrk"]:
+    from . import wrk
+
+    raise SystemExit(wrk.main(sys.argv[2:]))
 raise SystemExit(acceptance.main(sys.argv[1:]))

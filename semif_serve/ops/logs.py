@@ -69,6 +69,12 @@ def configure(log_format: str) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    # The logging HOWTO's "Optimization" switches: neither format uses the caller's file, the
+    # thread or the process, and an access line is written per request.
+    logging._srcfile = None  # type: ignore[attr-defined]
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
 
 
 def redacted_settings(settings: Any) -> dict[str, Any]:

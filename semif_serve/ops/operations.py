@@ -48,6 +48,12 @@ def peer_of(writer: Any) -> str:
     return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
+def _printable(value: bytes, limit: int) -> str:
+    """Client bytes as a short printable string for the log; the common case costs one check."""
+    text = value.decode("latin-1")
+    return text if len(text) <= limit and text.isprintable() and text.isascii() else excerpt(text, limit)
+
+
 def _header_once(request: h11.Request, name: bytes) -> bytes | None:
     """The field's value when it appears exactly once (a repeated id is ambiguous: replace it)."""
     values = [value for key, value in request.headers if key == name]
@@ -71,7 +77,7 @@ class Operations:
             return Exchange(request_ids.generate(), "-", "-", "other", bytes_in=head_bytes)
         path = request.target.split(b"?", 1)[0]
         return Exchange(request_ids.accept(_header_once(request, b"x-request-id")),
-                        excerpt(request.method.decode("latin-1"), 16), excerpt(path.decode("latin-1"), 200),
+                        _printable(request.method, 16), _printable(path, 200),
                         ROUTE_LABELS.get(path, "other"), bytes_in=head_bytes)
 
     def headers(self, exchange: Exchange, reply: Reply) -> list[tuple[bytes, bytes]]:
