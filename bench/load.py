@@ -555,9 +555,10 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, results)
     text = markdown(results)
     old = args.md.read_text(encoding="utf-8") if args.md.exists() else ""
-    kept = section(old, "wrk")  # `python -m bench wrk` owns that section: keep its last figures
-    if kept is not None:
-        text = splice(text, "wrk", kept)
+    for name in ("wrk", "ops-cost"):  # `python -m bench wrk` and `bench.ops_cost` own these: keep their figures
+        kept = section(old, name)
+        if kept is not None:
+            text = splice(text, name, kept)
     args.md.write_text(text, encoding="utf-8")
     print(text)
     failed = "admission" in results and not results["admission"]["passed"]

@@ -71,6 +71,7 @@ class Engine:
                 timing.ended = time.perf_counter()
 
     async def _submit(self, timing: CallTiming, fn: Any, *args: Any) -> Any:
+        """Run fn on the engine thread, filling `timing`; observers see every call that began."""
         timing.submitted = time.perf_counter()
         try:
             return await self._await(self._executor.submit(self._serialised, timing, fn, *args))
@@ -81,6 +82,7 @@ class Engine:
 
     @staticmethod
     async def _await(future: Any) -> Any:
+        """The call's result; a caller cancelled while it runs waits it out, so the slot stays held."""
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
