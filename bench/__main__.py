@@ -1,4 +1,4 @@
-"""`python -m bench <check> --url URL` (acceptance checks), `python -m bench load` or `python -m bench wrk` (benchmarks)."""
+"""`python -m bench <check> --url URL` (acceptance checks) or `python -m bench load` / `scale` / `wrk` (benchmarks)."""
 
 import sys
 
@@ -8,6 +8,10 @@ if sys.argv[1:2] == ["load"]:
     from . import load
 
     raise SystemExit(load.main(sys.argv[2:]))
+if sys.argv[1:2] == ["scale"]:
+    from . import scale
+
+    raise SystemExit(scale.main(sys.argv[2:]))
 if sys.argv[1:2] == ["wrk"]:
     from . import wrk
 

@@ -1,4 +1,4 @@
-"""Entry point: `semif-serve [serve]` and `semif-serve tiny-model [--out DIR]`.
+"""Entry point: `semif-serve [serve]`, `semif-serve tiny-model [--out DIR]` and `semif-serve ask …`.
 
 INV-5: HF_HUB_OFFLINE=1 is set here, at import, before torch or transformers
 can load, so the service never reaches a model hub wherever it runs.
@@ -15,10 +15,12 @@ import asyncio  # noqa: E402 - after the offline switch on purpose
 import logging  # noqa: E402
 import sys  # noqa: E402
 
-from . import config  # noqa: E402
+from . import calibration, config  # noqa: E402
 
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
-       semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings"""
+       semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings
+       semif-serve ask --url URL --state S --question Q --option ID=TEXT ... [--orderings O] [--workload W] [--json]
+                                           ask one decision (token from SEMIF_API_TOKEN; needs the client extra)"""
 
 
 def _serve() -> int:
@@ -34,10 +36,12 @@ def _serve() -> int:
 
     try:
         code = asyncio.run(serve(settings))
+    except calibration.BindingMismatch as error:  # an invalid setting, found once the scorer is known
+        _refusal(settings, str(error))
+        return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam
         logging.getLogger("semif_serve").debug("startup failed", exc_info=True)
-        # Through logging, so that with SEMIF_LOG_FORMAT=json this line is JSON too.
-        logging.getLogger("semif_serve").error("refusing to start: %s: %s", type(error).__name__, error)
+        _refusal(settings, f"refusing to start: {type(error).__name__}: {error}")
         return 1
     # A scorer call still running when the shutdown grace ran out holds the engine's worker
     # thread, which Python would join at exit; a call cannot be interrupted, and its caller
@@ -48,12 +52,24 @@ def _serve() -> int:
     os._exit(code)
 
 
+def _refusal(settings: config.Settings, message: str) -> None:
+    """The one line that says why startup stopped: plain text, or a JSON record with SEMIF_LOG_FORMAT=json."""
+    if settings.log_format == "json":
+        logging.getLogger("semif_serve").error("%s", message)
+    else:
+        print(f"semif-serve: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["tiny-model"]:
         from .builders import tiny
 
         return tiny.main(args[1:])
+    if args[:1] == ["ask"]:
+        from .client.ask import main as ask
+
+        return ask(args[1:])
     if args in ([], ["serve"]):
         return _serve()
     print(USAGE, file=sys.stderr)

@@ -17,6 +17,8 @@ from . import calibration
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
 DEFAULT_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
 SCORERS = ("semif_phase1", "fastjev", "stub")
+# How much of the pinned snapshot is proved before the weights load (snapshot_verify.py).
+VERIFY_MODES = ("hash", "presence")
 MIN_TOKEN_LENGTH = 32
 
 
@@ -33,7 +35,9 @@ class Settings:
     max_decisions: int = 64
     max_body_bytes: int = 1 << 20
     max_queue: int = 32
-    calibration: Mapping[str, float] = field(default_factory=dict)
+    # workload -> {method: T}; a plain {workload: T} mapping is accepted and validated.
+    calibration: calibration.Table = field(default_factory=calibration.Table)
+    verify_weights: str = "hash"
     scorer: str = "semif_phase1"
     stub_delay_ms: int = 0
     host: str = "127.0.0.1"
@@ -49,6 +53,9 @@ class Settings:
     log_format: str = "text"
     access_log: bool = True
     metrics: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "calibration", calibration.as_table(self.calibration))
 
 
 def _token(env: Mapping[str, str]) -> str:
@@ -130,7 +137,8 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", 64),
         max_body_bytes=_positive_int(env, "SEMIF_MAX_BODY_BYTES", 1 << 20),
         max_queue=_positive_int(env, "SEMIF_MAX_QUEUE", 32),
-        calibration=calibration.load_table(path) if path is not None else {},
+        calibration=calibration.load(path) if path is not None else calibration.Table(),
+        verify_weights=_choice(env, "SEMIF_VERIFY_WEIGHTS", "hash", VERIFY_MODES),
         scorer=_choice(env, "SEMIF_SCORER", "semif_phase1", SCORERS),
         stub_delay_ms=_non_negative_int(env, "SEMIF_STUB_DELAY_MS", 0),
         host=_nonempty(env, "SEMIF_HOST", "127.0.0.1"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import averaging
@@ -54,6 +54,12 @@ class Limits:
 
     max_decisions: int
     workloads: frozenset[str]
+    # workload -> the orderings methods it has a temperature for; a workload absent
+    # here has only "none" (the contract's plain {workload: T} table).
+    methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def methods_of(self, workload: str) -> frozenset[str]:
+        return self.methods.get(workload, frozenset({"none"}))
 
 
 def invalid(message: str) -> ApiError:
@@ -174,8 +180,8 @@ def _check_expansion(request: DecideRequest, limits: Limits) -> None:
     rows = sum(len(averaging.orderings(len(d.row["options"]), d.orderings)) for d in request.decisions)
     if rows > limits.max_decisions:
         raise invalid(f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed")
-    if request.averaged and request.workload is not None:
-        raise invalid("workload cannot be combined with orderings: no temperature is fitted on combined scores")
+    if request.workload is not None:
+        _check_methods(request.workload, request.decisions, limits)
     ids = [d.row["id"] for d in request.decisions]
     if len(set(ids)) != len(ids):
         raise invalid("decision ids must be unique")
@@ -183,6 +189,17 @@ def _check_expansion(request: DecideRequest, limits: Limits) -> None:
         clashing = [i for i in ids if EXPANDED_ID.search(i)]
         if clashing:
             raise invalid(f"decision id {excerpt(clashing[0], 60)!r} contains '#o<digits>', reserved for orderings")
+
+
+def _check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limits) -> None:
+    """A workload calibrates a decision only with a temperature fitted for its orderings method."""
+    fitted = limits.methods_of(workload)
+    for decision in decisions:
+        if decision.orderings not in fitted:
+            raise invalid(
+                f"workload {excerpt(workload, 60)!r} has no temperature for method {decision.orderings!r} "
+                f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted))}"
+            )
 
 
 def parse_decide(body: bytes, limits: Limits) -> DecideRequest:

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import signal
 
+from . import calibration
 from .config import Settings
 from .engine import Engine
 from .errors import ApiError, envelope
@@ -112,8 +113,13 @@ class Server:
 
 async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
-    log_settings(log, settings)
-    engine = Engine(scorer if scorer is not None else build_scorer(settings))
+    scorer = scorer if scorer is not None else build_scorer(settings)
+    # Before the model loads: a table fitted on another model or prompt refuses startup.
+    calibration.check_binding(
+        settings.calibration, settings.model, settings.revision, scorer.health().get("prompt_version")
+    )
+    log_settings(log, settings)  # once every setting is known valid, before the (long) load
+    engine = Engine(scorer)
     await engine.start()
     server = Server(settings, engine)
     port = await server.start()

@@ -14,8 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from . import averaging, request_model
-from .calibration import calibrated_view
+from . import averaging, calibration, request_model
 from .config import Settings
 from .engine import CallTiming, Engine
 from .errors import ApiError, OutOfMemory, ScoringFailed, envelope, excerpt
@@ -104,7 +103,8 @@ class Service:
         self.settings = settings
         self.engine = engine
         self.admission = Admission(settings.max_queue)
-        self.limits = request_model.Limits(settings.max_decisions, frozenset(settings.calibration))
+        table = settings.calibration
+        self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods())
         self._token = settings.api_token.encode()
 
     def authorize(self, header: bytes | None) -> None:
@@ -127,6 +127,8 @@ class Service:
             "max_queue": self.settings.max_queue,
             "in_progress": self.admission.in_progress,
             "workloads": sorted(self.settings.calibration),
+            # Extension (issue 10): each workload's methods and temperatures, and the file's binding.
+            "calibration": self.settings.calibration.describe(),
         }
         return Reply(503 if draining else 200, render(payload))
 
@@ -183,8 +185,20 @@ class Service:
 
     def _one(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
         if decision.averaged:
-            return averaging.combine(decision.row, decision.orderings, results)
+            return self._averaged(decision, results, workload)
         (result,) = results
         if workload is None:
             return result
-        return {**result, "calibrated": calibrated_view(result, workload, self.settings.calibration[workload])}
+        temperature = self.settings.calibration[workload][calibration.PLAIN_METHOD]
+        return {**result, "calibrated": calibration.calibrated_view(result, workload, temperature)}
+
+    def _averaged(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
+        """The combined view, plus `combined.calibrated` when a workload is named (the
+        request model already refused a workload without this method's temperature)."""
+        row, method = decision.row, decision.orderings
+        averaged = averaging.combine(row, method, results)
+        if workload is not None:
+            temperature = self.settings.calibration[workload][method]
+            mean = averaging.mean_log_probabilities(row, method, results)
+            averaged["combined"]["calibrated"] = calibration.combined_view(workload, method, temperature, mean)
+        return averaged

@@ -143,3 +143,20 @@ async def test_metrics_on_without_prometheus_client_refuses_startup_with_exit_2(
                                                 stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2 and "SEMIF_METRICS=on needs prometheus_client" in err.decode()
+
+
+async def test_a_startup_refusal_is_one_json_line_in_json_mode(tmp_path) -> None:
+    import os
+    import sys
+
+    from .test_calibration_http import bound_path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
+    env.update(SEMIF_API_TOKEN=TOKEN, SEMIF_SCORER="stub", SEMIF_PORT="1", SEMIF_LOG_FORMAT="json",
+               SEMIF_CALIBRATION=bound_path(tmp_path, model="fitted-elsewhere"))
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "semif_serve", env=env,
+                                                stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    (line,) = err.decode().splitlines()
+    record = json.loads(line)
+    assert proc.returncode == 2 and record["level"] == "error" and "SEMIF_CALIBRATION" in record["message"]

@@ -82,8 +82,13 @@ def redacted_settings(settings: Any) -> dict[str, Any]:
     values = {}
     for item in dataclasses.fields(settings):
         value = getattr(settings, item.name)
-        values[item.name] = REDACTED if item.name == "api_token" else (dict(value) if isinstance(value, Mapping) else value)
+        values[item.name] = REDACTED if item.name == "api_token" else _plain(value)
     return values
+
+
+def _plain(value: Any) -> Any:
+    """Mappings (the calibration table and its read-only views) as plain dicts, for JSON."""
+    return {key: _plain(inner) for key, inner in value.items()} if isinstance(value, Mapping) else value
 
 
 def log_settings(log: logging.Logger, settings: Any) -> None:
