@@ -1,4 +1,4 @@
-"""`python -m bench <check> --url URL` (acceptance checks) or `python -m bench load` / `scale` (benchmarks)."""
+"""`python -m bench <check> --url URL` (acceptance checks) or `python -m bench load` / `scale` / `wrk` (benchmarks)."""
 
 import sys
 
@@ -12,4 +12,8 @@ if sys.argv[1:2] == ["scale"]:
     from . import scale
 
     raise SystemExit(scale.main(sys.argv[2:]))
+if sys.argv[1:2] == ["wrk"]:
+    from . import wrk
+
+    raise SystemExit(wrk.main(sys.argv[2:]))
 raise SystemExit(acceptance.main(sys.argv[1:]))

@@ -31,17 +31,19 @@ def _serve() -> int:
     except ValueError as error:
         print(f"semif-serve: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .ops.logs import configure
+
+    configure(settings.log_format)
     from .server import serve
 
     try:
         code = asyncio.run(serve(settings))
     except calibration.BindingMismatch as error:  # an invalid setting, found once the scorer is known
-        print(f"semif-serve: {error}", file=sys.stderr)
+        _refusal(settings, str(error))
         return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam
         logging.getLogger("semif_serve").debug("startup failed", exc_info=True)
-        print(f"semif-serve: refusing to start: {type(error).__name__}: {error}", file=sys.stderr)
+        _refusal(settings, f"refusing to start: {type(error).__name__}: {error}")
         return 1
     # A scorer call still running when the shutdown grace ran out holds the engine's worker
     # thread, which Python would join at exit; a call cannot be interrupted, and its caller
@@ -50,6 +52,14 @@ def _serve() -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _refusal(settings: config.Settings, message: str) -> None:
+    """The one line that says why startup stopped: plain text, or a JSON record with SEMIF_LOG_FORMAT=json."""
+    if settings.log_format == "json":
+        logging.getLogger("semif_serve").error("%s", message)
+    else:
+        print(f"semif-serve: {message}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ is wrong before the model loads (contract: C1, S1, S8).
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
@@ -48,6 +49,10 @@ class Settings:
     idle_timeout: float = 60.0
     max_connections: int = 512
     shutdown_grace: float = 30.0
+    # Operating it in a fleet (semif_serve/ops): log format, access log, Prometheus metrics.
+    log_format: str = "text"
+    access_log: bool = True
+    metrics: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calibration", calibration.as_table(self.calibration))
@@ -143,7 +148,19 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         idle_timeout=_positive_float(env, "SEMIF_IDLE_TIMEOUT_S", 60.0),
         max_connections=_positive_int(env, "SEMIF_MAX_CONNECTIONS", 512),
         shutdown_grace=_positive_float(env, "SEMIF_SHUTDOWN_GRACE_S", 30.0),
+        log_format=_choice(env, "SEMIF_LOG_FORMAT", "text", ("text", "json")),
+        access_log=_choice(env, "SEMIF_ACCESS_LOG", "on", ("on", "off")) == "on",
+        metrics=_metrics(env),
     )
+
+
+def _metrics(env: Mapping[str, str]) -> bool:
+    """`auto` (default): on when prometheus_client is installed; `on` insists on it; `off`."""
+    value = _choice(env, "SEMIF_METRICS", "auto", ("auto", "on", "off"))
+    installed = importlib.util.find_spec("prometheus_client") is not None
+    if value == "on" and not installed:
+        raise ValueError("SEMIF_METRICS=on needs prometheus_client: pip install 'semif-serve[metrics]'")
+    return value != "off" and installed
 
 
 def _non_negative_int(env: Mapping[str, str], name: str, default: int) -> int:

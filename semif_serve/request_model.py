@@ -7,6 +7,7 @@ Everything the scorer would refuse for its shape is refused here first with a
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -69,6 +70,14 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number as a double; one that overflows to infinity is refused like NaN."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {excerpt(text, 40)} overflows a double")
+    return value
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
@@ -79,10 +88,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_json(body: bytes) -> Any:
-    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, no lone surrogate, bounded nesting."""
+    """Strict JSON: UTF-8, no NaN/Infinity (nor a number that overflows to it), no duplicate keys,
+    no lone surrogate, bounded nesting."""
     try:
         text = body.decode("utf-8")
-        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                           object_pairs_hook=_unique_keys)
     except UnicodeDecodeError:
         raise invalid("body is not UTF-8") from None
     except RecursionError:
