@@ -11,6 +11,8 @@
   every request answered exactly once.
 * tiny: the tiny model, served /decide/shared (21 criteria) against an in-process
   `score_shared` on the same rows, and order averaging in one request against separate calls.
+* small (only with `--only small`: minutes per repetition): the same for SmolLM2-135M-Instruct,
+  plus the 21 criteria as 21 separate /decide calls, at `--threads` OMP threads on both sides.
 
 These are benchmarks, not timed tests: targets are compared as ratios from one run
 and reported, met or missed, in bench/RESULTS.md (markdown) and a JSON file.
@@ -37,7 +39,7 @@ from .report import machine, markdown_table, note, section, splice, write_json
 
 HERE = Path(__file__).resolve().parent
 ENDPOINTS = ("health", "decide-2", "decide-16", "shared-21")
-OVERHEAD_TARGET, OVERHEAD_AIM, TINY_TARGET = 1.0, 1.5, 1.10
+OVERHEAD_TARGET, OVERHEAD_AIM, TINY_TARGET, SMALL_TARGET = 1.0, 1.5, 1.10, 1.05
 STUB = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": "0", "SEMIF_MAX_QUEUE": "64"}
 # Ours as the Containerfile deploys it (metrics, JSON access log) and with both off.
 OPS_ON = {"SEMIF_METRICS": "on", "SEMIF_ACCESS_LOG": "on", "SEMIF_LOG_FORMAT": "json"}
@@ -301,7 +303,10 @@ async def _timed(connection: Connection, target: Target, path: str, payload: Any
     return response.latency
 
 
-async def _tiny(target: Target, repeats: int) -> dict[str, Any]:
+async def _against_inprocess(target: Target, repeats: int, sizes: tuple[int, ...], per_decision: bool,
+                             label: str) -> dict[str, Any]:
+    """Served /decide/shared (21 criteria) against in-process score_shared on the same rows, interleaved;
+    optionally the same 21 criteria as 21 /decide calls; then rotations for each option count in sizes."""
     from . import inprocess
 
     health = (await call(target, "GET", "/health")).json()
@@ -312,19 +317,30 @@ async def _tiny(target: Target, repeats: int) -> dict[str, Any]:
     try:
         await _timed(connection, target, "/decide/shared", body)  # warm-up, not counted
         inprocess.time_shared(loaded, rows, 1)
-        served, local = [], []
-        for rep in range(repeats):  # interleaved, so drift hits both alike
+        served, local, separate = [], [], []
+        for rep in range(repeats):  # interleaved, so drift hits all alike
             served.append(await _timed(connection, target, "/decide/shared", body))
             local += inprocess.time_shared(loaded, rows, 1)
-            if rep % 5 == 4:
-                note(f"load tiny: shared {rep + 1}/{repeats}")
-        averaging = {f"{k}-options": await _rotations(connection, target, first_with(k), repeats) for k in (4, 3)}
+            if per_decision:
+                started = time.perf_counter()
+                for row in rows:
+                    await _timed(connection, target, "/decide", row)
+                separate.append(time.perf_counter() - started)
+            if rep % 5 == 4 or per_decision:
+                note(f"load {label}: shared {rep + 1}/{repeats}")
+        averaging = {f"{k}-options": await _rotations(connection, target, first_with(k), repeats) for k in sizes}
     finally:
         await connection.close()
+    shared21 = {"served_s": spread(served), "inprocess_s": spread(local), "ratio": median(served) / median(local)}
+    if per_decision:
+        shared21 |= {"per_decision_s": spread(separate), "per_decision_ratio": median(separate) / median(served)}
     return {"model": health["model"], "revision": health["revision"], "device": health["device"],
-            "shared21": {"served_s": spread(served), "inprocess_s": spread(local),
-                         "ratio": median(served) / median(local), "target": TINY_TARGET},
-            "rotations": averaging, "repeats": repeats}
+            "shared21": shared21, "rotations": averaging, "repeats": repeats}
+
+
+async def _tiny(target: Target, repeats: int) -> dict[str, Any]:
+    return await _against_inprocess(target, repeats, (4, 3), per_decision=False, label="tiny") | {
+        "shared21_target": TINY_TARGET}
 
 
 async def _rotations(connection: Connection, target: Target, row: datasets.Row, repeats: int) -> dict[str, Any]:
@@ -339,6 +355,19 @@ async def _rotations(connection: Connection, target: Target, row: datasets.Row, 
         separate.append(time.perf_counter() - started)
     return {"options": count, "rotations": count, "one_request_s": spread(one), "separate_calls_s": spread(separate),
             "speedup": median(separate) / median(one)}
+
+
+def small(args: argparse.Namespace, token: str) -> dict[str, Any]:
+    """SmolLM2-135M on the CPU, OMP_NUM_THREADS=args.threads for the server and this process alike."""
+    note("load small: building (or finding) SmolLM2 with semif-serve small-model")
+    settings = {**procs.small_model(args.small_dir), "OMP_NUM_THREADS": str(args.threads)}
+    os.environ.update(settings)  # before this process first imports torch or transformers
+    with procs.semif_serve(settings, token, ready_timeout=600.0) as server:
+        result = asyncio.run(_against_inprocess(server.target, args.small_repeats, (3,), per_decision=True, label="small"))
+    import torch  # loaded by the in-process side: report what it actually used
+
+    return result | {"shared21_target": SMALL_TARGET, "omp_num_threads": args.threads,
+                     "torch_threads": torch.get_num_threads()}
 
 
 def tiny(args: argparse.Namespace, token: str) -> dict[str, Any]:
@@ -443,23 +472,37 @@ def admission_markdown(result: dict[str, Any]) -> list[str]:
     return ["## Admission: 429 past SEMIF_MAX_QUEUE", "", head, "", markdown_table(("check", "holds"), rows), ""]
 
 
-def tiny_markdown(result: dict[str, Any]) -> list[str]:
+def _spread_row(what: str, seconds: dict[str, float]) -> tuple[str, str, str]:
+    return what, f"{seconds['p50'] * 1e3:.1f}", f"{seconds['min'] * 1e3:.1f} - {seconds['max'] * 1e3:.1f}"
+
+
+def small_markdown(result: dict[str, Any]) -> list[str]:
     shared = result["shared21"]
-    s, i = shared["served_s"], shared["inprocess_s"]
-    rows = [("/decide/shared, 21 criteria, served", f"{s['p50'] * 1e3:.1f}", f"{s['min'] * 1e3:.1f} - {s['max'] * 1e3:.1f}"),
-            ("score_shared, same rows, in-process", f"{i['p50'] * 1e3:.1f}", f"{i['min'] * 1e3:.1f} - {i['max'] * 1e3:.1f}")]
+    notes = [f"/decide/shared x1 is {shared['per_decision_ratio']:.2f}x faster than /decide x21 (p50)",
+             f"threads: OMP_NUM_THREADS={result['omp_num_threads']} for the server and the in-process side "
+             f"(torch.get_num_threads() = {result['torch_threads']} in-process)"]
+    return model_markdown(result, "SmolLM2-135M-Instruct", [_spread_row("/decide x21, same criteria, served",
+                                                                      shared["per_decision_s"])], notes)
+
+
+def tiny_markdown(result: dict[str, Any]) -> list[str]:
+    return model_markdown(result, "Tiny model")
+
+
+def model_markdown(result: dict[str, Any], title: str, extra_rows: list[tuple[str, str, str]] | None = None,
+                   notes: list[str] | None = None) -> list[str]:
+    shared = result["shared21"]
+    rows = [_spread_row("/decide/shared, 21 criteria, served", shared["served_s"]),
+            _spread_row("score_shared, same rows, in-process", shared["inprocess_s"]), *(extra_rows or [])]
     for name, rot in result["rotations"].items():
-        one, sep = rot["one_request_s"], rot["separate_calls_s"]
-        rows.append((f"{name}: {rot['rotations']} rotations in one /decide", f"{one['p50'] * 1e3:.1f}",
-                     f"{one['min'] * 1e3:.1f} - {one['max'] * 1e3:.1f}"))
-        rows.append((f"{name}: {rot['rotations']} separate /decide calls", f"{sep['p50'] * 1e3:.1f}",
-                     f"{sep['min'] * 1e3:.1f} - {sep['max'] * 1e3:.1f}"))
-    ratios = [f"served / in-process p50: **{shared['ratio']:.3f}x** (target <= {TINY_TARGET}x)"]
+        rows.append(_spread_row(f"{name}: {rot['rotations']} rotations in one /decide", rot["one_request_s"]))
+        rows.append(_spread_row(f"{name}: {rot['rotations']} separate /decide calls", rot["separate_calls_s"]))
+    ratios = [f"served / in-process p50: **{shared['ratio']:.3f}x** (target <= {result['shared21_target']}x)"]
     ratios += [f"{name}: one request is {rot['speedup']:.2f}x faster than {rot['rotations']} separate calls"
                for name, rot in result["rotations"].items()]
-    return [f"## Tiny model ({result['device']}): served against in-process", "",
+    return [f"## {title} ({result['device']}): served against in-process", "",
             f"{result['model']}@{result['revision'][:12]}, N = {result['repeats']} each, interleaved.", "",
-            markdown_table(("what", "p50 ms", "min - max ms"), rows), "", *[f"- {r}" for r in ratios], ""]
+            markdown_table(("what", "p50 ms", "min - max ms"), rows), "", *[f"- {r}" for r in ratios + (notes or [])], ""]
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -475,6 +518,8 @@ def markdown(results: dict[str, Any]) -> str:
         lines += admission_markdown(results["admission"])
     if "tiny" in results:
         lines += tiny_markdown(results["tiny"])
+    if "small" in results:
+        lines += small_markdown(results["small"])
     lines += ["## Verdicts", "", *[f"- {v}" for v in results["verdicts"]], ""]
     return "\n".join(lines)
 
@@ -512,6 +557,10 @@ def verdicts(results: dict[str, Any]) -> list[str]:
         ratio = results["tiny"]["shared21"]["ratio"]
         out.append(f"tiny: served /decide/shared within {TINY_TARGET}x of in-process: "
                    f"{'MET' if ratio <= TINY_TARGET else 'MISSED'} ({ratio:.3f}x)")
+    if "small" in results:
+        ratio = results["small"]["shared21"]["ratio"]
+        out.append(f"small: served /decide/shared within {SMALL_TARGET}x of in-process: "
+                   f"{'MET' if ratio <= SMALL_TARGET else 'MISSED'} ({ratio:.3f}x)")
     return out
 
 
@@ -519,13 +568,15 @@ def verdicts(results: dict[str, Any]) -> list[str]:
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace, str], dict[str, Any]]] = {
-    "overhead": overhead, "admission": admission, "tiny": tiny,
+    "overhead": overhead, "admission": admission, "tiny": tiny, "small": small,
 }
+DEFAULT_SECTIONS = ("overhead", "admission", "tiny")  # `small` takes minutes per repetition: ask for it
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench load", description=__doc__.splitlines()[0])
-    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections (default all: {', '.join(SECTIONS)})")
+    p.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
+                   help=f"comma-separated sections of {', '.join(SECTIONS)} (default {','.join(DEFAULT_SECTIONS)})")
     p.add_argument("--duration", type=float, default=1.0, help="seconds per server per round of a cell (default 1)")
     p.add_argument("--rounds", type=int, default=6, help="overhead rounds per cell, order flipped each (default 6)")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32],
@@ -535,6 +586,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--delay-ms", type=int, default=250, help="stub delay for the admission burst (default 250)")
     p.add_argument("--repeats", type=int, default=20, help="tiny-model repetitions per measurement (default 20)")
     p.add_argument("--tiny-dir", type=Path, default=procs.ROOT / ".tiny-model", help="where to build the tiny model")
+    p.add_argument("--small-dir", type=Path, default=None, help="HF_HOME for SmolLM2 (default: small-model's own cache)")
+    p.add_argument("--small-repeats", type=int, default=5, help="SmolLM2 repetitions per measurement (default 5)")
+    p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS for the SmolLM2 server and in-process side")
     p.add_argument("--out", type=Path, default=HERE / "results" / "load.json", help="JSON results")
     p.add_argument("--md", type=Path, default=HERE / "RESULTS.md", help="markdown results (default bench/RESULTS.md)")
     return p
@@ -555,7 +609,9 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, results)
     text = markdown(results)
     old = args.md.read_text(encoding="utf-8") if args.md.exists() else ""
-    for name in ("wrk", "ops-cost"):  # `python -m bench wrk` and `bench.ops_cost` own these: keep their figures
+    # `python -m bench wrk` and `bench.ops_cost` own these, and `smollm2` holds the SmolLM2 figures
+    # (`--only small` and the acceptance checks, pasted): keep their figures.
+    for name in ("wrk", "ops-cost", "smollm2"):
         kept = section(old, name)
         if kept is not None:
             text = splice(text, name, kept)

