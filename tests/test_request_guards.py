@@ -1,0 +1,93 @@
+"""Strict JSON, one rule at a time: each faulty body differs from an accepted one only by its fault.
+
+The request model refuses duplicate keys, NaN, Infinity and -Infinity anywhere
+in a body. Older tests sent such bodies with another fault as well (an empty
+`options`, a control byte), so they stayed green with these rules disabled.
+Here each body is the valid control with exactly one fault added, and the
+control itself is shown to be accepted, in process and on a real socket.
+(A number that overflows to infinity, such as 1e400, is the operations branch's.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from semif_serve import request_model
+from semif_serve.errors import ApiError
+
+from .test_server import ROW, SHARED
+from .wire_client import request
+
+LIMITS = request_model.Limits(max_decisions=8, workloads=frozenset())
+CONTROL = json.dumps(ROW)
+SHARED_CONTROL = json.dumps(SHARED)
+STATE = json.dumps(ROW["state"])  # {"ticket": "printer on fire"}
+OPTION = json.dumps(ROW["options"][0])  # {"id": "yes", "description": "Yes, urgent"}
+
+
+def faulty(control: str, old: str, new: str) -> bytes:
+    assert control.count(old) == 1, old
+    return control.replace(old, new).encode()
+
+
+# name -> (body, the reason in the 422 message)
+FAULTS: dict[str, tuple[bytes, str]] = {
+    "duplicate top-level key": (faulty(CONTROL, '"question": ', '"question": "Is this urgent?", "question": '),
+                                "duplicate key 'question'"),
+    "duplicate key in an option": (faulty(CONTROL, OPTION, OPTION.replace('{"id": "yes"', '{"id": "yes", "id": "yes"')),
+                                   "duplicate key 'id'"),
+    "duplicate key in the state": (faulty(CONTROL, STATE, '{"ticket": "printer on fire", "ticket": "printer on fire"}'),
+                                   "duplicate key 'ticket'"),
+    "NaN in the state": (faulty(CONTROL, STATE, '{"ticket": NaN}'), "NaN is not valid JSON"),
+    "Infinity in the state": (faulty(CONTROL, STATE, '{"ticket": Infinity}'), "Infinity is not valid JSON"),
+    "-Infinity in the state": (faulty(CONTROL, STATE, '{"ticket": [-Infinity]}'), "-Infinity is not valid JSON"),
+}
+SHARED_FAULTS: dict[str, tuple[bytes, str]] = {
+    "duplicate key in a decision": (faulty(SHARED_CONTROL, '{"id": "b", ', '{"id": "b", "id": "b", '),
+                                    "duplicate key 'id'"),
+    "NaN as the state": (faulty(SHARED_CONTROL, '"the shared state"', '[NaN]'), "NaN is not valid JSON"),
+    "Infinity as the state": (faulty(SHARED_CONTROL, '"the shared state"', '{"x": Infinity}'),
+                              "Infinity is not valid JSON"),
+}
+
+
+def refusal(parse, body: bytes) -> str:
+    with pytest.raises(ApiError) as refused:
+        parse(body, LIMITS)
+    assert refused.value.code == "invalid_request"
+    return refused.value.message
+
+
+def test_the_controls_are_accepted() -> None:
+    assert request_model.parse_decide(CONTROL.encode(), LIMITS).decisions[0].row == ROW
+    # The same values, only spelled differently, are accepted too: the rules are about the faults.
+    assert request_model.parse_decide(faulty(CONTROL, STATE, '{"ticket": 1e308, "other": -1e308}'), LIMITS)
+    assert len(request_model.parse_shared(SHARED_CONTROL.encode(), LIMITS).decisions) == 2
+
+
+@pytest.mark.parametrize("name", FAULTS)
+def test_each_fault_alone_is_refused_in_process(name: str) -> None:
+    body, reason = FAULTS[name]
+    assert refusal(request_model.parse_decide, body) == f"body is not valid JSON: {reason}"
+
+
+@pytest.mark.parametrize("name", SHARED_FAULTS)
+def test_each_fault_alone_is_refused_in_a_shared_body(name: str) -> None:
+    body, reason = SHARED_FAULTS[name]
+    assert refusal(request_model.parse_shared, body) == f"body is not valid JSON: {reason}"
+
+
+async def test_on_the_wire_each_fault_is_a_422_that_never_reaches_the_scorer(start_server, fake) -> None:
+    server = await start_server(fake)
+    cases = [("/decide", body, reason) for body, reason in FAULTS.values()]
+    cases += [("/decide/shared", body, reason) for body, reason in SHARED_FAULTS.values()]
+    for path, body, reason in cases:
+        response = await request(server.port, "POST", path, body)
+        assert (response.status, response.code) == (422, "invalid_request"), body
+        assert reason in response.json["error"]["message"]
+    assert fake.calls == []
+    for path, control in (("/decide", CONTROL), ("/decide/shared", SHARED_CONTROL)):
+        assert (await request(server.port, "POST", path, control.encode())).status == 200
+    assert [kind for kind, _ in fake.calls] == ["direct", "shared"]
