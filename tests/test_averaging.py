@@ -17,14 +17,9 @@ from hypothesis import strategies as st
 
 from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, combine, expand, orderings
 
+from .reference import softmax
+
 LETTERS = "abcdefghijklmnop"  # 16 ids, the contract's maximum option count
-
-
-def softmax(values: Sequence[float]) -> list[float]:
-    top = max(values)
-    weights = [math.exp(value - top) for value in values]
-    total = math.fsum(weights)
-    return [weight / total for weight in weights]
 
 
 def make_row(ids: Sequence[str], **extra: Any) -> dict[str, Any]:

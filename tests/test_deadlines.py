@@ -11,11 +11,11 @@ off gets a 408 envelope and a close; a connection that never began a request is 
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
-from .test_server import ROW, assert_serving
+from .bodies import BODY, POST, ROW
+from .test_server import assert_serving
 from .wire_client import (
     HEALTH,
     Connection,
@@ -29,8 +29,6 @@ pytestmark = pytest.mark.usefixtures("no_error_logs")
 # Each deadline is longer than the one below it plus SLACK, so a wrong deadline cannot pass
 # for the right one inside the window.
 HEADER, BODY_T, IDLE = 0.3, 1.0, 2.0
-BODY = json.dumps(ROW).encode()
-POST = raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)
 # Windows open at the deadline itself: `since` is always taken at or before the event the
 # server's clock starts from (both clocks are this loop's), so nothing can arrive early.
 # They close SLACK later, for scheduling on a loaded 2-core machine.

@@ -16,7 +16,8 @@ import threading
 
 import pytest
 
-from .test_server import ROW, assert_serving
+from .bodies import BODY, POST, ROW
+from .test_server import assert_serving
 from .wire_client import (
     HEALTH,
     Connection,
@@ -24,15 +25,12 @@ from .wire_client import (
     eventually,
     no_error_logs,  # noqa: F401 - fixture
     parse_responses,
-    raw_request,
     raw_session,
     request,
 )
 
 pytestmark = pytest.mark.usefixtures("no_error_logs")
 
-BODY = json.dumps(ROW).encode()
-POST = raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)
 
 
 async def held(port: int, count: int) -> list[Connection]:

@@ -7,11 +7,11 @@ unhandled exception, and the server answers the next connection normally.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from .test_server import ROW, assert_serving
+from .bodies import BODY
+from .test_server import assert_serving
 from .wire_client import (
     HEALTH,
     TOKEN,
@@ -25,7 +25,6 @@ from .wire_client import (
 
 pytestmark = pytest.mark.usefixtures("no_error_logs")
 
-BODY = json.dumps(ROW).encode()
 N = str(len(BODY)).encode()
 
 
