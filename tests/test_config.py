@@ -37,8 +37,8 @@ BAD: dict[str, list[str]] = {
                      "cuda:0:1", "xcuda:0", "cpu:0"],
     "SEMIF_SCORER": ["", "torch", "STUB", "stub "],
     "SEMIF_STUB_DELAY_MS": ["-1", "+1", " 1", "1.5", "1_0", "\u0665", ""],
-    "SEMIF_PORT": ["65536", "99999"],
     **{name: NOT_A_COUNT for name in POSITIVE_INTS},
+    "SEMIF_PORT": NOT_A_COUNT + ["65536", "99999"],
     **{name: NOT_POSITIVE + [""] for name in POSITIVE_FLOATS if name != "SEMIF_VRAM_CAP_GIB"},
     "SEMIF_VRAM_CAP_GIB": NOT_POSITIVE,  # "" means uncapped for the one setting whose default is absent
     "SEMIF_CALIBRATION": ["/nonexistent/semif-calibration.json"],

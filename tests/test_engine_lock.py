@@ -1,15 +1,22 @@
-"""INV-2: two scorer calls never overlap inside the scorer, whoever submits them.
+"""The engine (INV-2): two scorer calls never overlap inside the scorer, whoever submits them.
 
 One engine's single worker thread serialises its own calls anyway, so that alone
 would pass with the process-wide lock removed. Here two engines, each with its own
 worker thread, drive one scorer at once: only `engine.SCORER_LOCK` keeps them apart.
+The rest drives one Engine directly: submission order, callers that leave while
+queued or while scoring, and close().
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import threading
+import time
 from typing import Any
+
+import pytest
 
 from semif_serve.engine import SCORER_LOCK, Engine
 
@@ -86,3 +93,77 @@ async def test_a_lock_held_outside_the_engine_keeps_the_engine_out() -> None:
         assert await asyncio.wait_for(pending, 5) == {"id": "r1"}
     finally:
         engine.close()
+
+
+# -- the one worker thread: queueing, callers that leave, close -------------------------------
+
+async def test_calls_run_on_one_named_worker_thread_in_submission_order(fake) -> None:
+    names: list[str] = []
+    fake.logits = lambda row: names.append(threading.current_thread().name) or [1.0, 0.0]
+    engine = Engine(fake)
+    try:
+        fake.gate = threading.Event()
+        calls = [asyncio.ensure_future(engine.score({**ROW, "id": f"r{i}"})) for i in range(3)]
+        await fake.wait_entered()
+        fake.gate.set()
+        await asyncio.gather(*calls)
+    finally:
+        engine.close()
+    assert [row["id"] for _, row in fake.calls] == ["r0", "r1", "r2"] and fake.max_active == 1
+    assert len(set(names)) == 1 and names[0].startswith("semif-engine")
+
+
+async def test_a_queued_call_whose_caller_left_never_reaches_the_scorer(fake) -> None:
+    engine = Engine(fake)
+    try:
+        fake.gate = threading.Event()
+        running = asyncio.ensure_future(engine.score({**ROW, "id": "running"}))
+        await fake.wait_entered()
+        queued = asyncio.ensure_future(engine.score({**ROW, "id": "queued"}))
+        await asyncio.sleep(0)  # submitted to the executor
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        fake.gate.set()
+        assert (await running)["id"] == "running"
+        assert (await engine.score({**ROW, "id": "after"}))["id"] == "after"
+    finally:
+        engine.close()
+    assert [row["id"] for _, row in fake.calls] == ["running", "after"]
+
+
+@pytest.mark.parametrize("outcome", [None, RuntimeError("failed after its caller left")])
+async def test_a_running_call_whose_caller_left_holds_the_caller_until_it_returns(fake, caplog, outcome) -> None:
+    engine = Engine(fake)
+    try:
+        fake.gate = threading.Event()
+        fake.raise_ = outcome
+        leaving = asyncio.ensure_future(engine.score(ROW))
+        await fake.wait_entered()
+        leaving.cancel()
+        await asyncio.sleep(0.3)
+        assert not leaving.done()  # cancelled, yet still waiting for the scorer to give the thread back
+        fake.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+    finally:
+        engine.close()
+    gc.collect()  # an abandoned future whose exception nobody read would log now
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_close_drops_queued_calls_without_waiting_for_the_running_one(fake) -> None:
+    engine = Engine(fake)
+    fake.gate = threading.Event()
+    running = asyncio.ensure_future(engine.score({**ROW, "id": "running"}))
+    await fake.wait_entered()
+    queued = asyncio.ensure_future(engine.score({**ROW, "id": "queued"}))
+    await asyncio.sleep(0)
+    began = time.monotonic()
+    engine.close()
+    assert time.monotonic() - began < 5.0  # the running call holds the gate for up to 10 s
+    fake.gate.set()
+    assert (await running)["id"] == "running"
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert [row["id"] for _, row in fake.calls] == ["running"]

@@ -44,6 +44,22 @@ def builtin_score_shared() -> Any:
     return module
 
 
+class GlobalsWithoutCode:
+    """Claims the module's globals but has no code object to inspect."""
+
+    def __init__(self, module: Any) -> None:
+        self.__globals__ = vars(module)
+
+    def __call__(self, *args: Any) -> Any:
+        raise AssertionError("never called")
+
+
+def globals_without_code() -> Any:
+    module = shared_module()
+    module.score_shared = GlobalsWithoutCode(module)
+    return module
+
+
 def with_other_globals() -> Any:
     module = shared_module()
     module.score_shared = type(module.score_shared)(module.score_shared.__code__, dict(vars(module)))
@@ -54,7 +70,8 @@ def with_other_globals() -> Any:
     (without_score_shared, "score_shared does not resolve its globals from fake_scorer.shared"),
     (builtin_score_shared, "score_shared does not resolve its globals from fake_scorer.shared"),
     (with_other_globals, "score_shared does not resolve its globals from fake_scorer.shared"),
-], ids=["missing", "no code object", "a copy of the globals"])
+    (globals_without_code, "score_shared does not resolve its globals from fake_scorer.shared"),
+], ids=["missing", "no code object", "a copy of the globals", "globals without code"])
 def test_load_refuses_before_the_weights_when_score_shared_cannot_be_checked(make, reason: str) -> None:
     scorer, log = scorer_for(dataclasses.replace(fake_package(), shared=make()))
     with pytest.raises(PrefixHookError) as refused:
