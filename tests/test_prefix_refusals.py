@@ -165,3 +165,66 @@ def test_the_proof_passes_and_calls_the_wrapper_once_per_proof() -> None:
     # one call comparing the wrapper with upstream for the warm state, one from inside score_shared
     assert hook.calls == calls + 2
     assert loader.model.rows and loader.model.rows[-1]["state"] == PROOF_STATE
+
+
+class CodeWithoutGlobals:
+    """Carries score_shared's code object but no globals to resolve it from."""
+
+    def __init__(self, function: Any) -> None:
+        self.__code__ = function.__code__
+
+    def __call__(self, *args: Any) -> Any:
+        raise AssertionError("never called")
+
+
+def test_the_check_refuses_code_without_globals_as_a_refusal_not_a_crash() -> None:
+    module = shared_module()
+    module.score_shared = CodeWithoutGlobals(module.score_shared)
+    with pytest.raises(PrefixHookError, match="does not resolve its globals"):
+        prefix.check_hook(module)
+
+
+def test_the_other_proof_refusals_name_their_reason_exactly() -> None:
+    from tests.test_prefix import NEVER_CALLS, wrong_system_prompt
+
+    never_calls, _ = scorer_for(fake_package(NEVER_CALLS))
+    with pytest.raises(PrefixHookError) as refused:
+        never_calls.load()
+    assert str(refused.value) == "score_shared did not call the installed INV-7 wrapper"
+    package = fake_package()
+    package.direct.encode_prompt = wrong_system_prompt
+    wrong, _ = scorer_for(package)
+    with pytest.raises(PrefixHookError) as refused:
+        wrong.load()
+    assert str(refused.value) == "INV-7 wrapper does not return upstream's prefix for the warm-up state"
+
+
+# Records each call's arguments, so the proof's own call can be checked.
+RECORDING = SHARED_SOURCE.replace(
+    "def score_shared(model, tokenizer, rows, metadata, max_tokens=4096):\n",
+    "CALLS = []\n\n\ndef score_shared(model, tokenizer, rows, metadata, max_tokens=4096):\n"
+    "    CALLS.append((rows, metadata, max_tokens))\n",
+)
+
+
+def test_the_proof_scores_the_contracts_row_with_the_loaded_metadata_and_limit() -> None:
+    package = fake_package(RECORDING)
+    log: list[Any] = []
+    scorer = TorchScorer(settings(device="cpu", max_tokens=1234), torch=FakeTorch(log, available=False),
+                         package=package, loader=FakeLoader(log))
+    scorer.load()
+    rows, metadata, max_tokens = package.shared.CALLS[-1]
+    assert rows == [{"id": "inv7-proof", "state": PROOF_STATE, "question": "Did the person say ok?",
+                     "options": [{"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}]}]
+    assert metadata == {"source": "Qwen/Qwen3.5-4B", "device": "cpu", "dtype": "float32"} and max_tokens == 1234
+
+
+def test_the_probe_row_is_the_state_then_a_placeholder_criterion() -> None:
+    assert prefix.probe_row({"k": "v"}) == {
+        "id": "prefix-probe", "state": {"k": "v"}, "question": "prefix boundary placeholder",
+        "options": [{"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}],
+    }
+    seen: list[dict[str, Any]] = []
+    hook = prefix.make_wrapper(lambda tokenizer, state: [1, 2], lambda tokenizer, row, limit: (seen.append(row) or [1, 2, 3], [], ""))
+    assert hook.calls == 0
+    assert hook(None, "s") == [1, 2] and hook.calls == 1 and seen == [prefix.probe_row("s")]

@@ -91,3 +91,28 @@ async def test_on_the_wire_each_fault_is_a_422_that_never_reaches_the_scorer(sta
     for path, control in (("/decide", CONTROL), ("/decide/shared", SHARED_CONTROL)):
         assert (await request(server.port, "POST", path, control.encode())).status == 200
     assert [kind for kind, _ in fake.calls] == ["direct", "shared"]
+
+
+# -- where a refusal points: each message names the field it is about --------------------------
+
+@pytest.mark.parametrize("parse,body,message", [
+    (request_model.parse_decide, b"[]", "body must be a JSON object"),
+    (request_model.parse_shared, b"[]", "body must be a JSON object"),
+    (request_model.parse_decide, json.dumps({**ROW, "options": []}).encode(), "body.options must be an array of 2..16 options"),
+    (request_model.parse_decide, json.dumps({**ROW, "id": ""}).encode(), "body.id must be a nonempty string"),
+    (request_model.parse_shared, json.dumps({**SHARED, "decisions": [SHARED["decisions"][0], 5]}).encode(),
+     "decisions[1] must be a JSON object"),
+    (request_model.parse_shared, json.dumps({"state": "s", "decisions": [{**SHARED["decisions"][0], "options": []}]}).encode(),
+     "decisions[0].options must be an array of 2..16 options"),
+    (request_model.parse_shared, json.dumps({"state": "s", "decisions": []}).encode(),
+     "decisions must be an array of 1..8 entries"),
+], ids=["decide-not-object", "shared-not-object", "decide-options", "decide-id", "shared-item", "shared-options",
+        "shared-empty"])
+def test_each_refusal_names_its_field(parse, body: bytes, message: str) -> None:
+    assert refusal(parse, body) == message
+
+
+def test_one_decision_is_a_valid_shared_body_and_the_kinds_are_told_apart() -> None:
+    one = request_model.parse_shared(json.dumps({"state": "s", "decisions": SHARED["decisions"][:1]}).encode(), LIMITS)
+    assert len(one.decisions) == 1 and one.shared is True
+    assert request_model.parse_decide(CONTROL.encode(), LIMITS).shared is False
