@@ -11,6 +11,7 @@ control itself is shown to be accepted, in process and on a real socket.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -116,3 +117,27 @@ def test_one_decision_is_a_valid_shared_body_and_the_kinds_are_told_apart() -> N
     one = request_model.parse_shared(json.dumps({"state": "s", "decisions": SHARED["decisions"][:1]}).encode(), LIMITS)
     assert len(one.decisions) == 1 and one.shared is True
     assert request_model.parse_decide(CONTROL.encode(), LIMITS).shared is False
+
+
+WITH_WORKLOADS = request_model.Limits(max_decisions=8, workloads=frozenset({"b", "a"}))
+LONG = "w" * 100  # echoed as a 60-character excerpt
+
+
+@pytest.mark.parametrize("limits,body,message", [
+    (LIMITS, {**ROW, "orderings": "some"}, "body.orderings must be one of none, rotations, all"),
+    (WITH_WORKLOADS, {**ROW, "workload": LONG}, f"unknown workload {'w' * 60 + '…'!r}; known: a, b"),
+    (LIMITS, {**ROW, "workload": "a"}, "unknown workload 'a'; known: none"),
+    (WITH_WORKLOADS, {**ROW, "workload": "a", "orderings": "rotations"},
+     "workload cannot be combined with orderings: no temperature is fitted on combined scores"),
+    (LIMITS, {**ROW, "id": "x#o1" + LONG, "orderings": "rotations"},
+     f"decision id {'x#o1' + 'w' * 56 + '…'!r} contains '#o<digits>', reserved for orderings"),
+], ids=["orderings", "workload-known", "workload-none-known", "workload-and-orderings", "reserved-id"])
+def test_the_decide_refusals_say_exactly_what_is_wrong(limits, body: dict[str, Any], message: str) -> None:
+    with pytest.raises(ApiError) as refused:
+        request_model.parse_decide(json.dumps(body).encode(), limits)
+    assert refused.value.message == message
+
+
+def test_repeated_decision_ids_are_refused_exactly() -> None:
+    body = {"state": "s", "decisions": [SHARED["decisions"][0], SHARED["decisions"][0]]}
+    assert refusal(request_model.parse_shared, json.dumps(body).encode()) == "decision ids must be unique"
