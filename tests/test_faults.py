@@ -18,8 +18,8 @@ from typing import Any, Callable
 import pytest
 
 from semif_serve.engine import Engine
-from semif_serve.errors import OutOfMemory, ScoringFailed
-from semif_serve.service import Service
+from semif_serve.errors import ApiError, OutOfMemory, ScoringFailed, excerpt
+from semif_serve.service import Admission, Service, render, route
 
 from .bodies import BODY
 from .conftest import settings
@@ -267,3 +267,67 @@ async def test_a_refused_body_never_takes_an_admission_slot(service, fake) -> No
     reply = await service.post("decide", b"[]")
     assert reply.status == 422 and service.admission.in_progress == 0 and fake.calls == []
     assert (await service.post("decide", json.dumps(ROW).encode())).status == 200
+
+
+def test_an_unknown_error_code_is_a_programming_error() -> None:
+    with pytest.raises(KeyError) as refused:
+        ApiError("nope", "message")
+    assert refused.value.args == ("unknown error code 'nope'",)
+
+
+@pytest.mark.parametrize("value,limit,expected", [
+    (5, 80, "5"),
+    (["a"], 80, "['a']"),
+    ("a\x00b\u202ec", 80, "a?b?c"),
+    ("x" * 80, 80, "x" * 80),
+    ("x" * 81, 80, "x" * 80 + "…"),
+    ("x" * 500, 10, "x" * 10 + "…"),
+])
+def test_an_excerpt_is_printable_and_cut_at_its_limit(value: Any, limit: int, expected: str) -> None:
+    assert excerpt(value, limit) == expected
+
+
+@pytest.mark.parametrize("method,target,name", [
+    (b"GET", b"/health", "health"),
+    (b"GET", b"/health?verbose=1", "health"),
+    (b"POST", b"/decide?a?b", "decide"),
+    (b"POST", b"/decide/shared", "shared"),
+])
+def test_routing_ignores_the_query(method: bytes, target: bytes, name: str) -> None:
+    assert route(method, target).name == name
+
+
+def test_routing_refusals_are_exact() -> None:
+    with pytest.raises(ApiError) as missing:
+        route(b"GET", b"/" + b"n" * 100 + b"?q")
+    assert (missing.value.code, missing.value.message) == ("not_found", "no endpoint at /" + "n" * 59 + "…")
+    with pytest.raises(ApiError) as wrong:
+        route(b"GET", b"/decide/shared?x")
+    assert (wrong.value.code, wrong.value.message) == ("method_not_allowed", "/decide/shared accepts POST only")
+    assert wrong.value.headers == ((b"allow", b"POST"),)
+
+
+def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
+    admission = Admission(3)
+    for _ in range(3):
+        admission.enter()
+    assert admission.in_progress == 3
+    with pytest.raises(ApiError) as busy:
+        admission.enter()
+    assert (busy.value.code, busy.value.message) == ("busy", "3 requests already in progress; retry later")
+    admission.leave()
+    assert admission.in_progress == 2
+
+
+def test_rendering_keeps_unicode_and_refuses_non_finite_numbers() -> None:
+    assert render({"a": "é\u202e"}) == '{"a": "é\u202e"}'.encode()
+    with pytest.raises(ValueError):
+        render({"a": math.inf})
+
+
+async def test_a_refused_token_says_so_exactly(service: Service) -> None:
+    for header in (None, b"Bearer", b"Bearer wrong", b"Basic " + TOKEN.encode()):
+        with pytest.raises(ApiError) as refused:
+            service.authorize(header)
+        assert (refused.value.code, refused.value.message) == ("unauthorized", "missing or wrong bearer token")
+    service.authorize(b"BEARER " + TOKEN.encode())

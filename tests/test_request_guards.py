@@ -141,3 +141,43 @@ def test_the_decide_refusals_say_exactly_what_is_wrong(limits, body: dict[str, A
 def test_repeated_decision_ids_are_refused_exactly() -> None:
     body = {"state": "s", "decisions": [SHARED["decisions"][0], SHARED["decisions"][0]]}
     assert refusal(request_model.parse_shared, json.dumps(body).encode()) == "decision ids must be unique"
+
+
+# -- the rest of the strict-JSON and shape messages, exactly ----------------------------------
+
+def decide(**changes: Any) -> bytes:
+    return json.dumps({**ROW, **changes}).encode()
+
+
+@pytest.mark.parametrize("body,message", [
+    (b"\xff{}", "body is not UTF-8"),
+    (b"[" * 100_000 + b"]" * 100_000, "body is nested too deeply"),
+    (faulty(CONTROL, STATE, '"\\ud800"'), "body holds a lone surrogate escape (\\ud800-\\udfff)"),
+    (faulty(CONTROL, '"question": ', '"' + "\\\\" * 41 + '": 1, "' + "\\\\" * 41 + '": 1, "question": '),
+     "body is not valid JSON: duplicate key " + repr("\\" * 40 + "…")),
+    (decide(**{f"extra{i}": 1 for i in range(6)}, **{"y" * 50: 1}),
+     "body has unknown field(s): extra0, extra1, extra2, extra3, extra4"),
+    (decide(**{"y" * 50: 1}), "body has unknown field(s): " + "y" * 40 + "…"),
+    (json.dumps({"id": "r"}).encode(), "body is missing field(s): options, question, state"),
+    (decide(state=""), "state must be a nonempty string, object or array"),
+    (decide(question=""), "body.question must be a nonempty string"),
+    (decide(options=[{"id": 1, "description": "d"}, {"id": "b", "description": "e"}]),
+     "body.options[0] needs string id and description"),
+    (decide(options=[{"id": "a", "description": "d"}, {"id": "b", "description": 2}]),
+     "body.options[1] needs string id and description"),
+    (decide(options=[{"id": "a"}, {"id": "b", "description": "e"}]), "body.options[0] is missing field(s): description"),
+    (decide(options=[{"id": "a", "description": "d"}] * 2), "body.options ids must be unique"),
+    (decide(options=[{"id": str(i), "description": "d"} for i in range(17)]),
+     "body.options must be an array of 2..16 options"),
+], ids=["not-utf8", "nested", "lone-surrogate", "long-duplicate-key", "unknown-five", "unknown-long",
+        "missing", "state", "question", "option-id-type", "option-description-type", "option-missing",
+        "option-ids", "seventeen-options"])
+def test_the_shape_refusals_say_exactly_what_is_wrong(body: bytes, message: str) -> None:
+    assert refusal(request_model.parse_decide, body) == message
+
+
+def test_sixteen_options_and_a_surrogate_pair_are_accepted() -> None:
+    sixteen = [{"id": str(i), "description": "d"} for i in range(16)]
+    assert len(request_model.parse_decide(decide(options=sixteen), LIMITS).decisions[0].row["options"]) == 16
+    paired = request_model.parse_decide(faulty(CONTROL, STATE, '"\\ud83d\\ude00"'), LIMITS)
+    assert paired.decisions[0].row["state"] == "\U0001f600"
