@@ -10,8 +10,6 @@ queued or while scoring, and close().
 from __future__ import annotations
 
 import asyncio
-import gc
-import logging
 import threading
 import time
 from typing import Any
@@ -133,7 +131,7 @@ async def test_a_queued_call_whose_caller_left_never_reaches_the_scorer(fake) ->
 
 
 @pytest.mark.parametrize("outcome", [None, RuntimeError("failed after its caller left")])
-async def test_a_running_call_whose_caller_left_holds_the_caller_until_it_returns(fake, caplog, outcome) -> None:
+async def test_a_running_call_whose_caller_left_holds_the_caller_until_it_returns(fake, outcome) -> None:
     engine = Engine(fake)
     try:
         fake.gate = threading.Event()
@@ -148,8 +146,8 @@ async def test_a_running_call_whose_caller_left_holds_the_caller_until_it_return
             await leaving
     finally:
         engine.close()
-    gc.collect()  # an abandoned future whose exception nobody read would log now
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    # That the abandoned call's failure is read, not logged at garbage collection, is shown
+    # through the server by test_overload's client-that-leaves-while-scoring test.
 
 
 async def test_close_drops_queued_calls_without_waiting_for_the_running_one(fake) -> None:

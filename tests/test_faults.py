@@ -287,6 +287,10 @@ def test_an_excerpt_is_printable_and_cut_at_its_limit(value: Any, limit: int, ex
     assert excerpt(value, limit) == expected
 
 
+def test_an_excerpt_is_cut_at_80_characters_by_default() -> None:
+    assert excerpt("x" * 100) == "x" * 80 + "…" and excerpt("x" * 80) == "x" * 80
+
+
 @pytest.mark.parametrize("method,target,name", [
     (b"GET", b"/health", "health"),
     (b"GET", b"/health?verbose=1", "health"),

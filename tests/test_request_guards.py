@@ -176,6 +176,12 @@ def test_the_shape_refusals_say_exactly_what_is_wrong(body: bytes, message: str)
     assert refusal(request_model.parse_decide, body) == message
 
 
+def test_all_orderings_of_four_options_are_accepted() -> None:
+    four = [{"id": str(i), "description": "d"} for i in range(4)]
+    roomy = request_model.Limits(max_decisions=24, workloads=frozenset())  # 4! rows
+    assert request_model.parse_decide(decide(options=four, orderings="all"), roomy).decisions[0].orderings == "all"
+
+
 def test_sixteen_options_and_a_surrogate_pair_are_accepted() -> None:
     sixteen = [{"id": str(i), "description": "d"} for i in range(16)]
     assert len(request_model.parse_decide(decide(options=sixteen), LIMITS).decisions[0].row["options"]) == 16
