@@ -20,6 +20,7 @@ from .wire_client import (
     no_error_logs,  # noqa: F401 - fixture
     parse_responses,
     raw_request,
+    raw_responses,
     raw_session,
 )
 
@@ -150,7 +151,7 @@ ACCEPTED = {
 @pytest.mark.parametrize("data", ACCEPTED.values(), ids=ACCEPTED.keys())
 async def test_unambiguous_variants_are_served_and_keep_the_connection(start_server, fake, data) -> None:
     server = await start_server(fake)
-    exchange = await raw_session(server.port, data + HEALTH, timeout=0.5)
+    exchange = await raw_responses(server.port, data + HEALTH, 2)
     statuses = [r.status for r in parse_responses(exchange.data, strict=True)]
     assert statuses == [200, 200] and not exchange.closed
     assert [kind for kind, _ in fake.calls] == ["direct"]
@@ -169,7 +170,7 @@ async def test_http_1_0_is_answered_once_and_closed(start_server, fake) -> None:
 async def test_an_absolute_form_target_is_not_routed(start_server, fake) -> None:
     server = await start_server(fake)
     data = raw_request(target=b"http://x/decide", fields=b"content-length: " + N + b"\r\n", body=BODY)
-    (response,) = parse_responses((await raw_session(server.port, data, timeout=0.5)).data)
+    (response,) = parse_responses((await raw_responses(server.port, data, 1)).data)
     assert response.status == 404 and response.code == "not_found"
     assert fake.calls == []
 
@@ -181,7 +182,7 @@ async def test_an_absolute_form_target_is_not_routed(start_server, fake) -> None
 ])
 async def test_unusual_but_valid_request_lines_are_routed(start_server, fake, method, target, status) -> None:
     server = await start_server(fake)
-    (response,) = parse_responses((await raw_session(server.port, raw_request(method, target), timeout=0.5)).data)
+    (response,) = parse_responses((await raw_responses(server.port, raw_request(method, target), 1)).data)
     assert response.status == status
 
 
