@@ -118,7 +118,9 @@ def _nonempty(env: Mapping[str, str], name: str, default: str) -> str:
 
 def _device(env: Mapping[str, str]) -> str:
     value = _nonempty(env, "SEMIF_DEVICE", "cuda")
-    if value != "cpu" and value != "cuda" and not value.startswith("cuda:"):
+    # N as plain ASCII digits: `cuda:x` or `cuda:+1` would pass here and fail only at load (exit 1).
+    index = value.removeprefix("cuda:")
+    if value not in ("cpu", "cuda") and not (index != value and index.isascii() and index.isdigit()):
         raise ValueError(f"SEMIF_DEVICE must be cuda, cuda:N or cpu, got {value!r}")
     return value
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Awaitable, Callable, Iterator
 
 import pytest
@@ -13,14 +12,9 @@ from semif_serve.scorer import Scorer
 from semif_serve.server import Server
 
 from .fake_scorer import FakeScorer
-from .wire_client import TOKEN
+from .fakes import settings  # the one settings factory; test files also import it from here
 
 Start = Callable[..., Awaitable[Server]]
-
-
-def settings(**overrides: Any) -> Settings:
-    base = Settings(api_token=TOKEN, host="127.0.0.1", port=0, scorer="stub")
-    return dataclasses.replace(base, **overrides)
 
 
 @pytest.fixture

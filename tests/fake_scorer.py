@@ -7,20 +7,18 @@ import threading
 import time
 from typing import Any, Callable
 
+from .reference import softmax
+
 Row = dict[str, Any]
 
 
 def semif_like(row: Row, logits: list[float] | None = None) -> dict[str, Any]:
     """A result with SemIf's keys and values a test can recognise."""
-    import math
-
     logits = logits if logits is not None else [float(len(o["description"])) for o in row["options"]]
-    top = max(logits)
-    weights = [math.exp(v - top) for v in logits]
     return {
         "id": row["id"],
         "option_ids": [o["id"] for o in row["options"]],
-        "probabilities": [w / sum(weights) for w in weights],
+        "probabilities": softmax(logits),
         "option_logits": logits,
         "input_tokens": 17,
         "prompt_sha256": "f" * 64,

@@ -6,6 +6,7 @@ Every fake that matters to an ordering check writes into one shared event log
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -13,9 +14,10 @@ from typing import Any, Callable
 from semif_serve.config import Settings
 from semif_serve.scorer_package import ScorerPackage
 
+from .wire_client import TOKEN
+
 GIB = 1 << 30
 MIB = 1 << 20
-TOKEN = "t" * 40
 EventLog = list[Any]
 
 
@@ -212,6 +214,7 @@ class FakeLoader:
 
 
 def settings(**overrides: Any) -> Settings:
-    """Settings for a torch-engine test; a valid token, everything else overridable."""
-    return Settings(api_token=TOKEN, **overrides)
+    """The tests' one settings factory: a valid token, the stub scorer, an ephemeral
+    loopback port; everything overridable (torch-engine tests pass their own package)."""
+    return dataclasses.replace(Settings(api_token=TOKEN, host="127.0.0.1", port=0, scorer="stub"), **overrides)
 

@@ -17,14 +17,9 @@ from hypothesis import strategies as st
 
 from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, combine, expand, orderings
 
+from .reference import softmax
+
 LETTERS = "abcdefghijklmnop"  # 16 ids, the contract's maximum option count
-
-
-def softmax(values: Sequence[float]) -> list[float]:
-    top = max(values)
-    weights = [math.exp(value - top) for value in values]
-    total = math.fsum(weights)
-    return [weight / total for weight in weights]
 
 
 def make_row(ids: Sequence[str], **extra: Any) -> dict[str, Any]:
@@ -268,6 +263,32 @@ def test_combine_refuses_results_it_cannot_average() -> None:
         combine(row, "rotations", nan)
     with pytest.raises(ValueError):
         combine(make_row("aab"), "rotations", good)
+
+
+def test_each_refusal_says_exactly_what_it_cannot_compute() -> None:
+    row = make_row("abc")
+    good = results_for(row, "rotations", lambda k, i, oid: float(i))
+    wrong = copy.deepcopy(good)
+    wrong[1]["option_ids"] = ["a", "b", "z"]
+    nan = copy.deepcopy(good)
+    nan[0]["option_logits"][1] = float("nan")
+    cases = [
+        (lambda: orderings(3, "shuffle"), "orderings must be one of ('none', 'rotations', 'all'), got 'shuffle'"),
+        (lambda: orderings(0, "none"), "a decision needs at least one option, got 0"),
+        (lambda: orderings(5, "all"), "orderings 'all' allows at most 4 options, got 5"),
+        (lambda: combine(row, "rotations", good[:2]), "'rotations' over 3 options needs 3 results, got 2"),
+        (lambda: combine(row, "rotations", wrong), "result 'q1#o1' does not score exactly the options ['a', 'b', 'c']"),
+        (lambda: combine(row, "rotations", nan), "result 'q1#o0' has a non-finite logit or probability"),
+        (lambda: combine(make_row("aab"), "rotations", good), "decision 'q1' repeats an option id: ['a', 'a', 'b']"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError) as refused:
+            call()
+        assert str(refused.value) == message
+
+
+def test_a_single_option_has_one_ordering_whatever_the_method() -> None:
+    assert orderings(1, "none") == orderings(1, "rotations") == orderings(1, "all") == [(0,)]
 
 
 # --- properties ----------------------------------------------------------------------

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from .fake_scorer import semif_like
+from .reference import softmax
 from .test_server import ROW
 from .wire_client import request
 
@@ -34,9 +35,7 @@ async def test_rotations_send_n_rows_in_one_shared_call(start_server, fake) -> N
     combined = body["combined"]
     assert combined["method"] == "rotations" and combined["orderings"] == 4
     true = [len(o["description"]) for o in FOUR]
-    import math
-    weights = [math.exp(t - max(true)) for t in true]
-    assert combined["probabilities"] == pytest.approx([w / sum(weights) for w in weights], abs=1e-12)
+    assert combined["probabilities"] == pytest.approx(softmax(true), abs=1e-12)
     assert combined["top"] == "d"
 
 

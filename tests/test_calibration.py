@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from semif_serve.calibration import T_MAX, T_MIN, VARIABLE, calibrated_view, load_table
 
+from .reference import softmax
+
 
 def write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "calibration.json"
@@ -22,14 +24,11 @@ def write(tmp_path: Path, text: str) -> str:
 
 
 def result(logits: list[float]) -> dict[str, Any]:
-    top = max(logits)
-    weights = [math.exp(value - top) for value in logits]
-    total = math.fsum(weights)
     return {
         "id": "q1",
         "option_ids": [f"o{i}" for i in range(len(logits))],
         "option_logits": logits,
-        "probabilities": [weight / total for weight in weights],
+        "probabilities": softmax(logits),
         "probability_status": "uncalibrated",
     }
 
@@ -124,8 +123,7 @@ def test_the_view_is_finite_at_extreme_logits_and_both_bounds(temperature: float
 def test_the_view_is_softmax_of_logits_over_t() -> None:
     logits = [1.0, 2.0, 0.5]
     for temperature in (0.5, 2.0):
-        weights = [math.exp(value / temperature) for value in logits]
-        expected = [weight / sum(weights) for weight in weights]
+        expected = softmax(logits, temperature)
         assert calibrated_view(result(logits), "w", temperature)["probabilities"] == pytest.approx(expected, abs=1e-15)
     # T sharpens below 1 and flattens above it.
     sharp = calibrated_view(result(logits), "w", 0.5)["probabilities"]

@@ -23,7 +23,8 @@ from semif_serve.errors import ApiError
 from semif_serve.stub import StubScorer
 
 from .conftest import settings as server_settings
-from .test_server import ROW, SHARED, assert_serving
+from .bodies import BODY, POST, ROW, SHARED
+from .test_server import assert_serving
 from .wire_client import (
     HEALTH,
     Connection,
@@ -159,9 +160,8 @@ async def test_any_json_body_on_the_live_server_is_a_200_or_a_422(start_server, 
 
 # -- bytes on the wire ----------------------------------------------------------------------------
 
-BODY = json.dumps(ROW).encode()
 SEEDS = [
-    raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY),
+    POST,
     raw_request(fields=b"transfer-encoding: chunked\r\n", body=b"%x\r\n" % len(BODY) + BODY + b"\r\n0\r\n\r\n"),
     HEALTH,
     raw_request(b"POST", b"/decide/shared", b"content-length: 2\r\nexpect: 100-continue\r\n", b"{}"),

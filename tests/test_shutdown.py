@@ -7,7 +7,6 @@ First in-process against Server.shutdown (fast, scripted scorer), then the real 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -16,7 +15,7 @@ import threading
 
 import pytest
 
-from .test_server import ROW
+from .bodies import POST, ROW
 from .wire_client import (
     HEALTH,
     TOKEN,
@@ -24,14 +23,11 @@ from .wire_client import (
     eventually,
     no_error_logs,  # noqa: F401 - fixture
     parse_responses,
-    raw_request,
     request,
 )
 
 pytestmark = pytest.mark.usefixtures("no_error_logs")
 
-BODY = json.dumps(ROW).encode()
-POST = raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)
 
 
 async def begin_shutdown(server) -> asyncio.Future:

@@ -151,6 +151,35 @@ async def raw_session(port: int, data: bytes, timeout: float = 5.0) -> Exchange:
     return Exchange(received, closed)
 
 
+async def raw_responses(port: int, data: bytes, count: int, timeout: float = 5.0, linger: float = 0.3) -> Exchange:
+    """Send raw bytes and read until `count` complete responses arrived (or EOF), failing after
+    `timeout`; then read up to `linger` seconds more, so an EOF (or a stray response) that
+    follows them is seen. It waits on the responses, not on the clock: a slow machine only
+    makes it slower, and a connection it reports open is one the server did not close."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    received, closed = b"", False
+    try:
+        async with asyncio.timeout(timeout):
+            while len(parse_responses(received)) < count:
+                chunk = await reader.read(65536)
+                if not chunk:
+                    closed = True
+                    break
+                received += chunk
+        if not closed:
+            try:
+                more = await asyncio.wait_for(reader.read(65536), linger)
+                closed, received = not more, received + more
+            except asyncio.TimeoutError:
+                pass
+    except ConnectionError:
+        closed = True
+    finally:
+        writer.close()
+    return Exchange(received, closed)
+
+
 async def raw_exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
     """Send raw bytes, read until the server closes (or the timeout), return all it sent."""
     return (await raw_session(port, data, timeout)).data
