@@ -128,7 +128,7 @@ LONG = "w" * 100  # echoed as a 60-character excerpt
     (WITH_WORKLOADS, {**ROW, "workload": LONG}, f"unknown workload {'w' * 60 + '…'!r}; known: a, b"),
     (LIMITS, {**ROW, "workload": "a"}, "unknown workload 'a'; known: none"),
     (WITH_WORKLOADS, {**ROW, "workload": "a", "orderings": "rotations"},
-     "workload cannot be combined with orderings: no temperature is fitted on combined scores"),
+     "workload 'a' has no temperature for method 'rotations' (decision 'r1'); it has: none"),
     (LIMITS, {**ROW, "id": "x#o1" + LONG, "orderings": "rotations"},
      f"decision id {'x#o1' + 'w' * 56 + '…'!r} contains '#o<digits>', reserved for orderings"),
 ], ids=["orderings", "workload-known", "workload-none-known", "workload-and-orderings", "reserved-id"])
