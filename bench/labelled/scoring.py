@@ -1,0 +1,118 @@
+"""Asking a running server to choose, for every labelled row under every ordering method.
+
+Rules: this is the only module here that talks HTTP, through the bench's one
+client (bench.loadgen). It sends exactly the /decide fields a caller would
+(never the label), keeps the server's probabilities untouched, and records per
+row and method what the metrics and the temperature fit need, so calibration
+can reuse a saved evaluation without rescoring. A non-200 answer stops the run
+with the row, the method and the server's message: a silently dropped row
+would bias every figure.
+
+What is kept per row and method: `probabilities` (the served ones: native for
+"none", `combined.probabilities` for averaged methods), `scores` (the vector a
+temperature divides: `option_logits` for "none"; for averaged methods the log
+of the combined probabilities, which equals the mean per-option log-softmax up
+to a constant that softmax ignores), the served `top` as an index in the row's
+own order, `agreement`, the number of orderings and the prompt_version the
+scorer reported (a calibration file is bound to it).
+
+"all" is not sent for rows with more than MAX_ALL_OPTIONS options (the contract
+refuses it with a 422); those rows are listed under `skipped`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any, Sequence
+
+from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS
+
+from ..loadgen import Connection, Target, call
+from ..report import Progress
+from . import rows as labelled
+
+Record = dict[str, Any]
+DEFAULT_TIMEOUT = 600.0  # one "all" request over 4 options is 24 rows in one call: seconds on a loaded CPU
+
+
+class ScoringError(RuntimeError):
+    """The server answered something evaluation cannot use."""
+
+
+def applicable(row: labelled.Row, method: str) -> bool:
+    return not (method == "all" and len(row["options"]) > MAX_ALL_OPTIONS)
+
+
+def _option_ids(row: labelled.Row) -> list[str]:
+    return [option["id"] for option in row["options"]]
+
+
+def record(row: labelled.Row, method: str, answer: dict[str, Any]) -> Record:
+    """What a served answer says about one row under one method, in the row's own option order."""
+    ids = _option_ids(row)
+    if "combined" in answer:
+        combined = answer["combined"]
+        probabilities = list(combined["probabilities"])
+        scores = [math.log(max(p, math.ulp(0.0))) for p in probabilities]
+        top, agreement, count = ids.index(combined["top"]), combined["agreement"], combined["orderings"]
+        prompt_version = answer["orderings"][0].get("prompt_version")
+    else:
+        probabilities, scores = list(answer["probabilities"]), list(answer["option_logits"])
+        top = max(range(len(ids)), key=probabilities.__getitem__)
+        agreement, count = None, 1
+        prompt_version = answer.get("prompt_version")
+    if answer.get("option_ids") != ids:
+        raise ScoringError(f"row {row['id']!r} ({method}): the answer scores options {answer.get('option_ids')}, not {ids}")
+    return {"probabilities": probabilities, "scores": scores, "top": top, "agreement": agreement,
+            "orderings": count, "prompt_version": prompt_version}
+
+
+async def health(target: Target) -> dict[str, Any]:
+    response = await call(target, "GET", "/health", timeout=10.0)
+    if response.status != 200:
+        raise ScoringError(f"/health answered {response.status}")
+    return response.json()
+
+
+async def _worker(target: Target, jobs: asyncio.Queue[tuple[labelled.Row, str]], out: dict[tuple[str, str], Record],
+                  progress: Progress, timeout: float) -> None:
+    connection = await Connection.open(target)
+    try:
+        while not jobs.empty():
+            row, method = jobs.get_nowait()
+            response = await connection.request(target, "POST", "/decide", labelled.request(row, method), timeout)
+            if response.status != 200:
+                raise ScoringError(f"/decide {row['id']!r} ({method}) answered {response.status}: {response.body[:300]!r}")
+            out[row["id"], method] = record(row, method, response.json())
+            progress.tick()
+            if connection.closed:
+                connection = await Connection.open(target)
+    finally:
+        await connection.close()
+
+
+async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence[str] = METHODS,
+                concurrency: int = 2, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+    """Every applicable (row, method), method by method; the server's /health and the per-row records."""
+    facts = await health(target)
+    jobs: asyncio.Queue[tuple[labelled.Row, str]] = asyncio.Queue()
+    skipped: dict[str, list[str]] = {method: [] for method in methods}
+    for method in methods:
+        for row in items:
+            if applicable(row, method):
+                jobs.put_nowait((row, method))
+            else:
+                skipped[method].append(row["id"])
+    out: dict[tuple[str, str], Record] = {}
+    progress = Progress("evaluate: decisions scored", jobs.qsize(), every=5.0)
+    workers = [asyncio.create_task(_worker(target, jobs, out, progress, timeout)) for _ in range(max(1, concurrency))]
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for task in workers:
+            task.cancel()
+    scored = [{"id": row["id"], "label": row["label"], "split": labelled.split_of(row),
+               "workload": row.get("workload"), "options": len(row["options"]),
+               "methods": {m: out[row["id"], m] for m in methods if (row["id"], m) in out}} for row in items]
+    return {"health": facts, "methods": list(methods), "rows": scored, "skipped": skipped}
