@@ -55,9 +55,10 @@ def reliability(grid: Sequence[Sequence[Panel]], path: str | Path, title: str) -
                 _draw(axes[r][c], row[c])
             else:
                 axes[r][c].axis("off")
-    axes[0][0].legend(fontsize=6, loc="upper left")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
     figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.04, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=90)
