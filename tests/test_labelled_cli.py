@@ -148,3 +148,18 @@ def test_a_bad_label_file_fails_before_any_request(tmp_path: Path) -> None:
     bad.write_text('{"id": "a", "state": "s", "question": "q", "options": [], "label": 0}\n')
     done = bench("evaluate", "--url", f"http://127.0.0.1:{procs.free_port()}", "--data", str(bad))
     assert done.returncode == 1 and "bad.jsonl:1: options must be a list" in done.stderr
+
+
+def test_derived_methods_equal_the_methods_asked_one_by_one(evaluated: dict[str, Any], server: procs.Running,
+                                                            subset: Path, tmp_path: Path) -> None:
+    """--derive asks each row once; its none/rotations must be what asking for them gives (the stub is exact)."""
+    done = bench("evaluate", "--url", server.url, "--data", str(subset), "--out", str(tmp_path / "derived.json"), "--derive")
+    assert done.returncode == 0, done.stderr[-2000:]
+    derived = json.loads((tmp_path / "derived.json").read_text())
+    assert derived["derived"] is True
+    asked = {row["id"]: row["methods"] for row in evaluated["results"]["rows"]}
+    for row in derived["rows"]:
+        assert set(row["methods"]) == set(asked[row["id"]]), row["id"]
+        for method, kept in row["methods"].items():
+            assert kept == asked[row["id"]][method], (row["id"], method)
+    assert derived["summary"] == evaluated["results"]["summary"]

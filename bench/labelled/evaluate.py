@@ -122,6 +122,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     p.add_argument("--concurrency", type=int, default=2, help="requests in flight (default 2)")
     p.add_argument("--timeout", type=float, default=scoring.DEFAULT_TIMEOUT, help="seconds per request")
+    p.add_argument("--derive", action="store_true",
+                   help="ask each row once under its largest method and derive the smaller ones from its orderings "
+                        "(fewer forward passes; see bench/labelled/scoring.py)")
     return p
 
 
@@ -130,7 +133,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         target = Target.from_url(args.url)
         items = labelled.load(args.data)
-        scored = asyncio.run(scoring.score(target, items, args.methods, args.concurrency, args.timeout))
+        scored = asyncio.run(scoring.score(target, items, args.methods, args.concurrency, args.timeout, args.derive))
     except (ValueError, OSError, TimeoutError, scoring.ScoringError) as error:
         print(f"evaluate: {error}", file=sys.stderr)
         return 1

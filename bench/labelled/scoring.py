@@ -18,6 +18,15 @@ scorer reported (a calibration file is bound to it).
 
 "all" is not sent for rows with more than MAX_ALL_OPTIONS options (the contract
 refuses it with a 422); those rows are listed under `skipped`.
+
+`derive=True` saves forward passes on a slow machine: each row is asked once,
+under the largest method it needs, and the smaller methods are derived from
+that answer's per-ordering results (SemIf's results, unchanged): "none" is the
+identity ordering's result, and "rotations" (a subset of "all"'s permutations)
+is combined by the server's own `averaging.combine`. The only difference from
+asking each method separately is that those rows were scored together in one
+`score_shared` call rather than each in its own (the contract's shared-vs-direct
+gap, ~1e-6 on the CPU models measured).
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import asyncio
 import math
 from typing import Any, Sequence
 
-from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS
+from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, combine, orderings
 
 from ..loadgen import Connection, Target, call
 from ..report import Progress
@@ -68,6 +77,28 @@ def record(row: labelled.Row, method: str, answer: dict[str, Any]) -> Record:
             "orderings": count, "prompt_version": prompt_version}
 
 
+def derive(row: labelled.Row, method: str, answer: dict[str, Any], wanted: Sequence[str]) -> dict[str, Record]:
+    """Records for every wanted method from one answer under `method`, a superset of their orderings."""
+    if "combined" not in answer:
+        return {method: record(row, method, answer)}
+    count = len(row["options"])
+    position = {order: k for k, order in enumerate(orderings(count, method))}
+    if len(position) != len(answer["orderings"]):
+        raise ScoringError(f"row {row['id']!r} ({method}): {len(answer['orderings'])} orderings, expected {len(position)}")
+    out = {method: record(row, method, answer)}
+    for smaller in wanted:
+        if smaller == method or not applicable(row, smaller):
+            continue
+        results = [answer["orderings"][position[order]] for order in orderings(count, smaller)]
+        out[smaller] = record(row, smaller, results[0] if smaller == "none" else combine(row, smaller, results))
+    return out
+
+
+def largest(row: labelled.Row, wanted: Sequence[str]) -> str:
+    """The method whose orderings include every other wanted one's, for this row."""
+    return max((m for m in wanted if applicable(row, m)), key=METHODS.index)
+
+
 async def health(target: Target) -> dict[str, Any]:
     response = await call(target, "GET", "/health", timeout=10.0)
     if response.status != 200:
@@ -76,7 +107,8 @@ async def health(target: Target) -> dict[str, Any]:
 
 
 async def _worker(target: Target, jobs: asyncio.Queue[tuple[labelled.Row, str]], out: dict[tuple[str, str], Record],
-                  progress: Progress, timeout: float) -> None:
+                  progress: Progress, timeout: float, wanted: Sequence[str] | None) -> None:
+    """Send queued (row, method) jobs on one keep-alive connection; with `wanted`, derive those methods too."""
     connection = await Connection.open(target)
     try:
         while not jobs.empty():
@@ -84,7 +116,9 @@ async def _worker(target: Target, jobs: asyncio.Queue[tuple[labelled.Row, str]],
             response = await connection.request(target, "POST", "/decide", labelled.request(row, method), timeout)
             if response.status != 200:
                 raise ScoringError(f"/decide {row['id']!r} ({method}) answered {response.status}: {response.body[:300]!r}")
-            out[row["id"], method] = record(row, method, response.json())
+            answer = response.json()
+            records = derive(row, method, answer, wanted) if wanted else {method: record(row, method, answer)}
+            out.update({(row["id"], m): r for m, r in records.items()})
             progress.tick()
             if connection.closed:
                 connection = await Connection.open(target)
@@ -93,20 +127,23 @@ async def _worker(target: Target, jobs: asyncio.Queue[tuple[labelled.Row, str]],
 
 
 async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence[str] = METHODS,
-                concurrency: int = 2, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+                concurrency: int = 2, timeout: float = DEFAULT_TIMEOUT, derive_smaller: bool = False) -> dict[str, Any]:
     """Every applicable (row, method), method by method; the server's /health and the per-row records."""
     facts = await health(target)
     jobs: asyncio.Queue[tuple[labelled.Row, str]] = asyncio.Queue()
-    skipped: dict[str, list[str]] = {method: [] for method in methods}
-    for method in methods:
+    skipped: dict[str, list[str]] = {method: [row["id"] for row in items if not applicable(row, method)] for method in methods}
+    if derive_smaller:
         for row in items:
-            if applicable(row, method):
-                jobs.put_nowait((row, method))
-            else:
-                skipped[method].append(row["id"])
+            jobs.put_nowait((row, largest(row, methods)))
+    else:
+        for method in methods:
+            for row in items:
+                if applicable(row, method):
+                    jobs.put_nowait((row, method))
     out: dict[tuple[str, str], Record] = {}
-    progress = Progress("evaluate: decisions scored", jobs.qsize(), every=5.0)
-    workers = [asyncio.create_task(_worker(target, jobs, out, progress, timeout)) for _ in range(max(1, concurrency))]
+    progress = Progress("evaluate: requests answered", jobs.qsize(), every=5.0)
+    wanted = list(methods) if derive_smaller else None
+    workers = [asyncio.create_task(_worker(target, jobs, out, progress, timeout, wanted)) for _ in range(max(1, concurrency))]
     try:
         await asyncio.gather(*workers)
     finally:
@@ -115,4 +152,4 @@ async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence
     scored = [{"id": row["id"], "label": row["label"], "split": labelled.split_of(row),
                "workload": row.get("workload"), "options": len(row["options"]),
                "methods": {m: out[row["id"], m] for m in methods if (row["id"], m) in out}} for row in items]
-    return {"health": facts, "methods": list(methods), "rows": scored, "skipped": skipped}
+    return {"health": facts, "methods": list(methods), "derived": derive_smaller, "rows": scored, "skipped": skipped}
