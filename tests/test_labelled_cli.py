@@ -163,3 +163,10 @@ def test_derived_methods_equal_the_methods_asked_one_by_one(evaluated: dict[str,
         for method, kept in row["methods"].items():
             assert kept == asked[row["id"]][method], (row["id"], method)
     assert derived["summary"] == evaluated["results"]["summary"]
+
+
+def test_evaluate_re_reports_saved_results_without_a_server(evaluated: dict[str, Any], tmp_path: Path) -> None:
+    done = bench("evaluate", "--results", str(evaluated["dir"] / "results.json"), "--out", str(tmp_path / "again.json"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "again.json").read_text())["summary"] == evaluated["results"]["summary"]
+    assert done.stdout == evaluated["done"].stdout

@@ -1,4 +1,4 @@
-"""`python -m bench evaluate --url URL --data FILE.jsonl [--out results.json] [--plot reliability.png]`.
+"""`python -m bench evaluate (--url URL --data FILE.jsonl | --results results.json) [--out …] [--plot …]`.
 
 How well a served model chooses on labelled rows, per ordering method (none,
 rotations, all): accuracy; the share of rows whose orderings agree unanimously
@@ -10,13 +10,15 @@ on the rows every method scored, since "all" skips rows over 4 options.
 Rules: scoring is the scoring module's, figures are the metrics module's,
 drawing is the plots module's; this module only summarises and reports. A
 table goes to stdout, progress to stderr, the full JSON (with every row's
-probabilities per method, which `calibrate --results` reuses) to --out.
+probabilities per method, which `calibrate --results` reuses) to --out;
+`--results` re-reports a saved JSON without asking the server again.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,6 +28,9 @@ from semif_serve.averaging import METHODS
 from ..loadgen import Target
 from ..report import fmt, machine, markdown_table, note, now, write_json
 from . import metrics, plots, rows as labelled, scoring
+
+
+SCORED_KEYS = ("health", "methods", "derived", "rows", "skipped")  # what scoring.score returns
 
 
 def _positions(items: Sequence[dict[str, Any]], key: Any, width: int) -> list[float]:
@@ -46,6 +51,12 @@ def method_summary(scored_rows: Sequence[dict[str, Any]], method: str) -> dict[s
     width = max(row["options"] for row in rows)
     figures["top_position"] = _positions(records, lambda r: r["top"], width)
     figures["label_position"] = _positions(rows, lambda row: row["label"], width)
+    counts = sorted({row["options"] for row in rows})
+    figures["by_options"] = {str(n): {
+        "rows": sum(row["options"] == n for row in rows),
+        "top_position": _positions([rec for rec, row in zip(records, rows) if row["options"] == n], lambda r: r["top"], n),
+        "label_position": _positions([row for row in rows if row["options"] == n], lambda row: row["label"], n),
+    } for n in counts}
     if method != "none":
         unanimous = [(rec, y) for rec, y in zip(records, labels) if rec["agreement"] == 1.0]
         figures["unanimous_rows"] = len(unanimous)
@@ -86,8 +97,18 @@ def tables(summary: dict[str, Any], skipped: dict[str, list[str]]) -> str:
         position_rows.append((k, fmt(first["label_position"][k], 3),
                               *(fmt(s["top_position"][k], 3) if s["rows"] and k < len(s["top_position"]) else "-"
                                 for s in summary.values())))
+    shares = lambda values: " / ".join(f"{v:.2f}" for v in values)  # noqa: E731
+    counts = sorted({int(n) for s in scored for n in s["by_options"]})
+    per_count = []
+    for n in counts:
+        first = next(s["by_options"][str(n)] for s in scored if str(n) in s["by_options"])
+        per_count.append((n, first["rows"], shares(first["label_position"]),
+                          *(shares(s["by_options"][str(n)]["top_position"]) if s["rows"] and str(n) in s["by_options"] else "-"
+                            for s in summary.values())))
     text = [markdown_table(head, lines), "",
-            markdown_table(("position", "label share", *(f"top share ({m})" for m in summary)), position_rows)]
+            markdown_table(("position", "label share", *(f"top share ({m})" for m in summary)), position_rows), "",
+            markdown_table(("options", "rows", "label share by position", *(f"top share by position ({m})" for m in summary)),
+                           per_count)]
     for method, ids in skipped.items():
         if ids:
             text.append(f"\n{method}: {len(ids)} rows not scored (more than 4 options; the contract refuses 'all' there)")
@@ -115,8 +136,10 @@ def report(scored: dict[str, Any], data: str, out: Path | None, plot: Path | Non
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench evaluate", description=__doc__.split("\n\n")[1])
-    p.add_argument("--url", required=True, help="http://127.0.0.1:PORT of a running server (token from SEMIF_API_TOKEN)")
-    p.add_argument("--data", required=True, help="labelled JSONL: {id, state, question, options, label}")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="http://127.0.0.1:PORT of a running server (token from SEMIF_API_TOKEN); needs --data")
+    source.add_argument("--results", type=Path, help="re-report a saved --out JSON without rescoring")
+    p.add_argument("--data", help="labelled JSONL: {id, state, question, options, label}")
     p.add_argument("--out", type=Path, help="write the full results JSON here")
     p.add_argument("--plot", type=Path, help="write a reliability-diagram PNG here")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
@@ -130,12 +153,21 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
+    if args.url is not None and args.data is None:
+        print("evaluate: --url needs --data", file=sys.stderr)
+        return 2
     try:
-        target = Target.from_url(args.url)
-        items = labelled.load(args.data)
-        scored = asyncio.run(scoring.score(target, items, args.methods, args.concurrency, args.timeout, args.derive))
+        if args.results is not None:
+            saved = json.loads(Path(args.results).read_text(encoding="utf-8"))
+            scored = {key: saved[key] for key in SCORED_KEYS if key in saved}
+            data = saved.get("data", str(args.results))
+        else:
+            items = labelled.load(args.data)
+            scored = asyncio.run(scoring.score(Target.from_url(args.url), items, args.methods, args.concurrency,
+                                               args.timeout, args.derive))
+            data = args.data
     except (ValueError, OSError, TimeoutError, scoring.ScoringError) as error:
         print(f"evaluate: {error}", file=sys.stderr)
         return 1
-    report(scored, args.data, args.out, args.plot)
+    report(scored, data, args.out, args.plot)
     return 0

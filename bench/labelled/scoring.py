@@ -134,7 +134,8 @@ async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence
     skipped: dict[str, list[str]] = {method: [row["id"] for row in items if not applicable(row, method)] for method in methods}
     if derive_smaller:
         for row in items:
-            jobs.put_nowait((row, largest(row, methods)))
+            if any(applicable(row, m) for m in methods):
+                jobs.put_nowait((row, largest(row, methods)))
     else:
         for method in methods:
             for row in items:
