@@ -127,7 +127,9 @@ def report(scored: dict[str, Any], data: str, out: Path | None, plot: Path | Non
     if out is not None:
         write_json(out, payload)
         note(f"evaluate: wrote {out}")
-    if plot is not None:
+    if plot is not None and not panels(summary):
+        note("evaluate: no method scored any row; no plot")
+    elif plot is not None:
         model = scored["health"].get("model")
         plots.reliability([panels(summary)], plot, f"Reliability on {Path(data).name} ({model})")
         note(f"evaluate: wrote {plot}")
