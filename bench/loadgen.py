@@ -55,6 +55,15 @@ class Response:
     status: int
     body: bytes
     latency: float
+    head: bytes = b""  # the status line and headers, for checks that read a header
+
+    def header(self, name: str) -> str | None:
+        """The first value of header `name` (case-insensitive), or None."""
+        for line in self.head.split(b"\r\n")[1:]:
+            key, _, value = line.partition(b":")
+            if key.strip().lower() == name.lower().encode():
+                return value.strip().decode("latin-1")
+        return None
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -111,7 +120,7 @@ class Connection:
             body = await self.reader.readexactly(length) if length else b""
         if close:
             await self.close()
-        return Response(status, body, time.perf_counter() - started)
+        return Response(status, body, time.perf_counter() - started, head[:-4])
 
     async def request(self, target: Target, method: str, path: str, payload: Any = None,
                       timeout: float = DEFAULT_TIMEOUT) -> Response:

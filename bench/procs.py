@@ -153,14 +153,25 @@ def fastapi_baseline(env: Mapping[str, str], api_token: str, ready_timeout: floa
 
 
 def tiny_model(out: Path, timeout: float = 300.0) -> dict[str, str]:
-    """Build the tiny model with `semif-serve tiny-model` in a child process; its settings.
+    """Build the tiny model with `semif-serve tiny-model` in a child process; its settings."""
+    return built_model("tiny-model", out, timeout)
+
+
+def small_model(out: Path | None = None, timeout: float = 900.0) -> dict[str, str]:
+    """Build (or find) SmolLM2 with `semif-serve small-model`; without `out`, in its per-machine cache."""
+    return built_model("small-model", out, timeout)
+
+
+def built_model(command: str, out: Path | None, timeout: float = 300.0) -> dict[str, str]:
+    """Run a model builder (`semif-serve <command> [--out DIR]`) in a child process; its KEY=VALUE settings.
 
     A child keeps transformers out of this process until HF_HOME is known: the hub
     cache path is fixed when huggingface_hub is first imported.
     """
-    done = subprocess.run([*semif_argv(), "tiny-model", "--out", str(out)], cwd=ROOT, capture_output=True,
+    where = ["--out", str(out)] if out is not None else []
+    done = subprocess.run([*semif_argv(), command, *where], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
-        raise RuntimeError(f"tiny-model build failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"{command} build failed ({done.returncode}):\n{done.stderr[-2000:]}")
     pairs = (line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     return {key: value for key, value in pairs}

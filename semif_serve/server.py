@@ -2,7 +2,10 @@
 
 On SIGTERM or SIGINT it stops accepting, closes idle keep-alive connections,
 answers new requests 503 with `Connection: close`, lets in-flight calls finish
-within the grace period, answers any still waiting 503, and exits 0.
+within the grace period, answers any still waiting 503, and exits 0. The port
+opens only after the model has loaded and warmed up (`Engine.start`), so a
+connection refused means "not ready yet" and a 503 `draining` means "leaving".
+Every effective setting is logged once at startup, the token redacted.
 """
 
 from __future__ import annotations
@@ -12,21 +15,32 @@ import contextlib
 import logging
 import signal
 
+from . import calibration
 from .config import Settings
 from .engine import Engine
-from .errors import envelope
+from .errors import ApiError, envelope
+from .ops.logs import log_settings
+from .ops.operations import Operations, peer_of
+from .ops.retry_after import RetryAfter
 from .scorer import Scorer
-from .service import Service
+from .service import Reply, Service
 from .wire import Drain, HttpConnection
 
 log = logging.getLogger("semif_serve.server")
 
-_FULL_BODY = envelope("too_many_connections", "too many open connections; retry later")
-# Pre-rendered so refusing a connection over the cap costs one write, no parsing.
-FULL = (
+_FULL_ERROR = ApiError("too_many_connections", "too many open connections; retry later")
+_FULL_BODY = envelope(_FULL_ERROR.code, _FULL_ERROR.message)
+# Pre-rendered but for the request id, so refusing a connection over the cap costs one write, no parsing.
+_FULL_HEAD = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-    b"content-length: " + str(len(_FULL_BODY)).encode() + b"\r\nconnection: close\r\n\r\n" + _FULL_BODY
+    b"content-length: " + str(len(_FULL_BODY)).encode() + b"\r\nconnection: close\r\n"
+    b"retry-after: %d\r\n" % RetryAfter.unavailable()
 )
+
+
+def full(request_id: str) -> bytes:
+    """The canned 503 for a connection over the cap, carrying its generated request id."""
+    return _FULL_HEAD + b"x-request-id: " + request_id.encode() + b"\r\n\r\n" + _FULL_BODY
 
 
 def build_scorer(settings: Settings) -> Scorer:
@@ -49,6 +63,8 @@ class Server:
         self.service = Service(settings, engine)
         self.drain = Drain()
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}
+        self.ops = Operations(settings, self.service, lambda: len(self.connections))
+        engine.observers.append(self.ops.scorer_call)
         self._listener: asyncio.base_events.Server | None = None
         self.port = 0
 
@@ -62,10 +78,13 @@ class Server:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self.connections) >= self.settings.max_connections:
-            writer.write(FULL)
+            exchange = self.ops.begin(None)
+            data = full(exchange.request_id)
+            writer.write(data)
             writer.close()
+            self.ops.finish(exchange, Reply.error(_FULL_ERROR), peer_of(writer), len(data))
             return
-        connection = HttpConnection(reader, writer, self.service, self.settings, self.drain)
+        connection = HttpConnection(reader, writer, self.service, self.settings, self.drain, self.ops)
         task = asyncio.current_task()
         assert task is not None
         self.connections[task] = connection
@@ -94,7 +113,13 @@ class Server:
 
 async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
-    engine = Engine(scorer if scorer is not None else build_scorer(settings))
+    scorer = scorer if scorer is not None else build_scorer(settings)
+    # Before the model loads: a table fitted on another model or prompt refuses startup.
+    calibration.check_binding(
+        settings.calibration, settings.model, settings.revision, scorer.health().get("prompt_version")
+    )
+    log_settings(log, settings)  # once every setting is known valid, before the (long) load
+    engine = Engine(scorer)
     await engine.start()
     server = Server(settings, engine)
     port = await server.start()

@@ -14,10 +14,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from . import averaging, request_model
-from .calibration import calibrated_view
+from . import averaging, calibration, request_model
 from .config import Settings
-from .engine import Engine
+from .engine import CallTiming, Engine
 from .errors import ApiError, OutOfMemory, ScoringFailed, envelope, excerpt
 from .request_model import DecideRequest, Decision
 
@@ -37,20 +36,25 @@ ROUTES = {
     b"/health": Route("health", b"GET", protected=False),
     b"/decide": Route("decide", b"POST", protected=True),
     b"/decide/shared": Route("shared", b"POST", protected=True),
+    # Extension: Prometheus metrics (semif_serve/ops). Like /health: no token, no admission slot.
+    b"/metrics": Route("metrics", b"GET", protected=False),
 }
 
 
 @dataclass(frozen=True)
 class Reply:
-    """A status and a rendered JSON body."""
+    """A status and a rendered body; an error's code and a scorer call's timing for the access log and metrics."""
 
     status: int
     body: bytes
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    code: str | None = None
+    timing: CallTiming | None = None
+    content_type: bytes = b"application/json"
 
     @classmethod
-    def error(cls, error: ApiError) -> "Reply":
-        return cls(error.status, envelope(error.code, error.message), error.headers)
+    def error(cls, error: ApiError, timing: CallTiming | None = None) -> "Reply":
+        return cls(error.status, envelope(error.code, error.message), error.headers, error.code, timing)
 
 
 def route(method: bytes, target: bytes) -> Route:
@@ -99,7 +103,8 @@ class Service:
         self.settings = settings
         self.engine = engine
         self.admission = Admission(settings.max_queue)
-        self.limits = request_model.Limits(settings.max_decisions, frozenset(settings.calibration))
+        table = settings.calibration
+        self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods())
         self._token = settings.api_token.encode()
 
     def authorize(self, header: bytes | None) -> None:
@@ -122,30 +127,41 @@ class Service:
             "max_queue": self.settings.max_queue,
             "in_progress": self.admission.in_progress,
             "workloads": sorted(self.settings.calibration),
+            # Extension (issue 10): each workload's methods and temperatures, and the file's binding.
+            "calibration": self.settings.calibration.describe(),
         }
         return Reply(503 if draining else 200, render(payload))
 
     async def post(self, name: str, body: bytes) -> Reply:
         """Parse, score and build the reply for /decide or /decide/shared."""
+        timing = None
         try:
             parse = request_model.parse_shared if name == "shared" else request_model.parse_decide
             request = parse(body, self.limits)
-            scored = await self._score(request)
+            timing, rows = self._plan(request)
+            scored = await self._score(rows, timing)
         except ApiError as error:
-            return Reply.error(error)
+            return Reply.error(error, timing)
         try:
-            return Reply(200, render(self._build(request, scored)))
+            return Reply(200, render(self._build(request, scored)), timing=timing)
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
-            return Reply.error(ApiError("scoring_failed", "failed to build the response"))
+            return Reply.error(ApiError("scoring_failed", "failed to build the response"), timing)
 
-    async def _score(self, request: DecideRequest) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        """One engine call per request: direct for a plain /decide, else one shared call."""
+    @staticmethod
+    def _plan(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
+        """The one engine call a request makes: direct for a plain /decide, else shared over all rows."""
+        if not request.shared and not request.averaged:
+            return CallTiming("direct", 1), [request.decisions[0].row]
+        rows = [row for d in request.decisions for row in _rows(d)]
+        return CallTiming("shared", len(rows)), rows
+
+    async def _score(self, rows: list[dict[str, Any]], timing: CallTiming) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """One engine call per request, timed."""
         try:
-            if not request.shared and not request.averaged:
-                return [await self.engine.score(request.decisions[0].row)], None
-            rows = [row for d in request.decisions for row in _rows(d)]
-            return await self.engine.score_shared(rows)
+            if timing.kind == "direct":
+                return [await self.engine.score(rows[0], timing)], None
+            return await self.engine.score_shared(rows, timing)
         except ValueError as error:
             raise ApiError("invalid_request", excerpt(str(error), 300) or "the scorer refused the input") from None
         except OutOfMemory as error:
@@ -169,8 +185,20 @@ class Service:
 
     def _one(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
         if decision.averaged:
-            return averaging.combine(decision.row, decision.orderings, results)
+            return self._averaged(decision, results, workload)
         (result,) = results
         if workload is None:
             return result
-        return {**result, "calibrated": calibrated_view(result, workload, self.settings.calibration[workload])}
+        temperature = self.settings.calibration[workload][calibration.PLAIN_METHOD]
+        return {**result, "calibrated": calibration.calibrated_view(result, workload, temperature)}
+
+    def _averaged(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
+        """The combined view, plus `combined.calibrated` when a workload is named (the
+        request model already refused a workload without this method's temperature)."""
+        row, method = decision.row, decision.orderings
+        averaged = averaging.combine(row, method, results)
+        if workload is not None:
+            temperature = self.settings.calibration[workload][method]
+            mean = averaging.mean_log_probabilities(row, method, results)
+            averaged["combined"]["calibrated"] = calibration.combined_view(workload, method, temperature, mean)
+        return averaged

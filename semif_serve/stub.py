@@ -94,4 +94,4 @@ class StubScorer:
 
     def health(self) -> dict[str, Any]:
         return {"scorer": "stub", "semif_commit": "stub (no model)", "model": "stub",
-                "revision": None, "device": "none", "dtype": None}
+                "revision": None, "device": "none", "dtype": None, "prompt_version": PROMPT_VERSION}

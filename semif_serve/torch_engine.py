@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from . import prefix
+from . import prefix, snapshot_verify
 from .config import Settings
 from .scorer import Row, SharedResult
 from .errors import OutOfMemory, ScoringFailed
@@ -42,7 +42,13 @@ ModelLoader = Callable[[Settings, str, str, ModuleType], Loaded]
 
 
 def load_model(settings: Settings, device: str, dtype: str, torch: ModuleType) -> Loaded:
-    """Load the pinned model from the local HF cache only, the way SemIf does (INV-5)."""
+    """Load the pinned model from the local HF cache only, the way SemIf does (INV-5),
+    once the snapshot has proved itself (issue 10: never a half-loaded model)."""
+    verified = snapshot_verify.verify(settings.model, settings.revision, hash_blobs=settings.verify_weights == "hash")
+    log.info(
+        "verified %d snapshot file(s) in %s (%s, %.0f MB hashed) in %.2f s",
+        verified.files, verified.snapshot, settings.verify_weights, verified.hashed_bytes / 1e6, verified.seconds,
+    )
     import transformers
 
     common = {"revision": settings.revision, "local_files_only": True, "trust_remote_code": False}
@@ -231,6 +237,8 @@ class TorchScorer:
         facts: dict[str, Any] = {
             "scorer": self._package.name,
             "semif_commit": self._package.provenance,
+            # The package's prompt format: a bound calibration file must name it (issue 10).
+            "prompt_version": getattr(self._package.direct, "PROMPT_VERSION", None),
             "model": self._settings.model,
             "revision": self._settings.revision,
             "device": loaded.device if loaded else self._settings.device,

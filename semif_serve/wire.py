@@ -5,7 +5,11 @@ chunked encoding, header sizes); this loop owns the policy around it: a head h11
 tolerates but another parser could frame differently is refused, every
 check on a POST head runs before a single body byte is kept, the body limit
 is checked before each chunk is kept, every wait has a deadline, and a client
-that leaves while its request waits never reaches the scorer.
+that leaves while its request waits never reaches the scorer. A field whose
+repetition is ambiguous (SINGLETONS) is refused 400: a proxy in front may have
+checked the other copy. Each response goes out through `_send`, the one place
+that asks ops.Operations for its request id and Retry-After and reports it
+written; the loop itself keeps no log or metric.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import h11
 
 from .config import Settings
 from .errors import ApiError, envelope, excerpt
+from .ops.operations import Exchange, Operations, peer_of
 from .service import Reply, Route, Service, route
 
 READ_SIZE = 65536
@@ -32,6 +37,10 @@ MAX_HEAD = 16384
 # What h11 tolerates in a head but another parser in front may read differently (RFC 9112 2.2, 5.2;
 # RFC 9110 5.5): a bare LF or CR, an obs-fold line, a control byte other than HTAB.
 LOOSE_HEAD = re.compile(rb"(?<!\r)\n|\r(?!\n)|\n[ \t]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Fields we act on that must appear at most once: which copy a proxy checked is unknowable.
+# h11 already refuses a repeated Host or Transfer-Encoding and differing Content-Lengths
+# (identical ones it folds into one, as RFC 9112 6.3 allows); fields we never read are let be.
+SINGLETONS = frozenset({b"authorization", b"x-request-id"})
 
 
 class ClientGone(Exception):
@@ -46,6 +55,17 @@ def _header(request: h11.Request, name: bytes) -> bytes | None:
     for key, value in request.headers:
         if key == name:
             return value
+    return None
+
+
+def _repeated_singleton(request: h11.Request) -> bytes | None:
+    """The first SINGLETONS field that appears more than once, if any."""
+    seen: set[bytes] = set()
+    for key, _ in request.headers:
+        if key in SINGLETONS:
+            if key in seen:
+                return key
+            seen.add(key)
     return None
 
 
@@ -71,6 +91,7 @@ class HttpConnection:
         service: Service,
         settings: Settings,
         drain: Drain,
+        ops: Operations,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -81,6 +102,10 @@ class HttpConnection:
         self.idle = True  # waiting for a request to begin
         self.head = bytearray()  # raw bytes received since the current head began
         self.head_only = False  # the request is HEAD: its response carries no body
+        self.ops = ops
+        self.peer = peer_of(writer)
+        self.exchange: Exchange | None = None  # the request being answered, once its head parsed
+        self.head_bytes = 0
 
     @property
     def closable(self) -> bool:
@@ -132,6 +157,7 @@ class HttpConnection:
             self.head_only = event.method == b"HEAD"
             raw = self.head[: len(self.head) - len(self.conn.trailing_data[0])]
             self.head = bytearray()
+            self.head_bytes = len(raw)
             if len(raw) > MAX_HEAD:
                 raise h11.RemoteProtocolError(f"request head over {MAX_HEAD} bytes", 431)
             if LOOSE_HEAD.search(raw):
@@ -152,6 +178,8 @@ class HttpConnection:
                 chunks.append(event.data)
                 size += len(event.data)
             elif isinstance(event, h11.EndOfMessage):
+                if self.exchange is not None:
+                    self.exchange.bytes_in += size
                 return b"".join(chunks)
             else:  # ConnectionClosed mid-body
                 raise ClientGone
@@ -171,20 +199,27 @@ class HttpConnection:
     # -- writing -------------------------------------------------------------
 
     async def _send(self, reply: Reply, close: bool = False) -> None:
+        exchange = self.exchange or self.ops.begin(None, len(self.head))
+        self.exchange = None
         fields = [
-            (b"content-type", b"application/json"),
+            (b"content-type", reply.content_type),
             (b"content-length", str(len(reply.body)).encode()),
             *reply.headers,
+            *self.ops.headers(exchange, reply),
         ]
         if close or self.drain.active:  # draining: nothing after this response will be answered
             fields.append((b"connection", b"close"))
         reason = HTTPStatus(reply.status).phrase.encode()
         head = h11.Response(status_code=reply.status, headers=fields, reason=reason)
         body = b"" if self.head_only else reply.body  # h11 refuses a body after a HEAD request
-        self.writer.write(self.conn.send(head) + self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage()))
-        if self.writer.transport.get_write_buffer_size():  # the kernel took it all: nothing to wait for
-            async with asyncio.timeout(self.settings.idle_timeout):
-                await self.writer.drain()
+        data = self.conn.send(head) + self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage())
+        self.writer.write(data)
+        try:
+            if self.writer.transport.get_write_buffer_size():  # the kernel took it all: nothing to wait for
+                async with asyncio.timeout(self.settings.idle_timeout):
+                    await self.writer.drain()
+        finally:
+            self.ops.finish(exchange, reply, self.peer, len(data))
 
     async def _refuse(self, error: ApiError, close: bool) -> None:
         await self._send(Reply.error(error), close=close)
@@ -238,6 +273,7 @@ class HttpConnection:
         if not isinstance(event, h11.Request):
             return False  # ConnectionClosed between requests
         self.idle = False
+        self.exchange = self.ops.begin(event, self.head_bytes)
         try:
             return await self._dispatch(event)
         except Deadline:
@@ -254,7 +290,7 @@ class HttpConnection:
         code = PROTOCOL_CODES.get(status, "bad_request")
         # h11 quotes the offending bytes (perhaps a credential) after ": bytearray(": keep its description only.
         message = excerpt(str(error).split(": bytearray(", 1)[0], 120) or "malformed request"
-        await self._send(Reply(ApiError(code, "").status, envelope(code, message)), close=True)
+        await self._send(Reply(ApiError(code, "").status, envelope(code, message), code=code), close=True)
 
     async def _dispatch(self, request: h11.Request) -> bool:
         """Run every head check before the body, then read it and answer."""
@@ -265,6 +301,10 @@ class HttpConnection:
             if _header(request, b"transfer-encoding") is not None and _header(request, b"content-length") is not None:
                 # Both framings is the request-smuggling classic: refuse and close on every route (RFC 9112 6.1).
                 raise ApiError("bad_request", "both Content-Length and Transfer-Encoding are set")
+            repeated = _repeated_singleton(request)
+            if repeated is not None:
+                unread = True  # the head is ambiguous: close rather than guess where the next request begins
+                raise ApiError("bad_request", f"the {repeated.decode()} field appears more than once")
             found = route(request.method, request.target)
             if self.drain.active and found.protected:
                 raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
@@ -274,7 +314,8 @@ class HttpConnection:
             await self._refuse(error, close=unread or self.drain.active)
             return self._reusable()
         if not found.protected:
-            await self._send(self.service.health(draining=self.drain.active), close=unread)
+            reply = self.ops.metrics_reply() if found.name == "metrics" else self.service.health(draining=self.drain.active)
+            await self._send(reply, close=unread)
             return self._reusable()
         try:
             self.service.admission.enter()

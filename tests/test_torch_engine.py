@@ -292,6 +292,7 @@ def test_health_reports_the_facts_and_the_card_memory(rig: Rig) -> None:
     assert rig.scorer.health() == {
         "scorer": "fake", "semif_commit": "fake-commit", "model": "Qwen/Qwen3.5-4B",
         "revision": "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a", "device": "cuda:0", "dtype": "bfloat16",
+        "prompt_version": None,  # the fake package defines no PROMPT_VERSION
         "memory_reserved_bytes": 5 * GIB, "memory_allocated_bytes": 4 * GIB,
         "max_memory_reserved_bytes": 7 * GIB, "vram_cap_gib": None,
     }

@@ -47,6 +47,7 @@ def test_load_reports_what_serves(tiny_scorer: TorchScorer, tiny_built: dict[str
     assert tiny_scorer.health() == {
         "scorer": "fastjev", "semif_commit": "0.2.0", "model": tiny_built["SEMIF_MODEL"],
         "revision": tiny_built["SEMIF_REVISION"], "device": "cpu", "dtype": "float32",
+        "prompt_version": direct.PROMPT_VERSION,
     }
     assert prefix.original_of(shared._state_prefix) is not shared._state_prefix  # the wrapper is in place
 

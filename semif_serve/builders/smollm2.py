@@ -21,8 +21,9 @@ the pinned library versions, so the revision (a content hash) is stable.
 
 Conversion takes about a minute on two loaded cores. A second run must not repeat it:
 a marker named by the GGUF's sha256 and BUILDER_VERSION records the revision it
-produced, and when that snapshot is still complete the settings are returned as-is,
-having read only the GGUF (for its hash) and written nothing.
+produced, and when that snapshot still passes the server's structural check (every file
+present as a link to its blob; `snapshot_verify`, without hashing) the settings are
+returned as-is, having read only the GGUF (for its hash) and written nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .. import snapshot_verify
 from . import snapshot
 
 REPO_ID = "semif-serve/smollm2-135m-instruct"
@@ -72,8 +74,9 @@ def default_out() -> Path:
     return Path(cache) / "semif-serve" / "smollm2"
 
 
-def locate_gguf(distribution: str = DISTRIBUTION) -> Path:
+def locate_gguf(distribution: str | None = None) -> Path:
     """The GGUF inside the installed wheel, found from its RECORD, never by importing it."""
+    distribution = distribution or DISTRIBUTION
     try:
         dist = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -164,8 +167,11 @@ def _built_before(out: Path, digest: str) -> dict[str, str] | None:
         revision = json.loads(_marker(out, digest).read_text())["revision"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    files = snapshot.repo_dir(out, REPO_ID) / "snapshots" / str(revision)
-    if not all((files / name).is_file() for name in SNAPSHOT_FILES):
+    try:  # the server's own structural check: every file a link to its blob (hashing is the server's)
+        found = snapshot_verify.verify(REPO_ID, str(revision), hash_blobs=False, cache=out / "hub")
+    except snapshot_verify.SnapshotInvalid:
+        return None
+    if sorted(path.name for path in found.snapshot.iterdir()) != list(SNAPSHOT_FILES):
         return None
     return snapshot.settings(out, REPO_ID, revision)
 

@@ -1,0 +1,16 @@
+"""Operating the server in a fleet: metrics, request ids, access logs, Retry-After.
+
+Rules: these modules observe requests and scorer calls; they never decide what a
+request gets (that is service.py and the wire) and never hold an error code of
+their own (errors.py has the one table). Only `metrics.py` imports
+prometheus_client, and only when metrics are on, so the server runs without it.
+Nothing here may log or expose a header value other than the request id, a
+token, or a body.
+
+Theory of operation: the wire opens an `Exchange` for each request
+(`operations.Operations.begin`), asks for the headers every response carries
+(`X-Request-Id`, and `Retry-After` on 429 and 503), and closes the exchange once the
+response is written; closing writes the access log line and moves the metrics.
+The engine reports each scorer call's timing to `Operations.scorer_call`, which
+feeds the scorer histograms and the Retry-After estimate.
+"""

@@ -1,0 +1,47 @@
+"""The access log: one line per answered request on the `semif_serve.access` logger.
+
+Rules: a line carries only the fields below, all derived by the server itself:
+never a header value other than the request id, never the token (right or
+wrong), never a body or a message built from one (a 422's message may quote the
+body, so only its code is logged), never the query string. Format (text or JSON)
+is logs.py's business, not this module's.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+log = logging.getLogger("semif_serve.access")
+
+
+@dataclass
+class AccessRecord:
+    """What one request did, as logged."""
+
+    request_id: str
+    peer: str
+    method: str
+    path: str
+    status: int
+    code: str | None
+    rows: int
+    bytes_in: int
+    bytes_out: int
+    queued_s: float | None
+    scoring_s: float | None
+    total_s: float
+
+
+def write(record: AccessRecord) -> None:
+    fields = {
+        "request_id": record.request_id, "peer": record.peer, "method": record.method, "path": record.path,
+        "status": record.status, "code": record.code, "rows": record.rows, "bytes_in": record.bytes_in,
+        "bytes_out": record.bytes_out, "queued_s": _round(record.queued_s), "scoring_s": _round(record.scoring_s),
+        "total_s": _round(record.total_s),
+    }
+    log.info("%s %s %d", record.method, record.path, record.status, extra={"fields": fields})
+
+
+def _round(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 6)

@@ -1,0 +1,98 @@
+"""Prometheus metrics, written with prometheus_client (never a hand-rolled exposition).
+
+Rules: the only module that imports prometheus_client. Names follow Prometheus
+conventions: `semif_` prefix, base units (seconds, bytes), `_total` on counters.
+Labels have bounded values only: a route is one of the known paths or `other`,
+never the raw target; a code is a row of errors.STATUS. No request content, id,
+peer or header ever becomes a label or a value.
+
+Theory: one registry per server (tests run several in one process). Per-request
+work is a few increments on label children bound once and cached; gauges that
+mirror state the server already keeps (in progress, open connections, CUDA
+memory) are read when scraped, so they cost nothing per request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+# Sub-millisecond HTTP answers up to multi-second scorer calls on a loaded card.
+DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+CONTENT_TYPE = CONTENT_TYPE_LATEST.encode()
+# Engine health key -> metric name (present only on CUDA).
+CUDA_MEMORY = {
+    "memory_reserved_bytes": ("semif_cuda_memory_reserved_bytes", "CUDA memory reserved by the caching allocator."),
+    "memory_allocated_bytes": ("semif_cuda_memory_allocated_bytes", "CUDA memory allocated to tensors."),
+    "max_memory_reserved_bytes": ("semif_cuda_memory_peak_reserved_bytes", "Peak CUDA memory reserved since start."),
+}
+INFO_KEYS = ("scorer", "semif_commit", "model", "revision", "device")
+
+
+class _CudaMemory(Collector):
+    """Reads the engine's memory facts at scrape time; yields nothing off CUDA."""
+
+    def __init__(self, facts: Callable[[], dict[str, Any]]) -> None:
+        self._facts = facts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        facts = self._facts()
+        for key, (name, documentation) in CUDA_MEMORY.items():
+            if isinstance(facts.get(key), (int, float)):
+                yield GaugeMetricFamily(name, documentation, value=facts[key])
+
+
+class Metrics:
+    """Every semif_ metric of one server, in its own registry."""
+
+    def __init__(self, max_queue: int, in_progress: Callable[[], int], open_connections: Callable[[], int],
+                 facts: Callable[[], dict[str, Any]]) -> None:
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter("semif_http_requests", "HTTP requests answered, by route and status.",
+                                 ("route", "status"), registry=registry)
+        self._duration = Histogram("semif_http_request_duration_seconds", "From request head to response written.",
+                                   ("route",), buckets=DURATION_BUCKETS, registry=registry)
+        self._queued = Histogram("semif_scorer_queue_seconds", "Time a scorer call waited for the engine thread.",
+                                 ("kind",), buckets=DURATION_BUCKETS, registry=registry)
+        self._scoring = Histogram("semif_scorer_call_duration_seconds", "Duration of one scorer call.",
+                                  ("kind",), buckets=DURATION_BUCKETS, registry=registry)
+        self._rows = Counter("semif_rows_scored", "Rows the scorer was given (after order expansion).", registry=registry)
+        self._refusals = Counter("semif_refusals", "Error responses, by error code.", ("code",), registry=registry)
+        self._oom = Counter("semif_out_of_memory_events", "Scorer calls that ran out of accelerator memory.",
+                            registry=registry)
+        Gauge("semif_requests_in_progress", "POSTs holding an admission slot (queued or scoring).",
+              registry=registry).set_function(in_progress)
+        Gauge("semif_max_queue", "SEMIF_MAX_QUEUE: the admission limit.", registry=registry).set(max_queue)
+        Gauge("semif_open_connections", "Client connections open now.", registry=registry).set_function(open_connections)
+        info = facts()
+        Info("semif_build", "What this process serves.", registry=registry).info(
+            {key: "" if info.get(key) is None else str(info[key]) for key in INFO_KEYS})
+        registry.register(_CudaMemory(facts))
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """A label child, bound once: labels() is the costly part of an increment."""
+        key = (metric._name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def request(self, route: str, status: int, code: str | None, seconds: float) -> None:
+        self._child(self._requests, route, str(status)).inc()
+        self._child(self._duration, route).observe(seconds)
+        if code is not None:
+            self._child(self._refusals, code).inc()
+
+    def scorer_call(self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool) -> None:
+        self._child(self._queued, kind).observe(queued)
+        self._child(self._scoring, kind).observe(scoring)
+        self._rows.inc(rows)
+        if out_of_memory:
+            self._oom.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

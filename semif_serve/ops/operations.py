@@ -1,0 +1,135 @@
+"""The one object the wire and the engine report to: ids, headers, access log, metrics.
+
+Rules: observes only. It adds the two operational headers to a response the wire
+already chose (`X-Request-Id` always; `Retry-After` on 429 and 503) and records
+the exchange once the response is written; it never changes a status or a body.
+Metrics are built here only when SEMIF_METRICS is on and prometheus_client
+imports; otherwise `/metrics` is 404 and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import h11
+
+from ..config import Settings
+from ..engine import CallTiming
+from ..errors import ApiError, excerpt
+from ..service import ROUTES, Reply, Service
+from . import access_log, request_ids
+from .retry_after import RetryAfter
+
+log = logging.getLogger("semif_serve.ops")
+ROUTE_LABELS = {path: path.decode() for path in ROUTES}
+
+
+@dataclass
+class Exchange:
+    """One request from its head (or its first failure) to its written response."""
+
+    request_id: str
+    method: str
+    path: str
+    route: str
+    started: float = field(default_factory=time.perf_counter)
+    bytes_in: int = 0
+
+
+def peer_of(writer: Any) -> str:
+    """host:port of a stream's client ([host]:port for IPv6), for the access log."""
+    address = writer.get_extra_info("peername")
+    if not isinstance(address, tuple) or len(address) < 2:
+        return "-"
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+
+def _printable(value: bytes, limit: int) -> str:
+    """Client bytes as a short printable string for the log; the common case costs one check."""
+    text = value.decode("latin-1")
+    return text if len(text) <= limit and text.isprintable() and text.isascii() else excerpt(text, limit)
+
+
+def _header_once(request: h11.Request, name: bytes) -> bytes | None:
+    """The field's value when it appears exactly once (a repeated id is ambiguous: replace it)."""
+    values = [value for key, value in request.headers if key == name]
+    return values[0] if len(values) == 1 else None
+
+
+class Operations:
+    """Request ids, Retry-After, the access log and the metrics of one server."""
+
+    def __init__(self, settings: Settings, service: Service, open_connections: Callable[[], int]) -> None:
+        self.service = service
+        self.retry_after = RetryAfter()
+        self.access_log = settings.access_log
+        self.metrics = _metrics(settings, service, open_connections) if settings.metrics else None
+
+    # -- the wire's side ------------------------------------------------------------------
+
+    def begin(self, request: h11.Request | None, head_bytes: int = 0) -> Exchange:
+        """Open the exchange for a parsed head, or for bytes that never became one."""
+        if request is None:
+            return Exchange(request_ids.generate(), "-", "-", "other", bytes_in=head_bytes)
+        path = request.target.split(b"?", 1)[0]
+        return Exchange(request_ids.accept(_header_once(request, b"x-request-id")),
+                        _printable(request.method, 16), _printable(path, 200),
+                        ROUTE_LABELS.get(path, "other"), bytes_in=head_bytes)
+
+    def headers(self, exchange: Exchange, reply: Reply) -> list[tuple[bytes, bytes]]:
+        """What every response carries beyond the reply's own headers."""
+        fields = [(b"x-request-id", exchange.request_id.encode())]
+        if reply.status == 429:
+            fields.append((b"retry-after", b"%d" % self.retry_after.busy(self.service.admission.in_progress)))
+        elif reply.status == 503:
+            fields.append((b"retry-after", b"%d" % self.retry_after.unavailable()))
+        return fields
+
+    def finish(self, exchange: Exchange, reply: Reply, peer: str, bytes_out: int) -> None:
+        """The response is written: log it and count it."""
+        total = time.perf_counter() - exchange.started
+        if self.metrics is not None:
+            self.metrics.request(exchange.route, reply.status, reply.code, total)
+        if self.access_log:
+            timing = reply.timing
+            access_log.write(access_log.AccessRecord(
+                exchange.request_id, peer, exchange.method, exchange.path, reply.status, reply.code,
+                timing.rows if timing is not None else 0, exchange.bytes_in, bytes_out,
+                timing.queued if timing is not None else None, timing.scoring if timing is not None else None, total))
+
+    def metrics_reply(self) -> Reply:
+        """GET /metrics: the exposition, or 404 when metrics are off."""
+        if self.metrics is None:
+            return Reply.error(ApiError("not_found", "metrics are off (SEMIF_METRICS)"))
+        return Reply(200, self.metrics.render(), content_type=_content_type())
+
+    # -- the engine's side ----------------------------------------------------------------
+
+    def scorer_call(self, timing: CallTiming) -> None:
+        """One scorer call ended (called on the event loop)."""
+        if timing.scoring is None or timing.kind == "load":
+            return
+        self.retry_after.observe(timing.scoring)
+        if self.metrics is not None:
+            self.metrics.scorer_call(timing.kind, timing.rows, timing.queued or 0.0, timing.scoring,
+                                     timing.outcome == "out_of_memory")
+
+
+def _content_type() -> bytes:
+    from .metrics import CONTENT_TYPE
+
+    return CONTENT_TYPE
+
+
+def _metrics(settings: Settings, service: Service, open_connections: Callable[[], int]) -> Any:
+    """The metrics, or None (logged once) where prometheus_client is not installed."""
+    try:
+        from .metrics import Metrics
+    except ImportError:
+        log.warning("metrics are off: prometheus_client is not installed (pip install 'semif-serve[metrics]')")
+        return None
+    return Metrics(settings.max_queue, lambda: service.admission.in_progress, open_connections, service.engine.health)
