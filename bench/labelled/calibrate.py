@@ -23,17 +23,13 @@ what the fit produced; loading and checking it is the server's job.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from semif_serve.averaging import METHODS
-
-from ..loadgen import Target
 from ..report import fmt, markdown_table, note, now, write_json
-from . import fit, metrics, plots, rows as labelled, scoring
+from . import fit, metrics, plots, scoring
 
 DEFAULT_WORKLOAD = "default"
 
@@ -129,8 +125,7 @@ def _scored(args: argparse.Namespace) -> dict[str, Any]:
     if args.results is not None:
         with open(args.results, encoding="utf-8") as handle:
             return json.load(handle)
-    items = labelled.load(args.data)
-    scored = asyncio.run(scoring.score(Target.from_url(args.url), items, args.methods, args.concurrency, args.timeout))
+    scored = scoring.score_from(args)
     if args.save_results is not None:
         write_json(args.save_results, {"tool": "calibrate", "data": args.data, "when": now(), **scored})
     return scored
@@ -147,17 +142,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, help="every fitted figure as JSON")
     p.add_argument("--save-results", type=Path, help="with --url: also keep the scored rows (evaluate's format)")
     p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload of rows that name none (default: default)")
-    p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    p.add_argument("--concurrency", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=scoring.DEFAULT_TIMEOUT)
+    scoring.add_arguments(p)
     return p
 
 
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
-    if args.url is not None and args.data is None:
-        print("calibrate: --url needs --data", file=sys.stderr)
-        return 2
     try:
         scored = _scored(args)
         fitted = fit_all(scored, args.workload)

@@ -17,17 +17,13 @@ probabilities per method, which `calibrate --results` reuses) to --out;
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from semif_serve.averaging import METHODS
-
-from ..loadgen import Target
 from ..report import fmt, machine, markdown_table, note, now, write_json
-from . import metrics, plots, rows as labelled, scoring
+from . import metrics, plots, scoring
 
 
 SCORED_KEYS = ("health", "methods", "derived", "rows", "skipped")  # what scoring.score returns
@@ -144,30 +140,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="labelled JSONL: {id, state, question, options, label}")
     p.add_argument("--out", type=Path, help="write the full results JSON here")
     p.add_argument("--plot", type=Path, help="write a reliability-diagram PNG here")
-    p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    p.add_argument("--concurrency", type=int, default=2, help="requests in flight (default 2)")
-    p.add_argument("--timeout", type=float, default=scoring.DEFAULT_TIMEOUT, help="seconds per request")
-    p.add_argument("--derive", action="store_true",
-                   help="ask each row once under its largest method and derive the smaller ones from its orderings "
-                        "(fewer forward passes; see bench/labelled/scoring.py)")
+    scoring.add_arguments(p)
     return p
 
 
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
-    if args.url is not None and args.data is None:
-        print("evaluate: --url needs --data", file=sys.stderr)
-        return 2
     try:
         if args.results is not None:
             saved = json.loads(Path(args.results).read_text(encoding="utf-8"))
             scored = {key: saved[key] for key in SCORED_KEYS if key in saved}
             data = saved.get("data", str(args.results))
         else:
-            items = labelled.load(args.data)
-            scored = asyncio.run(scoring.score(Target.from_url(args.url), items, args.methods, args.concurrency,
-                                               args.timeout, args.derive))
-            data = args.data
+            scored, data = scoring.score_from(args), args.data
     except (ValueError, OSError, TimeoutError, scoring.ScoringError) as error:
         print(f"evaluate: {error}", file=sys.stderr)
         return 1

@@ -31,6 +31,7 @@ gap, ~1e-6 on the CPU models measured).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import math
 from typing import Any, Sequence
@@ -154,3 +155,21 @@ async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence
                "workload": row.get("workload"), "options": len(row["options"]),
                "methods": {m: out[row["id"], m] for m in methods if (row["id"], m) in out}} for row in items]
     return {"health": facts, "methods": list(methods), "derived": derive_smaller, "rows": scored, "skipped": skipped}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that say how rows are scored through a server (evaluate and calibrate share them)."""
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--concurrency", type=int, default=2, help="requests in flight (default 2)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per request")
+    parser.add_argument("--derive", action="store_true",
+                        help="ask each row once under its largest method and derive the smaller ones from its "
+                             "orderings (fewer forward passes; see bench/labelled/scoring.py)")
+
+
+def score_from(args: argparse.Namespace) -> dict[str, Any]:
+    """Load args.data and score it through args.url as the options say (ValueError/RowError on bad input)."""
+    if args.data is None:
+        raise ValueError("--url needs --data")
+    items = labelled.load(args.data)
+    return asyncio.run(score(Target.from_url(args.url), items, args.methods, args.concurrency, args.timeout, args.derive))
