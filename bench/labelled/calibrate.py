@@ -133,16 +133,12 @@ def _scored(args: argparse.Namespace) -> dict[str, Any]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench calibrate", description=__doc__.split("\n\n")[1])
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--results", type=Path, help="a saved `evaluate --out` JSON: no rescoring")
-    source.add_argument("--url", help="http://127.0.0.1:PORT of a running server (token from SEMIF_API_TOKEN); needs --data")
-    p.add_argument("--data", help="labelled JSONL with split fields (else split by a hash of each id)")
+    scoring.add_arguments(p, "a saved `evaluate --out` JSON: no rescoring")
     p.add_argument("--out", type=Path, required=True, help="the calibration file to write")
     p.add_argument("--plot", type=Path, help="reliability diagrams before/after on the test rows (PNG)")
     p.add_argument("--report", type=Path, help="every fitted figure as JSON")
     p.add_argument("--save-results", type=Path, help="with --url: also keep the scored rows (evaluate's format)")
     p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload of rows that name none (default: default)")
-    scoring.add_arguments(p)
     return p
 
 

@@ -134,13 +134,9 @@ def report(scored: dict[str, Any], data: str, out: Path | None, plot: Path | Non
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench evaluate", description=__doc__.split("\n\n")[1])
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--url", help="http://127.0.0.1:PORT of a running server (token from SEMIF_API_TOKEN); needs --data")
-    source.add_argument("--results", type=Path, help="re-report a saved --out JSON without rescoring")
-    p.add_argument("--data", help="labelled JSONL: {id, state, question, options, label}")
+    scoring.add_arguments(p, "re-report a saved --out JSON without rescoring")
     p.add_argument("--out", type=Path, help="write the full results JSON here")
     p.add_argument("--plot", type=Path, help="write a reliability-diagram PNG here")
-    scoring.add_arguments(p)
     return p
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
 from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, combine, orderings
@@ -157,8 +158,12 @@ async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence
     return {"health": facts, "methods": list(methods), "derived": derive_smaller, "rows": scored, "skipped": skipped}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that say how rows are scored through a server (evaluate and calibrate share them)."""
+def add_arguments(parser: argparse.ArgumentParser, results_help: str) -> None:
+    """Where the scores come from (a server or a saved run) and how rows are scored (evaluate and calibrate share them)."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="http://127.0.0.1:PORT of a running server (token from SEMIF_API_TOKEN); needs --data")
+    source.add_argument("--results", type=Path, help=results_help)
+    parser.add_argument("--data", help="labelled JSONL {id, state, question, options, label[, split, workload]}")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--concurrency", type=int, default=2, help="requests in flight (default 2)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per request")
