@@ -1,9 +1,18 @@
-"""`python -m bench <check> --url URL` (acceptance checks) or `python -m bench load` / `scale` / `wrk` (benchmarks)."""
+"""`python -m bench <check> --url URL` (acceptance checks), `python -m bench load` / `scale` / `wrk` (benchmarks),
+or `python -m bench evaluate|calibrate` (labelled data: accuracy, calibration)."""
 
 import sys
 
 from . import acceptance
 
+if sys.argv[1:2] == ["evaluate"]:
+    from .labelled import evaluate
+
+    raise SystemExit(evaluate.main(sys.argv[2:]))
+if sys.argv[1:2] == ["calibrate"]:
+    from .labelled import calibrate
+
+    raise SystemExit(calibrate.main(sys.argv[2:]))
 if sys.argv[1:2] == ["load"]:
     from . import load
 

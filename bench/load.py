@@ -610,8 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(results)
     old = args.md.read_text(encoding="utf-8") if args.md.exists() else ""
     # `python -m bench wrk` and `bench.ops_cost` own these, and `smollm2` holds the SmolLM2 figures
-    # (`--only small` and the acceptance checks, pasted): keep their figures.
-    for name in ("wrk", "ops-cost", "smollm2"):
+    # (`--only small` and the acceptance checks, pasted), `labelled` the evaluate/calibrate figures: keep them.
+    for name in ("wrk", "ops-cost", "smollm2", "labelled"):
         kept = section(old, name)
         if kept is not None:
             text = splice(text, name, kept)
