@@ -179,7 +179,8 @@ def _negative_verdict(top_break: bool, score_break: bool, passed: bool) -> str:
         return "shuffled descriptions broke top-choice agreement"
     if score_break and passed:
         return ("shuffled descriptions broke score agreement only: the top choice follows positions "
-                "(expected on a random-weight model; on the real model, investigate)")
+                "(expected of a model that picks by position, like the random-weight tiny model or SmolLM2-135M; "
+                "on a production model, investigate)")
     return "shuffled descriptions did NOT break agreement: parity cannot tell a wrong answer from a right one"
 
 
