@@ -26,6 +26,7 @@ from semif_serve.client import (
     Shared,
     TransportError,
 )
+from semif_serve import calibration
 from semif_serve.errors import ApiError as ServerApiError
 from semif_serve.stub import StubScorer
 
@@ -106,6 +107,21 @@ async def test_every_shape_round_trips_unchanged_through_the_typed_results(start
         assert timeless(typed.to_json()) == timeless(raw)
     assert isinstance(health, Health) and health.status == "ok" and health.max_queue == 32
     assert health.to_json() == {**(await request(server.port, "GET", "/health", headers=[])).json, "in_progress": 0}
+
+
+async def test_a_calibrated_averaged_view_is_typed_and_unchanged(start_server) -> None:
+    table = calibration.Table({"triage": {"none": 1.5, "rotations": 2.0}})
+    server = await stub(start_server, calibration=table)
+    options = [(o["id"], o["description"]) for o in ROW["options"]]
+    async with AsyncClient(url(server.port), TOKEN) as client:
+        averaged = await client.decide(ROW["state"], ROW["question"], options, id=ROW["id"],
+                                       orderings="rotations", workload="triage")
+    wire = (await request(server.port, "POST", "/decide", {**ROW, "orderings": "rotations", "workload": "triage"})).json
+    assert isinstance(averaged, Averaged) and averaged.combined.calibrated is not None
+    view = averaged.combined.calibrated
+    assert (view.workload, view.method, view.temperature) == ("triage", "rotations", 2.0)
+    assert view.probabilities == wire["combined"]["calibrated"]["probabilities"]
+    assert timeless(averaged.to_json()) == timeless(wire)
 
 
 async def test_the_sync_client_returns_the_same_answers(start_server) -> None:

@@ -77,11 +77,16 @@ def _write(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Calibrated(_Typed):
-    """softmax(option_logits / T) for a named workload; the argmax never changes."""
+    """The calibrated view for a named workload; the argmax never changes.
+
+    On a plain result: softmax(option_logits / T), and `method` is absent. On a combined
+    view: softmax(mean per-option log-softmax / T) with the ordering `method` whose T it used.
+    """
 
     workload: str
     temperature: float
     probabilities: list[float]
+    method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,9 @@ class Combined(_Typed):
     top: str
     agreement: float
     spread: dict[str, list[float]]
+    calibrated: Calibrated | None = None
+
+    _NESTED: ClassVar[Mapping[str, Any]] = {"calibrated": Calibrated}
 
 
 @dataclass(frozen=True)
