@@ -63,12 +63,18 @@ async def refused_soon(port: int, timeout: float = 2.0) -> None:
 
 # -- in process -----------------------------------------------------------------------------------
 
-async def test_in_flight_calls_finish_and_idle_connections_close(start_server, fake) -> None:
-    server = await start_server(fake, shutdown_grace=5.0)
+async def scoring(server, fake) -> Connection:
+    """A connection whose POST is inside the scorer, held there until `fake.gate` is set."""
     fake.gate = threading.Event()
     busy = await Connection.open(server.port)
     busy.writer.write(POST)
     await fake.wait_entered()
+    return busy
+
+
+async def test_in_flight_calls_finish_and_idle_connections_close(start_server, fake) -> None:
+    server = await start_server(fake, shutdown_grace=5.0)
+    busy = await scoring(server, fake)
     idle = await Connection.open(server.port)
     assert (await idle.request("GET", "/health", headers=[])).status == 200
     stopping = await begin_shutdown(server)
@@ -99,10 +105,7 @@ async def test_a_request_begun_before_the_drain_and_finished_after_gets_503(star
 
 async def test_health_reports_draining_503_while_an_in_flight_request_still_gets_its_200(start_server, fake) -> None:
     server = await start_server(fake, shutdown_grace=5.0)
-    fake.gate = threading.Event()
-    busy = await Connection.open(server.port)
-    busy.writer.write(POST)
-    await fake.wait_entered()
+    busy = await scoring(server, fake)
     probe = await Connection.open(server.port)
     probe.writer.write(HEALTH[:10])  # a probe whose head is in progress keeps its connection through the drain
     await eventually(lambda: sum(not c.closable for c in server.connections.values()) == 2)
