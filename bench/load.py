@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from . import datasets, procs
 from .loadgen import Connection, Response, Tally, Target, call, drive, encode, median, spread
-from .report import machine, markdown_table, note, section, splice, write_json
+from .report import machine, markdown_table, note, splice, write_json
 
 HERE = Path(__file__).resolve().parent
 ENDPOINTS = ("health", "decide-2", "decide-16", "shared-21")
@@ -462,21 +462,37 @@ def tiny_markdown(result: dict[str, Any]) -> list[str]:
             markdown_table(("what", "p50 ms", "min - max ms"), rows), "", *[f"- {r}" for r in ratios], ""]
 
 
-def markdown(results: dict[str, Any]) -> str:
+TITLE = "# semif-serve benchmark results"
+
+
+def markdown_sections(results: dict[str, Any]) -> dict[str, str]:
+    """This bench's marked sections of RESULTS.md, by name: only these are rewritten (see `write_markdown`)."""
     info = results["machine"]
-    lines = ["# semif-serve benchmark results", "",
-             f"Machine: `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}; run {info['date']} "
-             f"with `python -m bench load`, load average {' / '.join(map(str, info.get('loadavg', [])))} (1/5/15 min) "
-             f"when it began on this shared machine; thread settings {info.get('threads', {})}. The server under test runs as its own process; the load generator "
-             "(bench/loadgen.py, asyncio over raw keep-alive sockets) is the same for both servers.", ""]
-    if "overhead" in results:
-        lines += overhead_markdown(results["overhead"])
-    if "admission" in results:
-        lines += admission_markdown(results["admission"])
-    if "tiny" in results:
-        lines += tiny_markdown(results["tiny"])
-    lines += ["## Verdicts", "", *[f"- {v}" for v in results["verdicts"]], ""]
-    return "\n".join(lines)
+    sections = {"load-machine": "\n".join([
+        f"Machine: `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}; run {info['date']} "
+        f"with `python -m bench load`, load average {' / '.join(map(str, info.get('loadavg', [])))} (1/5/15 min) "
+        f"when it began on this shared machine; thread settings {info.get('threads', {})}. The server under test runs as its own process; the load generator "
+        "(bench/loadgen.py, asyncio over raw keep-alive sockets) is the same for both servers."])}
+    for name, render in (("overhead", overhead_markdown), ("admission", admission_markdown), ("tiny", tiny_markdown)):
+        if name in results:
+            sections[f"load-{name}"] = "\n".join(render(results[name]))
+    sections["load-verdicts"] = "\n".join(["## Verdicts", "", *[f"- {v}" for v in results["verdicts"]]])
+    return sections
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The whole report of one run, as printed on stdout."""
+    return "\n\n".join([TITLE, *markdown_sections(results).values()]) + "\n"
+
+
+def write_markdown(old: str, results: dict[str, Any]) -> str:
+    """`old` with only this bench's marked sections replaced (appended when absent): the sections other
+    benches and people own (wrk, ops-cost, scaling out, the weights check, real-model runs) stay as they are,
+    and a section this run did not measure (`--only`) keeps its earlier figures."""
+    text = old if old.strip() else TITLE + "\n"
+    for name, body in markdown_sections(results).items():
+        text = splice(text, name, body)
+    return text
 
 
 def verdicts(results: dict[str, Any]) -> list[str]:
@@ -553,13 +569,8 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = SECTIONS[name](args, token)
     results["verdicts"] = verdicts(results)
     write_json(args.out, results)
-    text = markdown(results)
     old = args.md.read_text(encoding="utf-8") if args.md.exists() else ""
-    for name in ("wrk", "ops-cost"):  # `python -m bench wrk` and `bench.ops_cost` own these: keep their figures
-        kept = section(old, name)
-        if kept is not None:
-            text = splice(text, name, kept)
-    args.md.write_text(text, encoding="utf-8")
-    print(text)
+    args.md.write_text(write_markdown(old, results), encoding="utf-8")
+    print(markdown(results))
     failed = "admission" in results and not results["admission"]["passed"]
     return 1 if failed else 0
