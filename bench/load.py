@@ -85,6 +85,24 @@ def uvicorn_stack() -> dict[str, str]:
             "uvicorn": version("uvicorn"), "fastapi": version("fastapi")}
 
 
+def ours_stack() -> dict[str, Any]:
+    """The event loop and access-log flush our servers run with here (SEMIF_EVENT_LOOP=auto picks
+    uvloop when installed, as the bench extra's uvicorn[standard] installs it)."""
+    from semif_serve import config
+
+    env = {name: os.environ[name] for name in ("SEMIF_EVENT_LOOP", "SEMIF_LOG_FLUSH_S") if name in os.environ}
+    settings = config.load({"SEMIF_API_TOKEN": "x" * config.MIN_TOKEN_LENGTH, **env})
+    return {"event_loop": settings.event_loop, "log_flush_s": settings.log_flush_s}
+
+
+def ours_words(ours: dict[str, Any] | None) -> str:
+    """One sentence naming our loop and log flush, for the reports."""
+    if not ours:
+        return ""
+    return (f"Ours runs on event loop `{ours['event_loop']}` (HTTP parsing h11's), access lines buffered and "
+            f"flushed every {ours['log_flush_s']:g} s (`SEMIF_LOG_FLUSH_S`). ")
+
+
 def merge(tallies: list[Tally]) -> Tally:
     """One tally from rounds of the same cell: counts, CPU and latencies pooled, walls added."""
     merged = Tally()
@@ -151,7 +169,7 @@ def overhead(args: argparse.Namespace, token: str) -> dict[str, Any]:
         servers["baseline"] = stack.enter_context(procs.fastapi_baseline(STUB, token))
         cells = asyncio.run(_paired(servers, args.concurrency, args.duration, args.rounds))
     return {"cells": {key: _cell(rounds) for key, rounds in cells.items()}, "uvicorn": uvicorn_stack(),
-            "shared_work_us_per_request": floor,
+            "ours": ours_stack(), "shared_work_us_per_request": floor,
             "rounds": args.rounds, "duration_s": args.duration, "concurrency": args.concurrency,
             "loadavg_before_after": [load_before[0], os.getloadavg()[0]],
             "profile": profile(args, token) if args.profile else None}
@@ -386,7 +404,7 @@ def overhead_markdown(result: dict[str, Any]) -> list[str]:
     floor = ", ".join(f"{k} {v:.0f} us" for k, v in result["shared_work_us_per_request"].items())
     return [f"## HTTP overhead on the stub (no delay): ours vs FastAPI + uvicorn[standard]",
             "", f"Baseline: FastAPI {stack.get('fastapi', '?')} on one uvicorn {stack.get('uvicorn', '?')} worker; its `auto` "
-            f"choice here is loop `{stack['loop']}`, HTTP `{stack['http']}`. \"Ours\" runs as deployed, with metrics and "
+            f"choice here is loop `{stack['loop']}`, HTTP `{stack['http']}`. {ours_words(result.get('ours'))}\"Ours\" runs as deployed, with metrics and "
             "the JSON access log on (`SEMIF_METRICS=on SEMIF_ACCESS_LOG=on SEMIF_LOG_FORMAT=json`, log to a file); "
             "\"ops-off\" is the same server with both off, and a third copy runs metrics only; the on / off columns are "
             "throughput ratios against ops-off (1.0 = free). "
