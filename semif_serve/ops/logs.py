@@ -34,9 +34,15 @@ ACCESS_LOGGER = "semif_serve.access"
 BUFFER_BYTES = 64 * 1024
 
 
+_second: list[Any] = [None, ""]  # the last whole second formatted, and its text: one strftime a second
+
+
 def utc_time(created: float) -> str:
     """ISO 8601 UTC with milliseconds, the shape log pipelines parse without a hint."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+    second = int(created)
+    if _second[0] != second:
+        _second[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))]
+    return f"{_second[1]}.{int(created % 1 * 1000):03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
