@@ -7,12 +7,14 @@ themselves (what waits, what forces a write, the size limit) are checked on a St
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import io
 import json
 import logging
 import os
 import signal
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -24,6 +26,18 @@ from .test_shutdown import Process
 from .wire_client import TOKEN, request
 
 AUTH = [(b"authorization", b"Bearer " + TOKEN.encode())]
+
+
+@contextlib.asynccontextmanager
+async def served(**env: str) -> AsyncIterator[Process]:
+    """A server process that is killed if the test fails before it exits by itself."""
+    process = await Process.start(**env)
+    try:
+        yield process
+    finally:
+        if process.proc.returncode is None:
+            process.proc.kill()
+            await process.proc.wait()
 
 
 def _need_uvloop() -> None:
@@ -38,15 +52,15 @@ def _need_uvloop() -> None:
 async def test_each_event_loop_serves_on_a_real_socket_and_says_which_runs(loop: str) -> None:
     if loop == "uvloop":
         _need_uvloop()
-    process = await Process.start(SEMIF_EVENT_LOOP=loop)
-    listening = next(line for line in process.stderr if "listening" in line)
-    assert f"event loop {loop}" in listening
-    health = await request(process.port, "GET", "/health", headers=[])
-    assert health.status == 200
-    decided = await request(process.port, "POST", "/decide", ROW, headers=AUTH)
-    assert decided.status == 200 and decided.json["id"] == ROW["id"]
-    process.proc.send_signal(signal.SIGTERM)
-    assert await process.exit_code(10) == 0
+    async with served(SEMIF_EVENT_LOOP=loop) as process:
+        listening = next(line for line in process.stderr if "listening" in line)
+        assert f"event loop {loop}" in listening
+        health = await request(process.port, "GET", "/health", headers=[])
+        assert health.status == 200
+        decided = await request(process.port, "POST", "/decide", ROW, headers=AUTH)
+        assert decided.status == 200 and decided.json["id"] == ROW["id"]
+        process.proc.send_signal(signal.SIGTERM)
+        assert await process.exit_code(10) == 0
 
 
 def _access_ids(lines: list[str]) -> list[str]:
@@ -57,31 +71,31 @@ def _access_ids(lines: list[str]) -> list[str]:
 async def test_a_buffered_access_line_arrives_within_the_flush_interval_while_idle() -> None:
     # 1 s: the longest interval allowed. Nothing else is logged after the request, so only the
     # event loop's flush timer can write the line before shutdown.
-    process = await Process.start(SEMIF_LOG_FORMAT="json", SEMIF_LOG_FLUSH_S="1")
-    response = await request(process.port, "GET", "/health", headers=[(b"x-request-id", b"timer-1")])
-    assert response.status == 200
-    line = await asyncio.wait_for(process.wait_for_line('"timer-1"'), 1.0 + 2.0)
-    assert json.loads(line)["logger"] == ACCESS_LOGGER
-    process.proc.send_signal(signal.SIGTERM)
-    assert await process.exit_code(10) == 0
+    async with served(SEMIF_LOG_FORMAT="json", SEMIF_LOG_FLUSH_S="1") as process:
+        response = await request(process.port, "GET", "/health", headers=[(b"x-request-id", b"timer-1")])
+        assert response.status == 200
+        line = await asyncio.wait_for(process.wait_for_line('"timer-1"'), 1.0 + 2.0)
+        assert json.loads(line)["logger"] == ACCESS_LOGGER
+        process.proc.send_signal(signal.SIGTERM)
+        assert await process.exit_code(10) == 0
 
 
 async def test_no_access_line_is_lost_at_sigterm() -> None:
     # The in-flight call ends during the drain, after the last other record ("shutting down"), so
     # only the flush at exit can write its line; the burst before it exercises the buffer.
-    process = await Process.start(SEMIF_LOG_FORMAT="json", SEMIF_LOG_FLUSH_S="1", SEMIF_STUB_DELAY_MS="1500")
-    sent = [f"burst-{index}" for index in range(40)]
-    for request_id in sent:
-        response = await request(process.port, "GET", "/health", headers=[(b"x-request-id", request_id.encode())])
-        assert response.status == 200
-    in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW,
-                                              headers=[*AUTH, (b"x-request-id", b"drained-1")]))
-    await asyncio.wait_for(process.in_flight(), 5)
-    process.proc.send_signal(signal.SIGTERM)
-    assert (await asyncio.wait_for(in_flight, 10)).status == 200
-    assert await process.exit_code(10) == 0
-    logged = [request_id for request_id in _access_ids(process.stderr) if not request_id.isalnum()]
-    assert logged == [*sent, "drained-1"]  # every one, once, in order (the in_flight() probes aside)
+    async with served(SEMIF_LOG_FORMAT="json", SEMIF_LOG_FLUSH_S="1", SEMIF_STUB_DELAY_MS="1500") as process:
+        sent = [f"burst-{index}" for index in range(40)]
+        for request_id in sent:
+            response = await request(process.port, "GET", "/health", headers=[(b"x-request-id", request_id.encode())])
+            assert response.status == 200
+        in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW,
+                                                  headers=[*AUTH, (b"x-request-id", b"drained-1")]))
+        await asyncio.wait_for(process.in_flight(), 5)
+        process.proc.send_signal(signal.SIGTERM)
+        assert (await asyncio.wait_for(in_flight, 10)).status == 200
+        assert await process.exit_code(10) == 0
+        logged = [request_id for request_id in _access_ids(process.stderr) if not request_id.isalnum()]
+        assert logged == [*sent, "drained-1"]  # every one, once, in order (the in_flight() probes aside)
 
 
 def _record(name: str, message: str) -> logging.LogRecord:
