@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from . import datasets, procs
 from .loadgen import Connection, Response, Tally, Target, call, drive, encode, median, spread
-from .report import machine, markdown_table, note, section, splice, write_json
+from .report import machine, markdown_table, note, splice, write_json
 
 HERE = Path(__file__).resolve().parent
 ENDPOINTS = ("health", "decide-2", "decide-16", "shared-21")
@@ -85,6 +85,24 @@ def uvicorn_stack() -> dict[str, str]:
     has = lambda name: importlib.util.find_spec(name) is not None  # noqa: E731
     return {"loop": "uvloop" if has("uvloop") else "asyncio", "http": "httptools" if has("httptools") else "h11",
             "uvicorn": version("uvicorn"), "fastapi": version("fastapi")}
+
+
+def ours_stack() -> dict[str, Any]:
+    """The event loop and access-log flush our servers run with here (SEMIF_EVENT_LOOP=auto picks
+    uvloop when installed, as the bench extra's uvicorn[standard] installs it)."""
+    from semif_serve import config
+
+    env = {name: os.environ[name] for name in ("SEMIF_EVENT_LOOP", "SEMIF_LOG_FLUSH_S") if name in os.environ}
+    settings = config.load({"SEMIF_API_TOKEN": "x" * config.MIN_TOKEN_LENGTH, **env})
+    return {"event_loop": settings.event_loop, "log_flush_s": settings.log_flush_s}
+
+
+def ours_words(ours: dict[str, Any] | None) -> str:
+    """One sentence naming our loop and log flush, for the reports."""
+    if not ours:
+        return ""
+    return (f"Ours runs on event loop `{ours['event_loop']}` (HTTP parsing h11's), access lines buffered and "
+            f"flushed every {ours['log_flush_s']:g} s (`SEMIF_LOG_FLUSH_S`). ")
 
 
 def merge(tallies: list[Tally]) -> Tally:
@@ -153,7 +171,7 @@ def overhead(args: argparse.Namespace, token: str) -> dict[str, Any]:
         servers["baseline"] = stack.enter_context(procs.fastapi_baseline(STUB, token))
         cells = asyncio.run(_paired(servers, args.concurrency, args.duration, args.rounds))
     return {"cells": {key: _cell(rounds) for key, rounds in cells.items()}, "uvicorn": uvicorn_stack(),
-            "shared_work_us_per_request": floor,
+            "ours": ours_stack(), "shared_work_us_per_request": floor,
             "rounds": args.rounds, "duration_s": args.duration, "concurrency": args.concurrency,
             "loadavg_before_after": [load_before[0], os.getloadavg()[0]],
             "profile": profile(args, token) if args.profile else None}
@@ -415,7 +433,7 @@ def overhead_markdown(result: dict[str, Any]) -> list[str]:
     floor = ", ".join(f"{k} {v:.0f} us" for k, v in result["shared_work_us_per_request"].items())
     return [f"## HTTP overhead on the stub (no delay): ours vs FastAPI + uvicorn[standard]",
             "", f"Baseline: FastAPI {stack.get('fastapi', '?')} on one uvicorn {stack.get('uvicorn', '?')} worker; its `auto` "
-            f"choice here is loop `{stack['loop']}`, HTTP `{stack['http']}`. \"Ours\" runs as deployed, with metrics and "
+            f"choice here is loop `{stack['loop']}`, HTTP `{stack['http']}`. {ours_words(result.get('ours'))}\"Ours\" runs as deployed, with metrics and "
             "the JSON access log on (`SEMIF_METRICS=on SEMIF_ACCESS_LOG=on SEMIF_LOG_FORMAT=json`, log to a file); "
             "\"ops-off\" is the same server with both off, and a third copy runs metrics only; the on / off columns are "
             "throughput ratios against ops-off (1.0 = free). "
@@ -505,23 +523,38 @@ def model_markdown(result: dict[str, Any], title: str, extra_rows: list[tuple[st
             markdown_table(("what", "p50 ms", "min - max ms"), rows), "", *[f"- {r}" for r in ratios + (notes or [])], ""]
 
 
-def markdown(results: dict[str, Any]) -> str:
+TITLE = "# semif-serve benchmark results"
+
+
+def markdown_sections(results: dict[str, Any]) -> dict[str, str]:
+    """This bench's marked sections of RESULTS.md, by name: only these are rewritten (see `write_markdown`)."""
     info = results["machine"]
-    lines = ["# semif-serve benchmark results", "",
-             f"Machine: `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}; run {info['date']} "
-             f"with `python -m bench load`, load average {' / '.join(map(str, info.get('loadavg', [])))} (1/5/15 min) "
-             f"when it began on this shared machine; thread settings {info.get('threads', {})}. The server under test runs as its own process; the load generator "
-             "(bench/loadgen.py, asyncio over raw keep-alive sockets) is the same for both servers.", ""]
-    if "overhead" in results:
-        lines += overhead_markdown(results["overhead"])
-    if "admission" in results:
-        lines += admission_markdown(results["admission"])
-    if "tiny" in results:
-        lines += tiny_markdown(results["tiny"])
-    if "small" in results:
-        lines += small_markdown(results["small"])
-    lines += ["## Verdicts", "", *[f"- {v}" for v in results["verdicts"]], ""]
-    return "\n".join(lines)
+    sections = {"load-machine": "\n".join([
+        f"Machine: `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}; run {info['date']} "
+        f"with `python -m bench load`, load average {' / '.join(map(str, info.get('loadavg', [])))} (1/5/15 min) "
+        f"when it began on this shared machine; thread settings {info.get('threads', {})}. The server under test runs as its own process; the load generator "
+        "(bench/loadgen.py, asyncio over raw keep-alive sockets) is the same for both servers."])}
+    for name, render in (("overhead", overhead_markdown), ("admission", admission_markdown), ("tiny", tiny_markdown),
+                         ("small", small_markdown)):
+        if name in results:
+            sections[f"load-{name}"] = "\n".join(render(results[name]))
+    sections["load-verdicts"] = "\n".join(["## Verdicts", "", *[f"- {v}" for v in results["verdicts"]]])
+    return sections
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The whole report of one run, as printed on stdout."""
+    return "\n\n".join([TITLE, *markdown_sections(results).values()]) + "\n"
+
+
+def write_markdown(old: str, results: dict[str, Any]) -> str:
+    """`old` with only this bench's marked sections replaced (appended when absent): the sections other
+    benches and people own (wrk, ops-cost, scaling out, the weights check, real-model runs) stay as they are,
+    and a section this run did not measure (`--only`) keeps its earlier figures."""
+    text = old if old.strip() else TITLE + "\n"
+    for name, body in markdown_sections(results).items():
+        text = splice(text, name, body)
+    return text
 
 
 def verdicts(results: dict[str, Any]) -> list[str]:
@@ -607,15 +640,8 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = SECTIONS[name](args, token)
     results["verdicts"] = verdicts(results)
     write_json(args.out, results)
-    text = markdown(results)
     old = args.md.read_text(encoding="utf-8") if args.md.exists() else ""
-    # `python -m bench wrk` and `bench.ops_cost` own these, and `smollm2` holds the SmolLM2 figures
-    # (`--only small` and the acceptance checks, pasted), `labelled` the evaluate/calibrate figures: keep them.
-    for name in ("wrk", "ops-cost", "smollm2", "labelled"):
-        kept = section(old, name)
-        if kept is not None:
-            text = splice(text, name, kept)
-    args.md.write_text(text, encoding="utf-8")
-    print(text)
+    args.md.write_text(write_markdown(old, results), encoding="utf-8")
+    print(markdown(results))
     failed = "admission" in results and not results["admission"]["passed"]
     return 1 if failed else 0

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import datasets, procs
-from .load import OPS_COST_LIMIT, STUB, VARIANTS, first_with, sixteen_options, uvicorn_stack
+from .load import OPS_COST_LIMIT, STUB, VARIANTS, first_with, ours_stack, ours_words, sixteen_options, uvicorn_stack
 from .report import machine, markdown_table, note, splice, write_json
 
 HERE = Path(__file__).resolve().parent
@@ -146,7 +146,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"thread settings {info['threads']}. wrk {result['wrk_version']} with {result['threads']} thread(s), "
         f"{result['rounds']} rounds x {result['duration_s']:g} s per server per cell, order reversed every round; "
         f"rps is the mean over rounds. Baseline: FastAPI {stack['fastapi']} on one uvicorn {stack['uvicorn']} worker, "
-        f"loop `{stack['loop']}`, HTTP `{stack['http']}`. All three score with the product's own stub.", "",
+        f"loop `{stack['loop']}`, HTTP `{stack['http']}`. {ours_words(result.get('ours'))}"
+        "All four score with the product's own stub.", "",
         table, "", *[f"- {v}" for v in verdicts], ""])
 
 
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         print("wrk is not installed: apt-get install -y wrk (Debian)", file=sys.stderr)
         return 2
     version = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
-    result = {"machine": machine(), "uvicorn": uvicorn_stack(), "rounds": args.rounds, "duration_s": args.duration,
+    result = {"machine": machine(), "uvicorn": uvicorn_stack(), "ours": ours_stack(), "rounds": args.rounds, "duration_s": args.duration,
               "threads": args.threads, "wrk_version": (version.stdout + version.stderr).split()[1] if version.stdout + version.stderr else "?",
               **measure(args, procs.token())}
     result["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -15,6 +15,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 import asyncio  # noqa: E402 - after the offline switch on purpose
 import logging  # noqa: E402
 import sys  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
 from . import calibration, config  # noqa: E402
 
@@ -33,11 +34,12 @@ def _serve() -> int:
         return 2
     from .ops.logs import configure
 
-    configure(settings.log_format)
+    configure(settings.log_format, settings.log_flush_s)
     from .server import serve
 
     try:
-        code = asyncio.run(serve(settings))
+        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+            code = runner.run(serve(settings))
     except calibration.BindingMismatch as error:  # an invalid setting, found once the scorer is known
         _refusal(settings, str(error))
         return 2
@@ -52,6 +54,15 @@ def _serve() -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop for `uvloop` (config checked it is installed); None lets asyncio pick its own."""
+    if name != "uvloop":
+        return None
+    import uvloop
+
+    return uvloop.new_event_loop
 
 
 def _refusal(settings: config.Settings, message: str) -> None:

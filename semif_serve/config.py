@@ -53,6 +53,10 @@ class Settings:
     log_format: str = "text"
     access_log: bool = True
     metrics: bool = True
+    # Extension (perf): access lines are buffered and written at most this long after they are
+    # made (0: each line written at once); and which event loop runs the server.
+    log_flush_s: float = 0.5
+    event_loop: str = "asyncio"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calibration", calibration.as_table(self.calibration))
@@ -153,7 +157,35 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         log_format=_choice(env, "SEMIF_LOG_FORMAT", "text", ("text", "json")),
         access_log=_choice(env, "SEMIF_ACCESS_LOG", "on", ("on", "off")) == "on",
         metrics=_metrics(env),
+        log_flush_s=_log_flush(env),
+        event_loop=_event_loop(env),
     )
+
+
+MAX_LOG_FLUSH_S = 1.0
+
+
+def _log_flush(env: Mapping[str, str]) -> float:
+    """Seconds an access line may wait in the buffer: 0 (unbuffered) up to 1, like nginx's `flush=`."""
+    raw = env.get("SEMIF_LOG_FLUSH_S")
+    if raw is None:
+        return 0.5
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"SEMIF_LOG_FLUSH_S must be a number, got {raw!r}") from None
+    if not 0 <= value <= MAX_LOG_FLUSH_S:
+        raise ValueError(f"SEMIF_LOG_FLUSH_S must be 0..{MAX_LOG_FLUSH_S:g}, got {raw!r}")
+    return value
+
+
+def _event_loop(env: Mapping[str, str]) -> str:
+    """`auto` (default): uvloop when installed (the `fast` extra), else asyncio; `uvloop` insists on it."""
+    value = _choice(env, "SEMIF_EVENT_LOOP", "auto", ("auto", "asyncio", "uvloop"))
+    installed = importlib.util.find_spec("uvloop") is not None
+    if value == "uvloop" and not installed:
+        raise ValueError("SEMIF_EVENT_LOOP=uvloop needs uvloop: pip install 'semif-serve[fast]'")
+    return "uvloop" if value == "uvloop" or (value == "auto" and installed) else "asyncio"
 
 
 def _metrics(env: Mapping[str, str]) -> bool:

@@ -19,6 +19,7 @@ from . import calibration
 from .config import Settings
 from .engine import Engine
 from .errors import ApiError, envelope
+from .ops import logs
 from .ops.logs import log_settings
 from .ops.operations import Operations, peer_of
 from .ops.retry_after import RetryAfter
@@ -111,6 +112,11 @@ class Server:
         self.engine.close()
 
 
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """`uvloop` or `asyncio`: the loop actually running, as the startup line reports it."""
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
+
 async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
     scorer = scorer if scorer is not None else build_scorer(settings)
@@ -123,11 +129,13 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     await engine.start()
     server = Server(settings, engine)
     port = await server.start()
-    log.info("semif-serve listening on %s:%d (scorer %s)", settings.host, port, settings.scorer)
+    log.info("semif-serve listening on %s:%d (scorer %s, event loop %s)", settings.host, port, settings.scorer,
+             loop_name(asyncio.get_running_loop()))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    flusher = loop.create_task(logs.flush_periodically(settings.log_flush_s)) if settings.log_flush_s > 0 else None
     try:
         await stop.wait()
     finally:
@@ -135,5 +143,10 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
     log.info("shutting down: draining %d connection(s)", len(server.connections))
-    await server.shutdown()
+    try:
+        await server.shutdown()
+    finally:
+        if flusher is not None:
+            flusher.cancel()
+        logs.flush()  # the lines of the drain itself; cli.py's logging.shutdown() flushes once more before exit
     return 0

@@ -41,6 +41,8 @@ LOOSE_HEAD = re.compile(rb"(?<!\r)\n|\r(?!\n)|\n[ \t]|[\x00-\x08\x0b\x0c\x0e-\x1
 # h11 already refuses a repeated Host or Transfer-Encoding and differing Content-Lengths
 # (identical ones it folds into one, as RFC 9112 6.3 allows); fields we never read are let be.
 SINGLETONS = frozenset({b"authorization", b"x-request-id"})
+# Reason phrases looked up once, not through the HTTPStatus enum on every response.
+REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
 class ClientGone(Exception):
@@ -209,7 +211,7 @@ class HttpConnection:
         ]
         if close or self.drain.active:  # draining: nothing after this response will be answered
             fields.append((b"connection", b"close"))
-        reason = HTTPStatus(reply.status).phrase.encode()
+        reason = REASONS[reply.status]
         head = h11.Response(status_code=reply.status, headers=fields, reason=reason)
         body = b"" if self.head_only else reply.body  # h11 refuses a body after a HEAD request
         data = self.conn.send(head) + self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage())

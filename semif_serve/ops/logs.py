@@ -6,10 +6,20 @@ field). Structured data travels in the record's `fields` attribute
 (`log.info(msg, extra={"fields": {...}})`); the formatter never looks at
 anything else a caller might have attached. Settings are logged once at startup
 with the token replaced by REDACTED.
+
+Buffering (an extension, like nginx's `access_log ... buffer= flush=`): access
+lines (the `semif_serve.access` logger) collect in the handler and go out in one
+write when the buffer passes BUFFER_BYTES, when the server's flush timer fires
+(`SEMIF_LOG_FLUSH_S`, at most 1 s; see `flush_periodically`), when any other
+record arrives (which is then written at once, after them, in order), and at
+shutdown (`logging.shutdown()` flushes every handler; cli.py calls it before
+`os._exit`). A graceful shutdown loses no line; a SIGKILL can lose the access
+lines of the last flush interval (at most BUFFER_BYTES), never another record.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -20,11 +30,19 @@ from typing import Any
 
 REDACTED = "<redacted>"
 FORMATS = ("text", "json")
+ACCESS_LOGGER = "semif_serve.access"
+BUFFER_BYTES = 64 * 1024
+
+
+_second: list[Any] = [None, ""]  # the last whole second formatted, and its text: one strftime a second
 
 
 def utc_time(created: float) -> str:
     """ISO 8601 UTC with milliseconds, the shape log pipelines parse without a hint."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+    second = int(created)
+    if _second[0] != second:
+        _second[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))]
+    return f"{_second[1]}.{int(created % 1 * 1000):03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
@@ -60,9 +78,56 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (dict, list, str)) else str(value)
 
 
-def configure(log_format: str) -> None:
-    """One stderr handler on the root logger, in the chosen format."""
-    handler = logging.StreamHandler(sys.stderr)
+class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler that holds access lines back and writes them in one go (see the module's rules)."""
+
+    def __init__(self, stream: Any, buffered: bool, limit: int = BUFFER_BYTES) -> None:
+        super().__init__(stream)
+        self.buffered = buffered
+        self.limit = limit
+        self._lines: list[str] = []
+        self._size = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Called under the handler's lock: format, keep, and write when this record may not wait."""
+        try:
+            line = self.format(record) + self.terminator
+            self._lines.append(line)
+            self._size += len(line)
+            if not self.buffered or record.name != ACCESS_LOGGER or self._size >= self.limit:
+                self.flush()
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise into the caller
+            self.handleError(record)
+
+    def flush(self) -> None:
+        """Write what is held in one call, then flush the stream."""
+        with self.lock:  # type: ignore[union-attr]
+            if self._lines:
+                data, self._lines, self._size = "".join(self._lines), [], 0
+                self.stream.write(data)
+            if hasattr(self.stream, "flush"):
+                self.stream.flush()
+
+
+def flush() -> None:
+    """Write every handler's held lines now."""
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except Exception:  # noqa: BLE001 - a broken stderr must not stop the server or its timer
+            pass
+
+
+async def flush_periodically(seconds: float) -> None:
+    """The event loop's flush timer: held access lines wait at most `seconds` (run as a task, cancelled at exit)."""
+    while True:
+        await asyncio.sleep(seconds)
+        flush()
+
+
+def configure(log_format: str, flush_s: float = 0.0) -> None:
+    """One stderr handler on the root logger, in the chosen format; access lines buffered when flush_s > 0."""
+    handler = BufferedStreamHandler(sys.stderr, buffered=flush_s > 0)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
