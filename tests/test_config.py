@@ -9,6 +9,7 @@ exactly its cases. The process-level exit status is in test_entry_point.py.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,9 @@ def test_a_bad_calibration_file_is_refused(tmp_path: Path, text: str, problem: s
 
 def test_the_defaults_are_the_contracts() -> None:
     loaded = config.load(valid_env())
-    assert loaded == Settings(api_token=TOKEN)
+    # SEMIF_EVENT_LOOP=auto resolves to uvloop exactly when the `fast` extra is installed.
+    auto_loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+    assert loaded == Settings(api_token=TOKEN, event_loop=auto_loop)
     assert (loaded.model, loaded.revision, loaded.device, loaded.scorer) == (
         "Qwen/Qwen3.5-4B", "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a", "cuda", "semif_phase1")
     assert (loaded.max_tokens, loaded.max_decisions, loaded.max_body_bytes, loaded.max_queue) == (4096, 64, 1 << 20, 32)
@@ -118,7 +121,7 @@ def test_the_boundary_values_are_accepted(tmp_path: Path) -> None:
         SEMIF_STUB_DELAY_MS="0", SEMIF_PORT="65535", SEMIF_MAX_TOKENS="1", SEMIF_MAX_DECISIONS="2",
         SEMIF_MAX_BODY_BYTES="3", SEMIF_MAX_QUEUE="4", SEMIF_MAX_CONNECTIONS="5", SEMIF_VRAM_CAP_GIB="0.5",
         SEMIF_HEADER_TIMEOUT_S="0.001", SEMIF_BODY_TIMEOUT_S="1e-3", SEMIF_IDLE_TIMEOUT_S="7",
-        SEMIF_SHUTDOWN_GRACE_S="2.5", SEMIF_CALIBRATION=str(path),
+        SEMIF_SHUTDOWN_GRACE_S="2.5", SEMIF_CALIBRATION=str(path), SEMIF_EVENT_LOOP="asyncio",
     ))
     assert loaded == Settings(
         api_token="!" * 31 + "~", model="m", revision="r", host="::1", device="cuda:10", scorer="stub",
