@@ -54,3 +54,16 @@ def test_a_plain_mapping_out_of_range_is_refused_naming_the_workload() -> None:
     with pytest.raises(ValueError) as refused:
         calibration.plain({"w": 0})
     assert str(refused.value).startswith("SEMIF_CALIBRATION: workload 'w' temperature 0 is not in [")
+
+
+@pytest.mark.parametrize("loaded,message", [
+    (("m2", "r", "p"), "SEMIF_CALIBRATION is bound to model 'm', but SEMIF_MODEL is 'm2'"),
+    (("m", "r2", "p"), "SEMIF_CALIBRATION is bound to revision 'r', but SEMIF_REVISION is 'r2'"),
+    (("m", "r", "p2"), "SEMIF_CALIBRATION is bound to prompt_version 'p', but the scorer's prompt_version is 'p2'"),
+], ids=["model", "revision", "prompt_version"])
+def test_a_binding_mismatch_names_where_the_loaded_value_came_from(loaded: tuple[str, str, str], message: str) -> None:
+    table = calibration.bound({**BINDING, "workloads": {"w": {"none": 1.0}}})
+    calibration.check_binding(table, "m", "r", "p")  # the matching triple passes
+    with pytest.raises(calibration.BindingMismatch) as refused:
+        calibration.check_binding(table, *loaded)
+    assert str(refused.value) == message
