@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .numerics import log_softmax, softmax
 
@@ -111,7 +111,12 @@ def mean_log_probabilities(row: Mapping[str, Any], method: str, results: Sequenc
     return _mean(option_ids, scored)
 
 
-def combine(row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def combine(
+    row: Mapping[str, Any],
+    method: str,
+    results: Sequence[Mapping[str, Any]],
+    temper: Callable[[list[float]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The averaged result for one decision from its expanded rows' results, in expansion order.
 
     probabilities: per option id, the mean of each ordering's log-softmax,
@@ -121,22 +126,23 @@ def combine(row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, 
     probabilities, ties likewise by the caller's order) is `top`. spread: each
     option's [min, max] native probability across orderings. `orderings` holds
     the result objects themselves (INV-1: never rewritten, never copied).
+    `temper`, when given, turns the mean log-probabilities into `combined.calibrated`
+    (the results are checked and scored once for both views).
     """
     option_ids, scored = _scored(row, method, results)
-    probabilities = softmax(_mean(option_ids, scored))
+    mean = _mean(option_ids, scored)
+    probabilities = softmax(mean)
     top = _first_max(option_ids, dict(zip(option_ids, probabilities)))
     tops = [_first_max(option_ids, native) for _, native in scored]
     spread = {oid: [min(nat[oid] for _, nat in scored), max(nat[oid] for _, nat in scored)] for oid in option_ids}
-    return {
-        "id": row["id"],
-        "option_ids": option_ids,
-        "combined": {
-            "method": method,
-            "orderings": len(scored),
-            "probabilities": probabilities,
-            "top": top,
-            "agreement": tops.count(top) / len(scored),
-            "spread": spread,
-        },
-        "orderings": list(results),
+    combined = {
+        "method": method,
+        "orderings": len(scored),
+        "probabilities": probabilities,
+        "top": top,
+        "agreement": tops.count(top) / len(scored),
+        "spread": spread,
     }
+    if temper is not None:
+        combined["calibrated"] = temper(mean)
+    return {"id": row["id"], "option_ids": option_ids, "combined": combined, "orderings": list(results)}

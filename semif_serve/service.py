@@ -195,10 +195,9 @@ class Service:
     def _averaged(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
         """The combined view, plus `combined.calibrated` when a workload is named (the
         request model already refused a workload without this method's temperature)."""
-        row, method = decision.row, decision.orderings
-        averaged = averaging.combine(row, method, results)
-        if workload is not None:
-            temperature = self.settings.calibration[workload][method]
-            mean = averaging.mean_log_probabilities(row, method, results)
-            averaged["combined"]["calibrated"] = calibration.combined_view(workload, method, temperature, mean)
-        return averaged
+        method = decision.orderings
+        if workload is None:
+            return averaging.combine(decision.row, method, results)
+        temperature = self.settings.calibration[workload][method]
+        return averaging.combine(decision.row, method, results,
+                                 lambda mean: calibration.combined_view(workload, method, temperature, mean))
