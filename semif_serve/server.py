@@ -16,6 +16,7 @@ import logging
 import signal
 
 from . import calibration
+from .channel import Channel
 from .config import Settings
 from .engine import Engine
 from .errors import ApiError, envelope
@@ -25,7 +26,7 @@ from .ops.operations import Operations, peer_of
 from .ops.retry_after import RetryAfter
 from .scorer import Scorer
 from .service import Reply, Service
-from .wire import Drain, HttpConnection
+from .wire import MAX_BUFFERED, Drain, HttpConnection
 
 log = logging.getLogger("semif_serve.server")
 
@@ -71,28 +72,31 @@ class Server:
 
     async def start(self) -> int:
         """Listen; return the bound port (SEMIF_PORT, or the one the OS chose for 0)."""
-        self._listener = await asyncio.start_server(
-            self._accept, self.settings.host, self.settings.port, backlog=1024
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(
+            lambda: Channel(MAX_BUFFERED, self._accept), self.settings.host, self.settings.port, backlog=1024
         )
         self.port = self._listener.sockets[0].getsockname()[1]
         return self.port
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self, channel: Channel) -> None:
+        """A connection is open: refuse it over the cap (one write, no parsing), else serve it in its own task."""
         if len(self.connections) >= self.settings.max_connections:
             exchange = self.ops.begin(None)
             data = full(exchange.request_id)
-            writer.write(data)
-            writer.close()
-            self.ops.finish(exchange, Reply.error(_FULL_ERROR), peer_of(writer), len(data))
+            channel.write(data)
+            channel.close()
+            self.ops.finish(exchange, Reply.error(_FULL_ERROR), peer_of(channel.transport), len(data))
             return
-        connection = HttpConnection(reader, writer, self.service, self.settings, self.drain, self.ops)
-        task = asyncio.current_task()
-        assert task is not None
+        connection = HttpConnection(channel, self.service, self.settings, self.drain, self.ops)
+        task = asyncio.get_running_loop().create_task(connection.run())
         self.connections[task] = connection
-        try:
-            await connection.run()
-        finally:
-            del self.connections[task]
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        del self.connections[task]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("connection failed", exc_info=task.exception())
 
     async def shutdown(self) -> None:
         """Drain: refuse new work, let in-flight requests finish within the grace period."""
@@ -101,7 +105,7 @@ class Server:
             self._listener.close()
         for connection in self.connections.values():
             if connection.closable:
-                connection.writer.close()
+                connection.channel.close()
         pending = set(self.connections)
         if pending:
             _, pending = await asyncio.wait(pending, timeout=self.settings.shutdown_grace)

@@ -9,7 +9,8 @@ that leaves while its request waits never reaches the scorer. A field whose
 repetition is ambiguous (SINGLETONS) is refused 400: a proxy in front may have
 checked the other copy. Each response goes out through `_send`, the one place
 that asks ops.Operations for its request id and Retry-After and reports it
-written; the loop itself keeps no log or metric.
+written; the loop itself keeps no log or metric. Bytes come and go through a
+channel.Channel: this module never touches a socket or a transport.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ from typing import Awaitable
 
 import h11
 
+from .channel import Channel
 from .config import Settings
 from .errors import ApiError, envelope, excerpt
 from .ops.operations import Exchange, Operations, peer_of
 from .service import Reply, Route, Service, route
 
+# One read hands h11 at most this much (so a head too long fails as too long, not as whatever follows).
 READ_SIZE = 65536
-# Pipelined bytes buffered while a request is scored; past this we stop reading.
+# Bytes a channel holds unread (a pipelined request while one is scored); past this it stops reading.
 MAX_BUFFERED = 65536
 PROTOCOL_CODES = {431: "headers_too_large"}
 # h11 refuses an incomplete head past 16 KiB, but parses a longer one that arrives in one read.
@@ -86,17 +89,8 @@ class Drain:
 class HttpConnection:
     """One client connection: reads events with deadlines, answers through the service."""
 
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        service: Service,
-        settings: Settings,
-        drain: Drain,
-        ops: Operations,
-    ) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, channel: Channel, service: Service, settings: Settings, drain: Drain, ops: Operations) -> None:
+        self.channel = channel
         self.service = service
         self.settings = settings
         self.drain = drain
@@ -105,14 +99,14 @@ class HttpConnection:
         self.head = bytearray()  # raw bytes received since the current head began
         self.head_only = False  # the request is HEAD: its response carries no body
         self.ops = ops
-        self.peer = peer_of(writer)
+        self.peer = peer_of(channel.transport)
         self.exchange: Exchange | None = None  # the request being answered, once its head parsed
         self.head_bytes = 0
 
     @property
     def closable(self) -> bool:
         """Between requests with no byte of the next one received: shutdown may just close it."""
-        return self.idle and not self.conn.trailing_data[0]
+        return self.idle and not self.conn.trailing_data[0] and not self.channel.buffered
 
     # -- reading -------------------------------------------------------------
 
@@ -121,12 +115,9 @@ class HttpConnection:
         if remaining <= 0:
             raise Deadline
         try:
-            async with asyncio.timeout(remaining):  # no extra task per read, unlike wait_for on 3.11
-                data = await self.reader.read(READ_SIZE)
+            data = await self.channel.read(remaining, READ_SIZE)
         except TimeoutError:
             raise Deadline from None
-        except ConnectionError:
-            data = b""
         if self.conn.their_state is h11.IDLE:
             self.head += data
         self.conn.receive_data(data)
@@ -186,18 +177,6 @@ class HttpConnection:
             else:  # ConnectionClosed mid-body
                 raise ClientGone
 
-    async def _watch_for_close(self) -> None:
-        """Feed pipelined bytes to h11 while a request is scored; return on EOF."""
-        while len(self.conn.trailing_data[0]) < MAX_BUFFERED:
-            try:
-                data = await self.reader.read(READ_SIZE)
-            except ConnectionError:
-                data = b""
-            self.conn.receive_data(data)
-            if not data:
-                return
-        await asyncio.Event().wait()  # buffer full: stop reading, never complete
-
     # -- writing -------------------------------------------------------------
 
     async def _send(self, reply: Reply, close: bool = False) -> None:
@@ -215,11 +194,11 @@ class HttpConnection:
         head = h11.Response(status_code=reply.status, headers=fields, reason=reason)
         body = b"" if self.head_only else reply.body  # h11 refuses a body after a HEAD request
         data = self.conn.send(head) + self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage())
-        self.writer.write(data)
+        self.channel.write(data)
         try:
-            if self.writer.transport.get_write_buffer_size():  # the kernel took it all: nothing to wait for
+            if self.channel.write_buffer_size():  # the kernel took it all: nothing to wait for
                 async with asyncio.timeout(self.settings.idle_timeout):
-                    await self.writer.drain()
+                    await self.channel.drain()
         finally:
             self.ops.finish(exchange, reply, self.peer, len(data))
 
@@ -238,21 +217,14 @@ class HttpConnection:
         except (ClientGone, ConnectionError, asyncio.TimeoutError):
             pass
         except asyncio.CancelledError:
-            # Shutdown's grace ran out. The task then ends normally: Python 3.11's stream
-            # callback logs a cancelled connection handler as an unhandled error.
+            # Shutdown's grace ran out: answer what is in progress, then end normally.
             await self._stopped()
         finally:
             await self._close()
 
     async def _close(self) -> None:
         """Close after flushing what is buffered; abort a peer that will not read it, or it holds the slot forever."""
-        self.writer.close()
-        try:
-            await asyncio.wait_for(self.writer.wait_closed(), self.settings.idle_timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError):  # cancelled: shutdown's grace ran out
-            self.writer.transport.abort()
-        except Exception:  # noqa: BLE001 - the peer reset: the transport is already gone
-            pass
+        await self.channel.closed(self.settings.idle_timeout)
 
     async def _stopped(self) -> None:
         """A request in progress (head, body or scoring) still gets an answer, never silence."""
@@ -334,11 +306,13 @@ class HttpConnection:
         try:
             self._check_framing(request)
             if self.conn.they_are_waiting_for_100_continue:
-                self.writer.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+                self.channel.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             body = await self._read_body() if unread else b""
         except ApiError as error:
             await self._refuse(error, close=True)
             return False
+        if self.channel.gone:  # it sent its request and left: it never reaches the scorer
+            raise ClientGone
         reply = await self._until_client_leaves(self.service.post(found.name, body))
         await self._send(reply)
         return self._reusable()
@@ -353,21 +327,29 @@ class HttpConnection:
             raise ApiError("request_too_large", f"declared body over the {self.settings.max_body_bytes}-byte limit")
 
     async def _until_client_leaves(self, work: Awaitable[Reply]) -> Reply:
-        """Await the reply, cancelling it if the client closes first (queued calls never start).
+        """Await the reply, cancelling it if the client leaves first (queued calls never start).
 
         The work runs in its own task so that shutdown can cancel this one and answer
-        503 at once, while a scorer call already running finishes on its own.
+        503 at once, while a scorer call already running finishes on its own. The
+        channel says when the client leaves (`on_gone`); nothing else reads meanwhile.
         """
         task = asyncio.ensure_future(work)
-        watcher = asyncio.ensure_future(self._watch_for_close())
+        settled = asyncio.get_running_loop().create_future()
+
+        def settle(_: object = None) -> None:
+            if not settled.done():
+                settled.set_result(None)
+
+        task.add_done_callback(settle)
+        self.channel.on_gone = settle
         try:
-            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            await settled
         except asyncio.CancelledError:
             task.cancel()
             raise
         finally:
-            watcher.cancel()
-            await asyncio.wait([watcher])  # it must stop reading before this task reads again
+            self.channel.on_gone = None
+            task.remove_done_callback(settle)
         if task.done():
             return task.result()
         task.cancel()

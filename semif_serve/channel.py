@@ -1,0 +1,173 @@
+"""The socket side of one connection: an asyncio.Protocol that holds what arrives until the wire asks.
+
+Rule 1: bytes only. This module knows nothing of HTTP, h11, the service or the
+log; wire.py turns bytes into events and decisions.
+Rule 2: one reader. Only the connection's task reads, and it waits on at most one
+future at a time. A peer that sends EOF or goes away wakes that reader and calls
+`on_gone` at once, so a client that leaves while its request is scored is noticed
+by a callback, not by a second task reading the socket.
+Rule 3: bounded. Bytes that arrive while nobody reads (a pipelined request during
+scoring) are kept up to `limit`; past it the transport stops reading until they
+are taken (back-pressure), so EOF is then not seen either: a client that floods
+pipelined bytes has its request finished, never cancelled on its word.
+Rule 4: writes never block the loop. `write` queues on the transport; `drain`
+waits only while the transport has asked us to pause, and a lost peer ends the wait.
+
+Theory: asyncio's stream pair needs a task blocked in `read()` to learn that the
+peer left, which costs a task, a future and an `asyncio.wait` per scored request.
+A Protocol is told directly (`eof_received`, `connection_lost`), the same way
+uvicorn's and hypercorn's h11 protocols are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Callable
+
+
+def _settle(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+class Channel(asyncio.Protocol):
+    """One accepted connection's bytes in and out; `opened` hands it to whoever serves it."""
+
+    def __init__(self, limit: int, opened: Callable[[Channel], None]) -> None:
+        self.limit = limit
+        self._opened = opened
+        self.transport: asyncio.Transport | None = None
+        self.on_gone: Callable[[], None] | None = None  # set by the wire while a request is scored
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._eof = False  # EOF received or connection lost: nothing more will arrive
+        self._reading_paused = False
+        self._writing_paused = False
+        self._reader: asyncio.Future[None] | None = None
+        self._drainer: asyncio.Future[None] | None = None
+        self._closed: asyncio.Future[None] | None = None
+
+    # -- asyncio's side ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._closed = asyncio.get_running_loop().create_future()
+        self._opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size > self.limit and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        _settle(self._reader)
+
+    def eof_received(self) -> bool:
+        """Keep the transport open: a half-closed client may still read its answer."""
+        self._gone()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._gone()
+        self._writing_paused = False
+        _settle(self._drainer)
+        _settle(self._closed)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        _settle(self._drainer)
+
+    def _gone(self) -> None:
+        self._eof = True
+        _settle(self._reader)
+        if self.on_gone is not None:
+            self.on_gone()
+
+    # -- the wire's side ---------------------------------------------------------------
+
+    @property
+    def gone(self) -> bool:
+        """The peer sent EOF or the connection is lost."""
+        return self._eof
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet read."""
+        return self._size
+
+    def peername(self) -> Any:
+        return self.transport.get_extra_info("peername") if self.transport is not None else None
+
+    async def read(self, timeout: float, most: int) -> bytes:
+        """Up to `most` bytes received so far, waiting up to `timeout` s for one; b"" once the peer is gone.
+
+        Raises TimeoutError when nothing arrived in time.
+        """
+        if not self._chunks and not self._eof:
+            loop = asyncio.get_running_loop()
+            waiter = self._reader = loop.create_future()
+            timer = loop.call_later(timeout, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                self._reader = None
+                timer.cancel()
+        return self._take(most)
+
+    def _take(self, most: int) -> bytes:
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if len(data) > most:
+            data, rest = data[:most], data[most:]
+            self._chunks, self._size = [rest], len(rest)
+        else:
+            self._chunks, self._size = [], 0
+        if self._reading_paused and self._size <= self.limit and self.transport is not None \
+                and not self.transport.is_closing():
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return data
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def write_buffer_size(self) -> int:
+        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is over its high-water mark."""
+        while self._writing_paused:
+            waiter = self._drainer = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._drainer = None
+
+    def close(self) -> None:
+        """Close once what is written has been sent (the transport flushes first)."""
+        if self.transport is not None:
+            self.transport.close()
+
+    async def closed(self, timeout: float) -> None:
+        """Close and wait for the socket to go; abort a peer that will not read within `timeout`.
+
+        Cancelled (shutdown's grace ran out) it aborts too: an unread peer must not hold the slot.
+        """
+        self.close()
+        if self._closed is None or self._closed.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._closed), timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(Exception):
+                self.transport.abort()  # type: ignore[union-attr]
