@@ -5,12 +5,21 @@ never a header value other than the request id, never the token (right or
 wrong), never a body or a message built from one (a 422's message may quote the
 body, so only its code is logged), never the query string. Format (text or JSON)
 is logs.py's business, not this module's.
+
+Theory: a line is written per request, so while logging is as the server
+configured it, the message and fields go straight to the configured handler
+(`logs.direct_access_handler`, `write_access`): same line, same buffer, same
+order, no LogRecord. Otherwise (a level, filter or handler someone added) the
+line is an ordinary `logging` call on `semif_serve.access` and obeys that config.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
+
+from . import logs
 
 log = logging.getLogger("semif_serve.access")
 
@@ -40,7 +49,11 @@ def write(record: AccessRecord) -> None:
         "bytes_out": record.bytes_out, "queued_s": _round(record.queued_s), "scoring_s": _round(record.scoring_s),
         "total_s": _round(record.total_s),
     }
-    log.info("%s %s %d", record.method, record.path, record.status, extra={"fields": fields})
+    handler = logs.direct_access_handler(log)
+    if handler is not None:
+        handler.write_access(time.time(), f"{record.method} {record.path} {record.status}", fields)
+    else:
+        log.info("%s %s %d", record.method, record.path, record.status, extra={"fields": fields})
 
 
 def _round(seconds: float | None) -> float | None:

@@ -15,6 +15,19 @@ record arrives (which is then written at once, after them, in order), and at
 shutdown (`logging.shutdown()` flushes every handler; cli.py calls it before
 `os._exit`). A graceful shutdown loses no line; a SIGKILL can lose the access
 lines of the last flush interval (at most BUFFER_BYTES), never another record.
+
+The access line's direct path (perf): an access line is written per request, and
+logging's LogRecord and Logger machinery cost more than the line itself. While
+logging is as `configure` left it (`direct_access_handler` checks this per line:
+the access logger enabled for INFO, not disabled, no filter on it or the handler,
+no handler on the way to the root, and the root's only handler the configured one),
+the access log hands its message and fields straight to that handler
+(`BufferedStreamHandler.write_access`), which formats them with its formatter's
+`format_access` (the same text, byte for byte, as `format` of the equivalent
+record) and keeps them under its lock in the same buffer, so order and flushing are
+exactly those of `emit`. Any other configuration (a test's capture handler, a
+filter, a level an operator set on `semif_serve.access`) gets the ordinary
+`logging` call, so standard logging config keeps its meaning.
 """
 
 from __future__ import annotations
@@ -45,6 +58,10 @@ def utc_time(created: float) -> str:
     return f"{_second[1]}.{int(created % 1 * 1000):03d}Z"
 
 
+# json.dumps with arguments builds a JSONEncoder per call; one built once encodes the same text.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, then the record's fields."""
 
@@ -54,7 +71,14 @@ class JsonFormatter(logging.Formatter):
         line.update(getattr(record, "fields", None) or {})
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False, default=str)
+        return _ENCODER.encode(line)
+
+    def format_access(self, created: float, message: str, fields: Mapping[str, Any]) -> str:
+        """`format` of an INFO access record made at `created`, without making the record."""
+        line: dict[str, Any] = {"time": utc_time(created), "level": logging.getLevelName(logging.INFO).lower(),
+                                "logger": ACCESS_LOGGER, "message": message}
+        line.update(fields)
+        return _ENCODER.encode(line)
 
 
 class TextFormatter(logging.Formatter):
@@ -62,13 +86,28 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._second: tuple[int | None, str] = (None, "")  # as utc_time: one strftime a second
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        text = super().formatMessage(record)
-        fields = getattr(record, "fields", None)
-        if fields:
-            text += " " + " ".join(f"{key}={_text(value)}" for key, value in fields.items())
-        return text
+        return _with_fields(super().formatMessage(record), getattr(record, "fields", None))
+
+    def format_access(self, created: float, message: str, fields: Mapping[str, Any]) -> str:
+        """`format` of an INFO access record made at `created`, without making the record (the
+        time as logging.Formatter.formatTime writes it with no datefmt)."""
+        second = int(created)
+        if self._second[0] != second:
+            self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
+        asctime = self.default_msec_format % (self._second[1], int((created - second) * 1000))
+        text = self._fmt % {"asctime": asctime, "levelname": logging.getLevelName(logging.INFO),  # type: ignore[operator]
+                            "name": ACCESS_LOGGER, "message": message}
+        return _with_fields(text, fields)
+
+
+def _with_fields(text: str, fields: Mapping[str, Any] | None) -> str:
+    """The text line's key=value tail."""
+    if fields:
+        text += " " + " ".join(f"{key}={_text(value)}" for key, value in fields.items())
+    return text
 
 
 def _text(value: Any) -> str:
@@ -99,6 +138,20 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         except Exception:  # noqa: BLE001 - logging's own contract: report, never raise into the caller
             self.handleError(record)
 
+    def write_access(self, created: float, message: str, fields: Mapping[str, Any]) -> None:
+        """The access logger's direct path (see the module's rules): what `emit` does for an
+        access record, under the same lock, into the same buffer, without the record."""
+        with self.lock:  # type: ignore[union-attr]
+            try:
+                line = self.formatter.format_access(created, message, fields) + self.terminator  # type: ignore[union-attr]
+                self._lines.append(line)
+                self._size += len(line)
+                if not self.buffered or self._size >= self.limit:
+                    self.flush()
+            except Exception:  # noqa: BLE001 - as emit: report, never raise into the caller
+                self.handleError(logging.makeLogRecord({"name": ACCESS_LOGGER, "msg": message, "levelno": logging.INFO,
+                                                        "levelname": logging.getLevelName(logging.INFO)}))
+
     def flush(self) -> None:
         """Write what is held in one call, then flush the stream."""
         with self.lock:  # type: ignore[union-attr]
@@ -107,6 +160,25 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 self.stream.write(data)
             if hasattr(self.stream, "flush"):
                 self.stream.flush()
+
+
+_configured: list[BufferedStreamHandler | None] = [None]  # the handler configure() installed
+
+
+def direct_access_handler(logger: logging.Logger) -> BufferedStreamHandler | None:
+    """The handler an INFO record of `logger` would reach, and the only one, when logging is as
+    `configure` left it; None whenever anything else could see, drop or change the record."""
+    handler = _configured[0]
+    if (handler is None or not logger.isEnabledFor(logging.INFO) or logger.disabled or logger.filters
+            or handler.filters or handler.level > logging.INFO or not hasattr(handler.formatter, "format_access")):
+        return None
+    root = logging.root
+    node: logging.Logger | None = logger
+    while node is not root:
+        if node is None or node.handlers or not node.propagate:
+            return None
+        node = node.parent
+    return handler if len(root.handlers) == 1 and root.handlers[0] is handler else None
 
 
 def flush() -> None:
@@ -133,6 +205,7 @@ def configure(log_format: str, flush_s: float = 0.0) -> None:
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
+    _configured[0] = handler
     root.setLevel(logging.INFO)
     # The logging HOWTO's "Optimization" switches: neither format uses the caller's file, the
     # thread or the process, and an access line is written per request.

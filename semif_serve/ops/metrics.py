@@ -7,9 +7,11 @@ never the raw target; a code is a row of errors.STATUS. No request content, id,
 peer or header ever becomes a label or a value.
 
 Theory: one registry per server (tests run several in one process). Per-request
-work is a few increments on label children bound once and cached; gauges that
-mirror state the server already keeps (in progress, open connections, CUDA
-memory) are read when scraped, so they cost nothing per request.
+work is a few increments on label children bound once and cached, all those one
+request (route, status, code) or one scorer call (kind) moves found with one
+dict lookup; gauges that mirror state the server already keeps (in progress,
+open connections, CUDA memory) are read when scraped, so they cost nothing per
+request.
 """
 
 from __future__ import annotations
@@ -71,25 +73,27 @@ class Metrics:
         Info("semif_build", "What this process serves.", registry=registry).info(
             {key: "" if info.get(key) is None else str(info[key]) for key in INFO_KEYS})
         registry.register(_CudaMemory(facts))
-        self._children: dict[tuple[str, ...], Any] = {}
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        """A label child, bound once: labels() is the costly part of an increment."""
-        key = (metric._name, *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+        self._per_request: dict[tuple[str, int, str | None], tuple[Any, Any, Any]] = {}
+        self._per_call: dict[str, tuple[Any, Any]] = {}
 
     def request(self, route: str, status: int, code: str | None, seconds: float) -> None:
-        self._child(self._requests, route, str(status)).inc()
-        self._child(self._duration, route).observe(seconds)
-        if code is not None:
-            self._child(self._refusals, code).inc()
+        children = self._per_request.get((route, status, code))
+        if children is None:  # labels() is the costly part of an increment: bound once per combination
+            children = self._per_request[(route, status, code)] = (
+                self._requests.labels(route, str(status)), self._duration.labels(route),
+                None if code is None else self._refusals.labels(code))
+        requests, duration, refusals = children
+        requests.inc()
+        duration.observe(seconds)
+        if refusals is not None:
+            refusals.inc()
 
     def scorer_call(self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool) -> None:
-        self._child(self._queued, kind).observe(queued)
-        self._child(self._scoring, kind).observe(scoring)
+        children = self._per_call.get(kind)
+        if children is None:
+            children = self._per_call[kind] = (self._queued.labels(kind), self._scoring.labels(kind))
+        children[0].observe(queued)
+        children[1].observe(scoring)
         self._rows.inc(rows)
         if out_of_memory:
             self._oom.inc()
