@@ -120,7 +120,8 @@ def measure(args: argparse.Namespace, token: str) -> dict[str, Any]:
                 for index in range(args.rounds):
                     for name in SERVERS if index % 2 == 0 else SERVERS[::-1]:
                         cells[key][name].append(run_wrk(servers[name], path, lua, conns, args.duration, args.threads))
-    return {"cells": {key: summarise(rounds) for key, rounds in cells.items()}}
+    # Each run's own figures stay in the JSON beside the summary, so a report can be recomputed.
+    return {"cells": {key: {**summarise(rounds), "runs": rounds} for key, rounds in cells.items()}}
 
 
 def parser() -> argparse.ArgumentParser:
