@@ -93,7 +93,7 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_wrk(server: procs.Running, path: str, lua: Path, conns: int, duration: float, threads: int) -> dict[str, Any]:
+def run_wrk(server: procs.Running, path: str, lua: Path, conns: int, duration: int, threads: int) -> dict[str, Any]:
     """One wrk run against `server`, with the CPU the server and wrk spent on it."""
     argv = ["wrk", f"-t{min(threads, conns)}", f"-c{conns}", f"-d{duration:g}s", "--latency", "-s", str(lua),
             server.url + path]
@@ -126,7 +126,7 @@ def measure(args: argparse.Namespace, token: str) -> dict[str, Any]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench wrk", description=__doc__.splitlines()[0])
-    p.add_argument("--duration", type=float, default=2.0, help="seconds per server per round (default 2)")
+    p.add_argument("--duration", type=int, default=2, help="whole seconds per server per round, as wrk takes them (default 2)")
     p.add_argument("--rounds", type=int, default=3, help="rounds per cell, order reversed each (default 3)")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
     p.add_argument("--threads", type=int, default=1, help="wrk threads (default 1: the other core is the server's)")
