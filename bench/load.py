@@ -1,6 +1,7 @@
 """Load and overhead benchmarks: `python -m bench load` runs them all, one server at a time.
 
-* overhead: the stub with no delay, ours against FastAPI + uvicorn[standard] (bench/baseline_fastapi.py),
+* overhead: the stub with no delay, ours against FastAPI + uvicorn[standard] (bench/baseline_fastapi.py)
+  twice, with uvicorn's default access log (`baseline_logged`) and without one (`baseline`; bench/peers.py),
   ours three times: metrics and the JSON access log on (as deployed), metrics only, both off,
   requests per second and p50/p99 for /health, /decide (2 and 16 options) and
   /decide/shared (21 decisions) at each concurrency, through the same load generator;
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import datasets, procs
+from . import datasets, peers, procs
 from .loadgen import Connection, Response, Tally, Target, call, drive, encode, median, spread
 from .report import machine, markdown_table, note, splice, write_json
 
@@ -159,6 +160,9 @@ def _cell(rounds: dict[str, list[Tally]]) -> dict[str, Any]:
         cell["off_ratio"], cell["off_ratio_range"] = _ratio(rounds, "ours_off", "baseline")
         cell["metrics_ratio"], cell["metrics_ratio_range"] = _ratio(rounds, "ours_metrics", "ours_off")
         cell["ops_ratio"], cell["ops_ratio_range"] = _ratio(rounds, "ours", "ours_off")
+    if "baseline_logged" in rounds:  # the like-for-like peer: uvicorn with its default access log
+        cell["baseline_logged"] = merge(rounds["baseline_logged"]).summary()
+        cell["logged_ratio"], cell["logged_ratio_range"] = _ratio(rounds, "ours", "baseline_logged")
     return cell
 
 
@@ -167,8 +171,7 @@ def overhead(args: argparse.Namespace, token: str) -> dict[str, Any]:
     load_before = os.getloadavg()
     floor = asyncio.run(service_floor())
     with contextlib.ExitStack() as stack:
-        servers = {name: stack.enter_context(procs.semif_serve({**STUB, **env}, token)) for name, env in VARIANTS.items()}
-        servers["baseline"] = stack.enter_context(procs.fastapi_baseline(STUB, token))
+        servers = peers.start(stack, token, STUB, VARIANTS)
         cells = asyncio.run(_paired(servers, args.concurrency, args.duration, args.rounds))
     return {"cells": {key: _cell(rounds) for key, rounds in cells.items()}, "uvicorn": uvicorn_stack(),
             "ours": ours_stack(), "shared_work_us_per_request": floor,
@@ -416,24 +419,34 @@ def overhead_markdown(result: dict[str, Any]) -> list[str]:
         ours, base = cell["ours"], cell["baseline"]
         flag = "" if ours["lost"] == base["lost"] == 0 and set(ours["statuses"]) == set(base["statuses"]) == {"200"} else " (!)"
         low, high = cell["ratio_range"]
+        logged = cell.get("baseline_logged")
+        if logged is not None and (logged["lost"] or set(logged["statuses"]) != {"200"}):
+            flag = " (!)"
+        with_log = () if logged is None else (
+            f"{logged['rps']:.0f}", f"**{cell['logged_ratio']:.2f}x** ({cell['logged_ratio_range'][0]:.2f} - "
+            f"{cell['logged_ratio_range'][1]:.2f})", _us(logged["server_cpu_us_per_request"]))
         off = cell.get("ours_off")
         extra = () if off is None else (f"{off['rps']:.0f}", f"{cell['off_ratio']:.2f}x",
                                          f"{cell['metrics_ratio']:.3f} ({cell['metrics_ratio_range'][0]:.2f} - {cell['metrics_ratio_range'][1]:.2f})",
                                          f"{cell['ops_ratio']:.3f} ({cell['ops_ratio_range'][0]:.2f} - {cell['ops_ratio_range'][1]:.2f})")
         rows.append((endpoint, conns, f"{ours['rps']:.0f}", _ms(ours), f"{base['rps']:.0f}", _ms(base),
-                     f"**{cell['ratio']:.2f}x**{flag}", f"{low:.2f} - {high:.2f}", *extra,
+                     f"**{cell['ratio']:.2f}x**{flag}", f"{low:.2f} - {high:.2f}", *with_log, *extra,
                      f"{_us(ours['server_cpu_us_per_request'])} / {_us(base['server_cpu_us_per_request'])}",
                      f"{ours['client_cpu_share']:.2f} / {base['client_cpu_share']:.2f}"))
     has_off = any("ours_off" in cell for cell in result["cells"].values())
+    log_headers = ("base-logged rps", "ours / base-logged (per-round)", "base-logged server CPU us/req") if any(
+        "baseline_logged" in cell for cell in result["cells"].values()) else ()
     off_headers = ("ours ops-off rps", "ops-off / baseline", "metrics only / off (per-round)",
                    "metrics + log / off (per-round)") if has_off else ()
     table = markdown_table(("endpoint", "conns", "ours rps", "ours p50 / p99 ms", "baseline rps",
-                            "baseline p50 / p99 ms", "ours / baseline", "per-round range", *off_headers,
+                            "baseline p50 / p99 ms", "ours / baseline", "per-round range", *log_headers, *off_headers,
                             "server CPU us/req (ours / base)", "load-gen CPU share (ours / base)"), rows)
     floor = ", ".join(f"{k} {v:.0f} us" for k, v in result["shared_work_us_per_request"].items())
     return [f"## HTTP overhead on the stub (no delay): ours vs FastAPI + uvicorn[standard]",
             "", f"Baseline: FastAPI {stack.get('fastapi', '?')} on one uvicorn {stack.get('uvicorn', '?')} worker; its `auto` "
-            f"choice here is loop `{stack['loop']}`, HTTP `{stack['http']}`. {ours_words(result.get('ours'))}\"Ours\" runs as deployed, with metrics and "
+            f"choice here is loop `{stack['loop']}`, HTTP `{stack['http']}`; \"baseline\" runs it with no access log "
+            f"({peers.QUIET_FLAGS}), \"base-logged\" with {peers.LOGGED_FLAGS} (a text line per request, to a file), "
+            f"the like-for-like peer of ours with its log on. {ours_words(result.get('ours'))}\"Ours\" runs as deployed, with metrics and "
             "the JSON access log on (`SEMIF_METRICS=on SEMIF_ACCESS_LOG=on SEMIF_LOG_FORMAT=json`, log to a file); "
             "\"ops-off\" is the same server with both off, and a third copy runs metrics only; the on / off columns are "
             "throughput ratios against ops-off (1.0 = free). "
@@ -572,6 +585,13 @@ def verdicts(results: dict[str, Any]) -> list[str]:
         out.append(f"with metrics and the access log on, ours >= baseline in every cell, /health included: "
                    f"{'MET' if all(c['ratio'] >= OVERHEAD_TARGET for c in every.values()) else 'MISSED'} "
                    f"(lowest {low['ratio']:.2f}x at {low_key})")
+        if all("logged_ratio" in c for c in every.values()):
+            logged_key, logged = min(every.items(), key=lambda kv: kv[1]["logged_ratio"])
+            out.append(f"with metrics and the access log on, ours >= baseline_logged (uvicorn with its default access "
+                       f"log, the like-for-like peer) in every cell: "
+                       f"{'MET' if logged['logged_ratio'] >= OVERHEAD_TARGET else 'MISSED'} (lowest "
+                       f"{logged['logged_ratio']:.2f}x at {logged_key}, per-round {logged['logged_ratio_range'][0]:.2f} - "
+                       f"{logged['logged_ratio_range'][1]:.2f})")
         if all("ops_ratio" in c for c in every.values()):
             for key, what in (("metrics_ratio", "metrics"), ("ops_ratio", "metrics + JSON access log")):
                 worst_cell, worst_value = min(every.items(), key=lambda kv: kv[1][key])

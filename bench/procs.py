@@ -67,10 +67,15 @@ def semif_argv() -> list[str]:
     return [sys.executable, "-m", "semif_serve"]
 
 
-def uvicorn_argv(port: int) -> list[str]:
-    """One uvicorn worker; --loop/--http auto pick uvloop/httptools only if installed."""
+def uvicorn_argv(port: int, access_log: bool = False) -> list[str]:
+    """One uvicorn worker; --loop/--http auto pick uvloop/httptools only if installed.
+
+    Quiet (no access log, warnings only) by default; with `access_log`, uvicorn's own
+    defaults (log level info, an access line per request on stdout), as deployed.
+    """
+    quiet = [] if access_log else ["--log-level", "warning", "--no-access-log"]
     return [sys.executable, "-m", "uvicorn", "bench.baseline_fastapi:app", "--host", HOST, "--port", str(port),
-            "--workers", "1", "--log-level", "warning", "--no-access-log", "--app-dir", str(ROOT)]
+            "--workers", "1", *quiet, "--app-dir", str(ROOT)]
 
 
 def _log_tail(path: Path, limit: int = 2000) -> str:
@@ -146,10 +151,10 @@ def semif_serve(env: Mapping[str, str], api_token: str, ready_timeout: float = 6
 
 
 def fastapi_baseline(env: Mapping[str, str], api_token: str, ready_timeout: float = 60.0,
-                     log_dir: Path | None = None) -> contextlib.AbstractContextManager[Running]:
-    """The FastAPI + uvicorn baseline over the same stub, on a free port."""
+                     log_dir: Path | None = None, access_log: bool = False) -> contextlib.AbstractContextManager[Running]:
+    """The FastAPI + uvicorn baseline over the same stub, on a free port (uvicorn's access log on or off)."""
     port = free_port()
-    return running(uvicorn_argv(port), env, port, api_token, ready_timeout, log_dir)
+    return running(uvicorn_argv(port, access_log), env, port, api_token, ready_timeout, log_dir)
 
 
 def tiny_model(out: Path, timeout: float = 300.0) -> dict[str, str]:

@@ -24,7 +24,8 @@ Transfer/sec:    512.00KB
 
 
 def test_parse_reads_rate_percentiles_in_their_units_and_failures() -> None:
-    assert parse(WRK_OUTPUT) == {"rps": 721.0, "p50_ms": 0.85, "p99_ms": 1200.0, "non_2xx": 5, "socket_errors": 3}
+    assert parse(WRK_OUTPUT) == {"rps": 721.0, "p50_ms": 0.85, "p99_ms": 1200.0, "non_2xx": 5, "socket_errors": 3,
+                                 "requests": 1442}
 
 
 def test_a_post_script_carries_the_body_verbatim_and_the_token() -> None:
