@@ -56,27 +56,31 @@ class Deadline(Exception):
     """A read did not complete in time."""
 
 
-def _header(request: h11.Request, name: bytes) -> bytes | None:
-    for key, value in request.headers:
-        if key == name:
-            return value
-    return None
+class Fields:
+    """The fields of one request head, read in one pass: h11's Headers yields item by item, so each pass costs."""
 
+    __slots__ = ("first", "repeated")
 
-def _repeated_singleton(request: h11.Request) -> bytes | None:
-    """The first SINGLETONS field that appears more than once, if any."""
-    seen: set[bytes] = set()
-    for key, _ in request.headers:
-        if key in SINGLETONS:
-            if key in seen:
-                return key
-            seen.add(key)
-    return None
+    def __init__(self, request: h11.Request) -> None:
+        self.first: dict[bytes, bytes] = {}  # each field's first value
+        self.repeated: list[bytes] = []  # the SINGLETONS that appear more than once, in order
+        for key, value in request.headers:
+            if key not in self.first:
+                self.first[key] = value
+            elif key in SINGLETONS and key not in self.repeated:
+                self.repeated.append(key)
 
+    def get(self, name: bytes) -> bytes | None:
+        return self.first.get(name)
 
-def _has_body(request: h11.Request) -> bool:
-    length = _header(request, b"content-length")
-    return _header(request, b"transfer-encoding") is not None or (length is not None and int(length) > 0)
+    def once(self, name: bytes) -> bytes | None:
+        """The value when the field appears exactly once (a repeated one is ambiguous)."""
+        return None if name in self.repeated else self.first.get(name)
+
+    @property
+    def has_body(self) -> bool:
+        length = self.first.get(b"content-length")
+        return b"transfer-encoding" in self.first or (length is not None and int(length) > 0)
 
 
 class Drain:
@@ -247,9 +251,10 @@ class HttpConnection:
         if not isinstance(event, h11.Request):
             return False  # ConnectionClosed between requests
         self.idle = False
-        self.exchange = self.ops.begin(event, self.head_bytes)
+        fields = Fields(event)
+        self.exchange = self.ops.begin(event, self.head_bytes, fields.once(b"x-request-id"))
         try:
-            return await self._dispatch(event)
+            return await self._dispatch(event, fields)
         except Deadline:
             await self._send(Reply.error(ApiError("request_timeout", "request body not received in time")), close=True)
         except h11.RemoteProtocolError as error:
@@ -266,24 +271,23 @@ class HttpConnection:
         message = excerpt(str(error).split(": bytearray(", 1)[0], 120) or "malformed request"
         await self._send(Reply(ApiError(code, "").status, envelope(code, message), code=code), close=True)
 
-    async def _dispatch(self, request: h11.Request) -> bool:
+    async def _dispatch(self, request: h11.Request, fields: Fields) -> bool:
         """Run every head check before the body, then read it and answer."""
-        unread = _has_body(request)
+        unread = fields.has_body
         if not unread:  # an empty body: let h11 reach EndOfMessage so the connection can be reused
             await self._next_event(time.monotonic() + self.settings.body_timeout)
         try:
-            if _header(request, b"transfer-encoding") is not None and _header(request, b"content-length") is not None:
+            if fields.get(b"transfer-encoding") is not None and fields.get(b"content-length") is not None:
                 # Both framings is the request-smuggling classic: refuse and close on every route (RFC 9112 6.1).
                 raise ApiError("bad_request", "both Content-Length and Transfer-Encoding are set")
-            repeated = _repeated_singleton(request)
-            if repeated is not None:
+            if fields.repeated:
                 unread = True  # the head is ambiguous: close rather than guess where the next request begins
-                raise ApiError("bad_request", f"the {repeated.decode()} field appears more than once")
+                raise ApiError("bad_request", f"the {fields.repeated[0].decode()} field appears more than once")
             found = route(request.method, request.target)
             if self.drain.active and found.protected:
                 raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
             if found.protected:
-                self.service.authorize(_header(request, b"authorization"))
+                self.service.authorize(fields.get(b"authorization"))
         except ApiError as error:
             await self._refuse(error, close=unread or self.drain.active)
             return self._reusable()
@@ -297,14 +301,14 @@ class HttpConnection:
             await self._refuse(error, close=unread)
             return self._reusable()
         try:
-            return await self._post(request, found, unread)
+            return await self._post(fields, found, unread)
         finally:
             self.service.admission.leave()
 
-    async def _post(self, request: h11.Request, found: Route, unread: bool) -> bool:
+    async def _post(self, fields: Fields, found: Route, unread: bool) -> bool:
         """A POST that holds an admission slot: framing checks, body, scoring."""
         try:
-            self._check_framing(request)
+            self._check_framing(fields)
             if self.conn.they_are_waiting_for_100_continue:
                 self.channel.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             body = await self._read_body() if unread else b""
@@ -321,8 +325,8 @@ class HttpConnection:
         """Both sides finished a keep-alive exchange (not after `Connection: close`, HTTP/1.0 or an unread body)."""
         return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
 
-    def _check_framing(self, request: h11.Request) -> None:
-        length = _header(request, b"content-length")
+    def _check_framing(self, fields: Fields) -> None:
+        length = fields.get(b"content-length")
         if length is not None and int(length) > self.settings.max_body_bytes:
             raise ApiError("request_too_large", f"declared body over the {self.settings.max_body_bytes}-byte limit")
 

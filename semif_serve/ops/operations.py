@@ -54,12 +54,6 @@ def _printable(value: bytes, limit: int) -> str:
     return text if len(text) <= limit and text.isprintable() and text.isascii() else excerpt(text, limit)
 
 
-def _header_once(request: h11.Request, name: bytes) -> bytes | None:
-    """The field's value when it appears exactly once (a repeated id is ambiguous: replace it)."""
-    values = [value for key, value in request.headers if key == name]
-    return values[0] if len(values) == 1 else None
-
-
 class Operations:
     """Request ids, Retry-After, the access log and the metrics of one server."""
 
@@ -71,12 +65,13 @@ class Operations:
 
     # -- the wire's side ------------------------------------------------------------------
 
-    def begin(self, request: h11.Request | None, head_bytes: int = 0) -> Exchange:
-        """Open the exchange for a parsed head, or for bytes that never became one."""
+    def begin(self, request: h11.Request | None, head_bytes: int = 0, request_id: bytes | None = None) -> Exchange:
+        """Open the exchange for a parsed head (and the X-Request-Id it carried once, if any),
+        or for bytes that never became one."""
         if request is None:
             return Exchange(request_ids.generate(), "-", "-", "other", bytes_in=head_bytes)
         path = request.target.split(b"?", 1)[0]
-        return Exchange(request_ids.accept(_header_once(request, b"x-request-id")),
+        return Exchange(request_ids.accept(request_id),
                         _printable(request.method, 16), _printable(path, 200),
                         ROUTE_LABELS.get(path, "other"), bytes_in=head_bytes)
 
