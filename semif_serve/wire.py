@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from http import HTTPStatus
 from typing import Awaitable
@@ -37,9 +36,8 @@ MAX_BUFFERED = 65536
 PROTOCOL_CODES = {431: "headers_too_large"}
 # h11 refuses an incomplete head past 16 KiB, but parses a longer one that arrives in one read.
 MAX_HEAD = 16384
-# What h11 tolerates in a head but another parser in front may read differently (RFC 9112 2.2, 5.2;
-# RFC 9110 5.5): a bare LF or CR, an obs-fold line, a control byte other than HTAB.
-LOOSE_HEAD = re.compile(rb"(?<!\r)\n|\r(?!\n)|\n[ \t]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Control bytes a head may not carry: all but HTAB, and CR and LF outside their CRLF pairs.
+CONTROL_BYTES = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 # Fields we act on that must appear at most once: which copy a proxy checked is unknowable.
 # h11 already refuses a repeated Host or Transfer-Encoding and differing Content-Lengths
 # (identical ones it folds into one, as RFC 9112 6.3 allows); fields we never read are let be.
@@ -54,6 +52,19 @@ class ClientGone(Exception):
 
 class Deadline(Exception):
     """A read did not complete in time."""
+
+
+def _loose(raw: bytes) -> bool:
+    """What h11 tolerates in a head but another parser in front may read differently (RFC 9112
+    2.2, 5.2; RFC 9110 5.5): a bare LF or CR, an obs-fold line, a control byte other than HTAB.
+
+    Counting instead of one regex with look-arounds: the same answer (a property test holds
+    it to that regex) for a third of the CPU on every request head.
+    """
+    pairs = raw.count(b"\r\n")
+    return (raw.count(b"\r") != pairs or raw.count(b"\n") != pairs  # a CR or LF outside a CRLF
+            or b"\n " in raw or b"\n\t" in raw  # obs-fold
+            or len(raw.translate(None, CONTROL_BYTES)) != len(raw))
 
 
 class Fields:
@@ -157,7 +168,7 @@ class HttpConnection:
             self.head_bytes = len(raw)
             if len(raw) > MAX_HEAD:
                 raise h11.RemoteProtocolError(f"request head over {MAX_HEAD} bytes", 431)
-            if LOOSE_HEAD.search(raw):
+            if _loose(raw):
                 raise h11.RemoteProtocolError("request head has a bare LF or CR, an obs-fold or a control byte", 400)
         return event
 
