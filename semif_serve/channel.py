@@ -12,6 +12,11 @@ are taken (back-pressure), so EOF is then not seen either: a client that floods
 pipelined bytes has its request finished, never cancelled on its word.
 Rule 4: writes never block the loop. `write` queues on the transport; `drain`
 waits only while the transport has asked us to pause, and a lost peer ends the wait.
+Rule 5: a close can linger (RFC 9112 9.6). Closing a socket with unread bytes makes
+the kernel send a reset, which can reach the client before it has read our last
+answer (a 413 or 408 refused mid-body). Asked to linger, `closed` first half-closes
+(the answer, then FIN), then reads and drops what the peer still sends until its EOF
+or the linger time, and only then closes.
 
 Theory: asyncio's stream pair needs a task blocked in `read()` to learn that the
 peer left, which costs a task, a future and an `asyncio.wait` per scored request.
@@ -52,6 +57,7 @@ class Channel(asyncio.Protocol):
         self._reader: asyncio.Future[None] | None = None
         self._drainer: asyncio.Future[None] | None = None
         self._closed: asyncio.Future[None] | None = None
+        self._discarding = False  # lingering: what arrives is read and dropped
 
     # -- asyncio's side ----------------------------------------------------------------
 
@@ -61,6 +67,8 @@ class Channel(asyncio.Protocol):
         self._opened(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
         self._chunks.append(data)
         self._size += len(data)
         if self._size > self.limit and not self._reading_paused and self.transport is not None:
@@ -158,11 +166,15 @@ class Channel(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    async def closed(self, timeout: float) -> None:
+    async def closed(self, timeout: float, linger: float = 0.0) -> None:
         """Close and wait for the socket to go; abort a peer that will not read within `timeout`.
 
-        Cancelled (shutdown's grace ran out) it aborts too: an unread peer must not hold the slot.
+        With `linger` (Rule 5), a peer that has not sent EOF gets our FIN first and up to
+        `linger` s to stop sending. Cancelled (shutdown's grace ran out) it aborts too: an
+        unread peer must not hold the slot.
         """
+        if linger > 0:
+            await self._linger(linger)
         self.close()
         if self._closed is None or self._closed.done():
             return
@@ -171,3 +183,17 @@ class Channel(asyncio.Protocol):
         except (asyncio.TimeoutError, asyncio.CancelledError):
             with contextlib.suppress(Exception):
                 self.transport.abort()  # type: ignore[union-attr]
+
+    async def _linger(self, seconds: float) -> None:
+        """Half-close, then drop what arrives until the peer's EOF or `seconds` pass."""
+        transport = self.transport
+        if self._eof or transport is None or transport.is_closing() or not transport.can_write_eof():
+            return
+        transport.write_eof()
+        self._discarding = True
+        self._chunks, self._size = [], 0
+        if self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+        with contextlib.suppress(TimeoutError):
+            await self.read(seconds, 1)  # wakes at the EOF (or a lost peer), never for data

@@ -29,6 +29,8 @@ from .errors import ApiError, envelope, excerpt
 from .ops.operations import Exchange, Operations, peer_of
 from .service import Reply, Route, Service, route
 
+# How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
+LINGER_S = 1.0
 # One read hands h11 at most this much (so a head too long fails as too long, not as whatever follows).
 READ_SIZE = 65536
 # Bytes a channel holds unread (a pipelined request while one is scored); past this it stops reading.
@@ -238,8 +240,14 @@ class HttpConnection:
             await self._close()
 
     async def _close(self) -> None:
-        """Close after flushing what is buffered; abort a peer that will not read it, or it holds the slot forever."""
-        await self.channel.closed(self.settings.idle_timeout)
+        """Close after flushing what is buffered; abort a peer that will not read it, or it holds the slot forever.
+
+        A client that may still be sending (its request refused mid-head or mid-body) gets a
+        lingering close, so that its unread bytes do not turn our answer into a reset.
+        """
+        sending = self.conn.their_state in (h11.SEND_BODY, h11.ERROR) or (
+            self.conn.their_state is h11.IDLE and not self.closable)
+        await self.channel.closed(self.settings.idle_timeout, LINGER_S if sending else 0.0)
 
     async def _stopped(self) -> None:
         """A request in progress (head, body or scoring) still gets an answer, never silence."""

@@ -128,3 +128,30 @@ async def _one_health(port: int) -> bytes:
     data = await reader.read()
     writer.close()
     return data
+
+
+async def test_a_body_refused_mid_stream_gets_its_413_and_a_clean_close_not_a_reset(start_server, fake) -> None:
+    """Rule 5: the client is still sending when the 413 goes out; it reads the answer, then EOF."""
+    server = await start_server(fake, max_body_bytes=1000)
+    head = raw_request(fields=b"transfer-encoding: chunked\r\n")
+    chunk = b"%x\r\n" % 60000 + b"x" * 60000 + b"\r\n"
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", server.port))
+    sending = asyncio.ensure_future(loop.sock_sendall(sock, head + chunk * 100))  # 6 MB, far past the limit
+    received, ended = b"", None
+    try:
+        while data := await asyncio.wait_for(loop.sock_recv(sock, 65536), 10):
+            received += data
+    except ConnectionResetError as error:
+        ended = error
+    finally:
+        await asyncio.wait([sending])  # it finished: the server read and dropped the rest
+        sock.close()
+    (response,) = parse_responses(received)
+    assert (response.status, response.code) == (413, "request_too_large")
+    assert ended is None  # EOF, not a reset
+    assert sending.exception() is None
+    assert fake.calls == []
+    await assert_serving(server.port)
