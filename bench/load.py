@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from . import datasets, peers, procs
 from .loadgen import Connection, Response, Tally, Target, call, drive, encode, median, spread
-from .report import machine, markdown_table, note, splice, write_json
+from .report import machine, markdown_table, note, section, splice, write_json
 
 HERE = Path(__file__).resolve().parent
 ENDPOINTS = ("health", "decide-2", "decide-16", "shared-21")
@@ -563,15 +563,28 @@ def markdown(results: dict[str, Any]) -> str:
 def write_markdown(old: str, results: dict[str, Any]) -> str:
     """`old` with only this bench's marked sections replaced (appended when absent): the sections other
     benches and people own (wrk, ops-cost, scaling out, the weights check, real-model runs) stay as they are,
-    and a section this run did not measure (`--only`) keeps its earlier figures."""
+    and a section this run did not measure (`--only`) keeps its earlier figures and its verdicts."""
     text = old if old.strip() else TITLE + "\n"
+    results = {**results, "verdicts": merged_verdicts(section(text, "load-verdicts") or "", results)}
     for name, body in markdown_sections(results).items():
         text = splice(text, name, body)
     return text
 
 
+def merged_verdicts(old: str, results: dict[str, Any]) -> list[str]:
+    """This run's verdicts, and the earlier ones (from the old section's lines) of each section it did not run,
+    in section order. Every verdict line starts with its section's name and a colon, which is how it is found."""
+    earlier: dict[str, list[str]] = {}
+    for line in old.splitlines():
+        name = line[2:].split(":", 1)[0] if line.startswith("- ") else ""
+        if name in SECTIONS and name not in results:
+            earlier.setdefault(name, []).append(line[2:])
+    ours = {name: [v for v in results["verdicts"] if v.startswith(name + ":")] for name in SECTIONS}
+    return [line for name in SECTIONS for line in (ours[name] if name in results else earlier.get(name, []))]
+
+
 def verdicts(results: dict[str, Any]) -> list[str]:
-    """Targets met or missed, stated plainly."""
+    """Targets met or missed, stated plainly; each line starts with its section's name (see merged_verdicts)."""
     out = []
     if "overhead" in results:
         cells = {k: v for k, v in results["overhead"]["cells"].items() if not k.startswith("health")}
@@ -582,12 +595,12 @@ def verdicts(results: dict[str, Any]) -> list[str]:
                   if f["ceiling"] < OVERHEAD_AIM]
         every = results["overhead"]["cells"]
         low_key, low = min(every.items(), key=lambda kv: kv[1]["ratio"])
-        out.append(f"with metrics and the access log on, ours >= baseline in every cell, /health included: "
+        out.append(f"overhead: with metrics and the access log on, ours >= baseline in every cell, /health included: "
                    f"{'MET' if all(c['ratio'] >= OVERHEAD_TARGET for c in every.values()) else 'MISSED'} "
                    f"(lowest {low['ratio']:.2f}x at {low_key})")
         if all("logged_ratio" in c for c in every.values()):
             logged_key, logged = min(every.items(), key=lambda kv: kv[1]["logged_ratio"])
-            out.append(f"with metrics and the access log on, ours >= baseline_logged (uvicorn with its default access "
+            out.append(f"overhead: with metrics and the access log on, ours >= baseline_logged (uvicorn with its default access "
                        f"log, the like-for-like peer) in every cell: "
                        f"{'MET' if logged['logged_ratio'] >= OVERHEAD_TARGET else 'MISSED'} (lowest "
                        f"{logged['logged_ratio']:.2f}x at {logged_key}, per-round {logged['logged_ratio_range'][0]:.2f} - "
@@ -596,7 +609,7 @@ def verdicts(results: dict[str, Any]) -> list[str]:
             for key, what in (("metrics_ratio", "metrics"), ("ops_ratio", "metrics + JSON access log")):
                 worst_cell, worst_value = min(every.items(), key=lambda kv: kv[1][key])
                 verdict = "MET" if worst_value[key] >= 1 - OPS_COST_LIMIT else "MISSED"
-                out.append(f"{what} cost <= {OPS_COST_LIMIT:.0%} of throughput in every cell"
+                out.append(f"overhead: {what} cost <= {OPS_COST_LIMIT:.0%} of throughput in every cell"
                            f"{'' if what == 'metrics' else ' (the 5% budget is the metrics one; shown for the log)'}: "
                            f"{verdict} (worst {worst_value[key]:.3f} at {worst_cell}, per-round "
                            f"{worst_value[key + '_range'][0]:.2f} - {worst_value[key + '_range'][1]:.2f})")

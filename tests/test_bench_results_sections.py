@@ -38,3 +38,12 @@ def test_a_second_run_replaces_rather_than_repeats() -> None:
     twice = write_markdown(once, results(admission={**ADMISSION, "offered": 30}))
     assert twice.count("## Admission") == 1 and "Burst of 30" in twice and "Burst of 24" not in twice
     assert twice.count("## Verdicts") == 1
+
+
+def test_verdicts_of_sections_not_run_are_kept_and_this_runs_replaced() -> None:
+    old = (f"{TITLE}\n\n<!-- load-verdicts: begin -->\n## Verdicts\n\n- admission: FAIL\n"
+           "- tiny: served /decide/shared within 1.1x of in-process: MET (1.031x)\n"
+           "- overhead: ours >= baseline on every cell: MISSED\n<!-- load-verdicts: end -->\n")
+    new = write_markdown(old, results(admission=ADMISSION))  # this run measured admission only
+    assert section(new, "load-verdicts") == ("## Verdicts\n\n- overhead: ours >= baseline on every cell: MISSED\n"
+                                             "- admission: PASS\n- tiny: served /decide/shared within 1.1x of in-process: MET (1.031x)")
