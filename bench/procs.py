@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -117,7 +118,11 @@ def _stop(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
 @contextlib.contextmanager
 def running(argv: list[str], env: Mapping[str, str], port: int, api_token: str,
             ready_timeout: float = 60.0, log_dir: Path | None = None) -> Iterator[Running]:
-    """Start argv with env (over ours), wait until /health answers, stop it on exit."""
+    """Start argv with env (over ours), wait until /health answers, stop it on exit.
+
+    Without `log_dir` the log goes to a temporary folder that is removed after a clean exit
+    (a bench with the access log on writes megabytes) and kept, for reading, after a failure.
+    """
     directory = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="semif-bench-"))
     log = directory / f"server-{port}.log"
     full_env = {**os.environ, **env, TOKEN_ENV: api_token, "PYTHONUNBUFFERED": "1"}
@@ -129,6 +134,8 @@ def running(argv: list[str], env: Mapping[str, str], port: int, api_token: str,
             yield Running(target, process, log)
         finally:
             _stop(process)
+    if log_dir is None:  # reached only after a clean exit
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _popen(argv: list[str], env: Mapping[str, str], sink: IO[bytes]) -> subprocess.Popen[bytes]:

@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -150,3 +153,18 @@ def test_token_fit_lands_in_the_window() -> None:
 def test_percentile_is_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
     assert (percentile(values, 50), percentile(values, 99), percentile(values[:1], 99)) == (50.0, 99.0, 1.0)
+
+
+def test_a_temporary_log_folder_goes_after_a_clean_exit_and_stays_after_a_failure() -> None:
+    with procs.semif_serve(STUB, TOKEN) as server:
+        folder = server.log.parent
+        assert folder.name.startswith("semif-bench-") and server.log.exists()
+    assert not folder.exists()
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        with procs.semif_serve({**STUB, "SEMIF_MAX_QUEUE": "0"}, TOKEN):
+            pass
+    recent = [p for p in Path(tempfile.gettempdir()).glob("semif-bench-*") if p.stat().st_mtime > time.time() - 60]
+    kept = [f for f in recent if any("SEMIF_MAX_QUEUE" in log.read_text() for log in f.glob("server-*.log"))]
+    assert kept  # the failed server's log, left to read
+    for folder in kept:
+        shutil.rmtree(folder)
