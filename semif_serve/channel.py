@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Callable
+from typing import Callable
 
 
 def _settle(waiter: asyncio.Future[None] | None) -> None:
@@ -112,9 +112,6 @@ class Channel(asyncio.Protocol):
         """Bytes received and not yet read."""
         return self._size
 
-    def peername(self) -> Any:
-        return self.transport.get_extra_info("peername") if self.transport is not None else None
-
     async def read(self, timeout: float, most: int) -> bytes:
         """Up to `most` bytes received so far, waiting up to `timeout` s for one; b"" once the peer is gone.
 
@@ -191,9 +188,6 @@ class Channel(asyncio.Protocol):
             return
         transport.write_eof()
         self._discarding = True
-        self._chunks, self._size = [], 0
-        if self._reading_paused:
-            self._reading_paused = False
-            transport.resume_reading()
+        self._take(self._size)  # drop what is held, and read again if we had paused
         with contextlib.suppress(TimeoutError):
             await self.read(seconds, 1)  # wakes at the EOF (or a lost peer), never for data

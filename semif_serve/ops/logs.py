@@ -66,19 +66,20 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, then the record's fields."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {"time": utc_time(record.created), "level": record.levelname.lower(),
-                                "logger": record.name, "message": record.getMessage()}
-        line.update(getattr(record, "fields", None) or {})
+        line = _json_line(record.created, record.levelname, record.name, record.getMessage(),
+                          getattr(record, "fields", None) or {})
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return _ENCODER.encode(line)
 
     def format_access(self, created: float, message: str, fields: Mapping[str, Any]) -> str:
         """`format` of an INFO access record made at `created`, without making the record."""
-        line: dict[str, Any] = {"time": utc_time(created), "level": logging.getLevelName(logging.INFO).lower(),
-                                "logger": ACCESS_LOGGER, "message": message}
-        line.update(fields)
-        return _ENCODER.encode(line)
+        return _ENCODER.encode(_json_line(created, logging.getLevelName(logging.INFO), ACCESS_LOGGER, message, fields))
+
+
+def _json_line(created: float, level: str, logger: str, message: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON line's keys in their order: time, level, logger, message, then the fields."""
+    return {"time": utc_time(created), "level": level.lower(), "logger": logger, "message": message, **fields}
 
 
 class TextFormatter(logging.Formatter):
@@ -130,11 +131,7 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def emit(self, record: logging.LogRecord) -> None:
         """Called under the handler's lock: format, keep, and write when this record may not wait."""
         try:
-            line = self.format(record) + self.terminator
-            self._lines.append(line)
-            self._size += len(line)
-            if not self.buffered or record.name != ACCESS_LOGGER or self._size >= self.limit:
-                self.flush()
+            self._keep(self.format(record) + self.terminator, may_wait=record.name == ACCESS_LOGGER)
         except Exception:  # noqa: BLE001 - logging's own contract: report, never raise into the caller
             self.handleError(record)
 
@@ -143,14 +140,19 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         access record, under the same lock, into the same buffer, without the record."""
         with self.lock:  # type: ignore[union-attr]
             try:
-                line = self.formatter.format_access(created, message, fields) + self.terminator  # type: ignore[union-attr]
-                self._lines.append(line)
-                self._size += len(line)
-                if not self.buffered or self._size >= self.limit:
-                    self.flush()
+                self._keep(self.formatter.format_access(created, message, fields) + self.terminator,  # type: ignore[union-attr]
+                           may_wait=True)
             except Exception:  # noqa: BLE001 - as emit: report, never raise into the caller
                 self.handleError(logging.makeLogRecord({"name": ACCESS_LOGGER, "msg": message, "levelno": logging.INFO,
                                                         "levelname": logging.getLevelName(logging.INFO)}))
+
+    def _keep(self, line: str, may_wait: bool) -> None:
+        """Hold a formatted line; write everything held now unless it may wait (an access line,
+        buffering on, the buffer under its limit)."""
+        self._lines.append(line)
+        self._size += len(line)
+        if not (self.buffered and may_wait) or self._size >= self.limit:
+            self.flush()
 
     def flush(self) -> None:
         """Write what is held in one call, then flush the stream."""
