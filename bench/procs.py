@@ -117,8 +117,8 @@ def _stop(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
 
 @contextlib.contextmanager
 def running(argv: list[str], env: Mapping[str, str], port: int, api_token: str,
-            ready_timeout: float = 60.0, log_dir: Path | None = None) -> Iterator[Running]:
-    """Start argv with env (over ours), wait until /health answers, stop it on exit.
+            ready_timeout: float = 60.0, log_dir: Path | None = None, cwd: Path = ROOT) -> Iterator[Running]:
+    """Start argv with env (over ours) in `cwd`, wait until /health answers, stop it on exit.
 
     Without `log_dir` the log goes to a temporary folder that is removed after a clean exit
     (a bench with the access log on writes megabytes) and kept, for reading, after a failure.
@@ -128,7 +128,7 @@ def running(argv: list[str], env: Mapping[str, str], port: int, api_token: str,
     full_env = {**os.environ, **env, TOKEN_ENV: api_token, "PYTHONUNBUFFERED": "1"}
     target = Target(HOST, port, api_token)
     with open(log, "wb") as sink:
-        process = _popen(argv, full_env, sink)
+        process = _popen(argv, full_env, sink, cwd)
         try:
             _wait_ready(target, process, log, ready_timeout)
             yield Running(target, process, log)
@@ -138,23 +138,28 @@ def running(argv: list[str], env: Mapping[str, str], port: int, api_token: str,
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _popen(argv: list[str], env: Mapping[str, str], sink: IO[bytes]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, env=dict(env), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=sink,
+def _popen(argv: list[str], env: Mapping[str, str], sink: IO[bytes], cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=sink,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def semif_serve(env: Mapping[str, str], api_token: str, ready_timeout: float = 60.0,
-                log_dir: Path | None = None, profile: Path | None = None) -> contextlib.AbstractContextManager[Running]:
+                log_dir: Path | None = None, profile: Path | None = None,
+                checkout: Path = ROOT) -> contextlib.AbstractContextManager[Running]:
     """Our server with env (SEMIF_SCORER and friends) on a free port; under cProfile when `profile` is set.
 
     The profile file is written when the server exits, which a SIGTERM drain does cleanly.
+    `checkout` serves another copy of the code (e.g. a `git archive` of an older commit) side
+    by side with this one: it runs there, first on the import path.
     """
     port = free_port()
     settings = {"SEMIF_HOST": HOST, "SEMIF_PORT": str(port), **env}
+    if checkout != ROOT:
+        settings["PYTHONPATH"] = str(checkout)
     argv = semif_argv()
     if profile is not None:
         argv = [sys.executable, "-m", "bench.profiled_server", str(profile)]
-    return running(argv, settings, port, api_token, ready_timeout, log_dir)
+    return running(argv, settings, port, api_token, ready_timeout, log_dir, cwd=checkout)
 
 
 def fastapi_baseline(env: Mapping[str, str], api_token: str, ready_timeout: float = 60.0,

@@ -168,3 +168,13 @@ def test_a_temporary_log_folder_goes_after_a_clean_exit_and_stays_after_a_failur
     assert kept  # the failed server's log, left to read
     for folder in kept:
         shutil.rmtree(folder)
+
+
+def test_another_checkout_is_served_from_its_own_code(tmp_path: Path) -> None:
+    """bench.server_cpu compares commits side by side: procs.semif_serve(checkout=…) must run that copy."""
+    shutil.copytree(procs.ROOT / "semif_serve", tmp_path / "semif_serve")
+    stub = tmp_path / "semif_serve" / "stub.py"
+    stub.write_text(stub.read_text().replace('"stub (no model)"', '"stub (other checkout)"'))
+    with procs.semif_serve(STUB, TOKEN, checkout=tmp_path) as other, procs.semif_serve(STUB, TOKEN) as this:
+        facts = [asyncio.run(call(s.target, "GET", "/health")).json()["semif_commit"] for s in (other, this)]
+    assert facts == ["stub (other checkout)", "stub (no model)"]
