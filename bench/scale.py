@@ -1,7 +1,7 @@
 """Scaling out: stub replicas behind the nginx of deploy/nginx, under load, restarts and kills.
 
 `python -m bench scale` runs every section and writes bench/results/scale.json and a
-section of bench/RESULTS.md; tests/test_scale_nginx.py runs the same scenarios small.
+section of bench/RESULTS.md; tests/deploy/test_scale_nginx.py runs the same scenarios small.
 
 * spread: closed-loop load through nginx; requests per replica from its access log.
 * full queues: two replicas' queues filled directly; requests through nginx must all be

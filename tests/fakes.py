@@ -14,7 +14,7 @@ from typing import Any, Callable
 from semif_serve.config import Settings
 from semif_serve.scorer_package import ScorerPackage
 
-from .wire_client import TOKEN
+from tests.wire_client import TOKEN
 
 GIB = 1 << 30
 MIB = 1 << 20

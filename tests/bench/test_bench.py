@@ -24,6 +24,7 @@ import pytest
 
 from bench import acceptance, compare, datasets, load, procs
 from bench.loadgen import Target, call, drive, percentile
+from tests.timing import timeless
 
 TOKEN = "bench-token-" + "0123456789abcdef" * 2
 # One torch thread: on 2 cores the other one is the client's; competing OpenMP threads cost seconds.
@@ -96,20 +97,13 @@ def test_admission_burst_refuses_past_max_queue(tmp_path: Path) -> None:
     assert (figures["ok_200"], figures["refused_429"], figures["peak_in_progress"]) == (2, 4, 2)
 
 
-def _without_timing(body: Any) -> Any:
-    """A stub answer without its wall-clock fields, which differ call to call."""
-    if isinstance(body, dict):
-        return {k: _without_timing(v) for k, v in body.items() if not k.endswith("_seconds")}
-    return [_without_timing(v) for v in body] if isinstance(body, list) else body
-
-
 async def _answers(target: Target) -> list[tuple[int, Any]]:
     spec = datasets.load_json(datasets.SPEED21)
     row = datasets.rows()[0]
     sent = [await call(target, "POST", "/decide", row), await call(target, "POST", "/decide/shared",
             datasets.shared_body(spec["state"], spec["decisions"][:3])),
             await call(Target(target.host, target.port, "wrong-" + TOKEN), "POST", "/decide", row)]
-    return [(r.status, _without_timing(r.json())) for r in sent]
+    return [(r.status, timeless(r.json())) for r in sent]
 
 
 def test_fastapi_baseline_answers_what_ours_answers(tmp_path: Path) -> None:

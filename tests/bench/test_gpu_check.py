@@ -25,8 +25,8 @@ from bench.gpu_check import FAILED, INCONCLUSIVE, MIB, PASSED, SKIPPED, Plan, Re
 from bench.loadgen import Target
 from semif_serve.errors import OutOfMemory
 
-from .fake_scorer import semif_like
-from .wire_client import TOKEN
+from tests.fake_scorer import semif_like
+from tests.wire_client import TOKEN
 
 GIB = 1 << 30
 BASELINE = 100 * MIB

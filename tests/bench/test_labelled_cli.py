@@ -23,7 +23,7 @@ from bench.loadgen import call
 from semif_serve.calibration import T_MAX, T_MIN
 
 TOKEN = "labelled-token-" + "0123456789abcdef" * 2
-DATA = Path(__file__).resolve().parent.parent / "bench" / "data" / "labelled.jsonl"
+DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "labelled.jsonl"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from bench.labelled import rows as labelled
 
-DATA = Path(__file__).resolve().parent.parent / "bench" / "data" / "labelled.jsonl"
+DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "labelled.jsonl"
 KEYS = {"id", "split", "state", "question", "options", "label", "rationale"}
 
 

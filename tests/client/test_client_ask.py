@@ -19,9 +19,9 @@ import pytest
 from semif_serve.client import ask
 from semif_serve.stub import StubScorer
 
-from .conftest import settings as server_settings
-from .test_client_live import timeless
-from .wire_client import TOKEN, request
+from tests.fakes import settings as server_settings
+from tests.timing import timeless
+from tests.wire_client import TOKEN, request
 
 STATE = '{"ticket": "printer on fire"}'
 ARGS = ["--state", STATE, "--question", "Is this urgent?", "--option", "yes=Yes, urgent", "--option", "no=No"]

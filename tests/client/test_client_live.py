@@ -30,12 +30,10 @@ from semif_serve import calibration
 from semif_serve.errors import ApiError as ServerApiError
 from semif_serve.stub import StubScorer
 
-from .conftest import settings as server_settings
-from .test_server import ROW, SHARED
-from .wire_client import TOKEN, eventually, request
-
-TIMING = {"forward_seconds", "total_seconds", "suffix_forward_seconds"}
-
+from tests.bodies import ROW, SHARED
+from tests.fakes import settings as server_settings
+from tests.timing import timeless
+from tests.wire_client import TOKEN, eventually, request
 
 def url(port: int) -> str:
     return f"http://127.0.0.1:{port}"
@@ -65,15 +63,6 @@ def counted(server: Any) -> dict[str, int]:
     server.service.post = counting_post
     server.service.admission.enter = counting_enter
     return counts
-
-
-def timeless(value: Any) -> Any:
-    """The JSON without wall-clock fields, which differ between two runs of the same request."""
-    if isinstance(value, dict):
-        return {key: timeless(item) for key, item in value.items() if key not in TIMING}
-    if isinstance(value, list):
-        return [timeless(item) for item in value]
-    return value
 
 
 # -- shapes -------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 from semif_serve.client import Averaged, Result, Shared
 from semif_serve.client.results import decided
 
-from .test_client_retry import OK
+from tests.client.replies import OK
 
 
 def test_unknown_keys_and_null_optionals_survive_the_round_trip() -> None:

@@ -19,11 +19,7 @@ import pytest
 
 from semif_serve.client import ApiError, AsyncClient, Client, DeadlineExceeded, RetryPolicy, TransportError
 from semif_serve.client.retry import parse_retry_after
-
-OK = {"id": "d", "option_ids": ["a", "b"], "probabilities": [0.25, 0.75], "option_logits": [0.0, 1.0986],
-      "input_tokens": 12, "prompt_sha256": "0" * 64, "prompt_version": "v", "model": {"source": "m"},
-      "readout": "r", "probability_status": "s"}
-
+from tests.client.replies import OK
 
 def envelope(status: int, code: str, headers: dict[str, str] | None = None) -> httpx.Response:
     return httpx.Response(status, json={"error": {"code": code, "message": f"{code} said the server"}},

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, combine, expand, orderings
 
-from .reference import softmax
+from tests.reference import softmax
 
 LETTERS = "abcdefghijklmnop"  # 16 ids, the contract's maximum option count
 

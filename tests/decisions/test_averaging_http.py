@@ -6,18 +6,11 @@ import itertools
 
 import pytest
 
-from .fake_scorer import semif_like
-from .reference import softmax
-from .test_server import ROW
-from .wire_client import request
+from tests.bodies import FOUR, ROW
+from tests.fake_scorer import biased, semif_like
+from tests.reference import softmax
+from tests.wire_client import request
 
-FOUR = [{"id": k, "description": d} for k, d in zip("abcd", ["one", "three", "fives", "seven!!"])]
-BIAS = [3.0, 1.0, -0.5, 0.25]  # an additive position bias the fake adds to every ordering
-
-
-def biased(row):
-    """True score: the description length; plus a bias by position."""
-    return [len(o["description"]) + BIAS[i] for i, o in enumerate(row["options"])]
 
 
 async def test_rotations_send_n_rows_in_one_shared_call(start_server, fake) -> None:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from semif_serve.calibration import T_MAX, T_MIN, VARIABLE, calibrated_view, load_table
 
-from .reference import softmax
+from tests.reference import softmax
 
 
 def write(tmp_path: Path, text: str) -> str:

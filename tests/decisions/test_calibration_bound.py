@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from semif_serve import averaging, calibration, config
 from semif_serve.calibration import T_MAX, T_MIN, BindingMismatch, check_binding
 
-from .wire_client import TOKEN
+from tests.wire_client import TOKEN
 
 BINDING = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "revision": "a" * 40, "prompt_version": "direct-options-v1"}
 FITTED = {"rows": 400, "date": "2026-11-30", "nll": {"before": 0.91, "after": 0.62}, "ece": {"before": 0.31, "after": 0.04}}

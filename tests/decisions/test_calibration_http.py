@@ -20,12 +20,11 @@ import pytest
 from bench import procs
 from bench.loadgen import call
 from semif_serve import calibration
-from semif_serve.config import DEFAULT_MODEL, DEFAULT_REVISION
-from semif_serve.stub import PROMPT_VERSION as STUB_PROMPT_VERSION
 
-from .test_averaging_http import FOUR, biased
-from .test_server import ROW
-from .wire_client import TOKEN, request
+from tests.bodies import FOUR, ROW
+from tests.calibration_file import MATCHING, bound_path
+from tests.fake_scorer import biased
+from tests.wire_client import TOKEN, request
 
 BINDING = calibration.Binding("semif-serve/fake", "f" * 40, "direct-options-v1")
 TABLE = calibration.Table({"triage": {"none": 2.0, "rotations": 1.5}, "routing": {"all": 0.5}}, BINDING)
@@ -115,17 +114,6 @@ async def test_health_lists_each_workload_with_its_methods_and_the_binding(start
 
 
 # -- startup, in a real process -------------------------------------------------------
-
-MATCHING = {"model": DEFAULT_MODEL, "revision": DEFAULT_REVISION, "prompt_version": STUB_PROMPT_VERSION}
-
-
-def bound_path(tmp_path: Path, **binding: str) -> str:
-    document = {**MATCHING, **binding, "fitted": {"rows": 10, "date": "2026-11-30"},
-                "workloads": {"triage": {"none": 2.0, "rotations": 1.5}}}
-    path = tmp_path / "bound.json"
-    path.write_text(json.dumps(document), encoding="utf-8")
-    return str(path)
-
 
 def stub_env(path: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("SEMIF_")}

@@ -35,7 +35,7 @@ def required(name: str) -> ModuleType:
 yaml = required("yaml")
 kubernetes_validate = required("kubernetes_validate")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "deploy" / "kubernetes"
 # The oldest release whose schema has the preStop `sleep` action in beta (on by default), and the newest shipped.
 VERSIONS = ("1.30.0", kubernetes_validate.latest_version())

@@ -18,7 +18,7 @@ import pytest
 
 from semif_serve.engine import SCORER_LOCK, Engine
 
-from .test_server import ROW
+from tests.bodies import ROW
 
 
 class OverlapProbe:

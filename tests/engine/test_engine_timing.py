@@ -14,7 +14,7 @@ import pytest
 from semif_serve.engine import CallTiming, Engine
 from semif_serve.errors import OutOfMemory
 
-from .bodies import ROW
+from tests.bodies import ROW
 
 
 async def observed(fake: Any, call: str, *args: Any) -> CallTiming:

@@ -17,8 +17,8 @@ from semif_serve.engine import Engine
 from semif_serve.errors import OutOfMemory
 from semif_serve.service import Reply, Service
 
-from .bodies import BODY, SHARED
-from .fakes import settings
+from tests.bodies import BODY, SHARED
+from tests.fakes import settings
 
 SHARED_BODY = json.dumps(SHARED).encode()
 

@@ -23,8 +23,8 @@ from semif_serve.builders import snapshot
 from semif_serve.builders import tiny as tiny_model
 from semif_serve.snapshot_verify import SnapshotInvalid
 
-from .conftest import settings as server_settings
-from .wire_client import TOKEN
+from tests.fakes import settings as server_settings
+from tests.wire_client import TOKEN
 
 REPO_ID = tiny_model.REPO_ID
 

@@ -19,7 +19,7 @@ import pytest
 
 from semif_serve.builders import smollm2, snapshot
 
-from .smollm2_wheel import require_gguf
+from tests.smollm2_wheel import require_gguf
 
 FAKE_FILES = {name: f"fake {name}".encode() for name in smollm2.SNAPSHOT_FILES}
 

@@ -28,9 +28,9 @@ import pytest
 from semif_serve import averaging, prefix
 from semif_serve.builders import smollm2
 
-from .conftest import without_timing
-from .smollm2_wheel import require_gguf
-from .wire_client import request
+from tests.smollm2_wheel import require_gguf
+from tests.timing import timeless
+from tests.wire_client import request
 
 REVISION = "42c91864842f40b183d5dd301aa314c0936bb981"
 REFUSAL = "The fixed state prefix does not match every full prompt"
@@ -101,7 +101,7 @@ async def test_served_equals_in_process(start_server, tiny_scorer, tiny_settings
     rows = ticket_rows({"ticket": "I was charged twice for one order", "customer": "Dana"})
     decided = await request(server.port, "POST", "/decide", rows[1])
     assert decided.status == 200
-    assert without_timing(decided.json) == without_timing(direct.score(model, tokenizer, rows[1], tiny_metadata, 4096))
+    assert timeless(decided.json) == timeless(direct.score(model, tokenizer, rows[1], tiny_metadata, 4096))
     body = {"state": rows[0]["state"], "decisions": [{key: r[key] for key in ("id", "question", "options")} for r in rows]}
     served = await request(server.port, "POST", "/decide/shared", body)
     assert served.status == 200

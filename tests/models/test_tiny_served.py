@@ -14,8 +14,8 @@ from fastjev._runtime import direct, shared
 from semif_serve import averaging, prefix
 from semif_serve.torch_engine import TorchScorer
 
-from .conftest import without_timing
-from .wire_client import request
+from tests.timing import timeless
+from tests.wire_client import request
 
 STATE = {"ticket": "printer on fire", "floor": 3}
 OPTIONS = [{"id": "yes", "description": "Yes, urgent"}, {"id": "no", "description": "No"},
@@ -50,7 +50,7 @@ async def test_decide_equals_an_in_process_direct_score(start_server, tiny_setti
     model, tokenizer = tiny_reference
     response = await request(server.port, "POST", "/decide", ROW)
     assert response.status == 200
-    assert without_timing(response.json) == without_timing(direct.score(model, tokenizer, ROW, tiny_metadata, 4096))
+    assert timeless(response.json) == timeless(direct.score(model, tokenizer, ROW, tiny_metadata, 4096))
 
 
 async def test_shared_equals_an_in_process_score_shared(start_server, tiny_settings, tiny_reference, tiny_metadata) -> None:

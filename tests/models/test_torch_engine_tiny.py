@@ -19,7 +19,7 @@ from fastjev._runtime import direct, shared
 from semif_serve import prefix
 from semif_serve.torch_engine import TorchScorer
 
-from .conftest import without_timing
+from tests.timing import timeless
 
 REFUSAL = "The fixed state prefix does not match every full prompt"
 ORDINARY_STATE = {"person_said": "I am fine, thanks"}
@@ -58,7 +58,7 @@ def test_score_equals_upstream_direct_score(tiny_scorer: TorchScorer, tiny_refer
     for one in rows_over(ORDINARY_STATE) + rows_over("a plain string state"):
         ours = tiny_scorer.score(one)
         theirs = direct.score(model, tokenizer, one, tiny_metadata, 4096)
-        assert without_timing(ours) == without_timing(theirs)
+        assert timeless(ours) == timeless(theirs)
         assert max(ours["probabilities"]) - min(ours["probabilities"]) > 0.05  # a real top choice
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from .test_server import ROW
-from .test_shutdown import Process
-from .wire_client import HEALTH, TOKEN, Connection, raw_exchange, request
+from tests.bodies import ROW
+from tests.served_process import Process
+from tests.wire_client import HEALTH, TOKEN, Connection, raw_exchange, request
 
 WRONG_TOKEN = "wrong-token-5e1f0c8a9b7d6e4f3a2b1c0d9e8f7a6b"
 BODY_MARKER = "body-marker-a8c6e4f2"
@@ -149,7 +149,7 @@ async def test_a_startup_refusal_is_one_json_line_in_json_mode(tmp_path) -> None
     import os
     import sys
 
-    from .test_calibration_http import bound_path
+    from tests.calibration_file import bound_path
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
     env.update(SEMIF_API_TOKEN=TOKEN, SEMIF_SCORER="stub", SEMIF_PORT="1", SEMIF_LOG_FORMAT="json",

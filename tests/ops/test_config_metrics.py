@@ -16,7 +16,7 @@ import pytest
 
 from semif_serve import config
 
-from .wire_client import TOKEN
+from tests.wire_client import TOKEN
 
 REFUSAL = "SEMIF_METRICS=on needs prometheus_client: pip install 'semif-serve[metrics]'"
 

@@ -21,9 +21,9 @@ import pytest
 from semif_serve import config
 from semif_serve.ops.logs import ACCESS_LOGGER, BufferedStreamHandler
 
-from .test_server import ROW
-from .test_shutdown import Process
-from .wire_client import TOKEN, request
+from tests.bodies import ROW
+from tests.served_process import Process
+from tests.wire_client import TOKEN, request
 
 AUTH = [(b"authorization", b"Bearer " + TOKEN.encode())]
 

@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from semif_serve.errors import OutOfMemory
 
-from .test_server import ROW, SHARED
-from .wire_client import TOKEN, Connection, eventually, request
+from tests.bodies import ROW, SHARED
+from tests.wire_client import TOKEN, Connection, eventually, request
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

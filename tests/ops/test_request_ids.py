@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 
 import pytest
@@ -11,10 +10,8 @@ import pytest
 from semif_serve.errors import OutOfMemory
 from semif_serve.ops.retry_after import MAX_SECONDS, RetryAfter
 
-from .test_server import ROW
-from .wire_client import AUTH, HEALTH, Connection, parse_responses, raw_exchange, raw_request, request
-
-GENERATED = re.compile(rb"[0-9a-f]{32}")
+from tests.bodies import ROW
+from tests.wire_client import AUTH, GENERATED, HEALTH, Connection, parse_responses, raw_exchange, raw_request, request
 
 
 async def test_a_valid_id_round_trips_on_success_and_on_errors(start_server, fake) -> None:

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from .test_server import ROW, SHARED, assert_serving
-from .wire_client import AUTH_LINE, TOKEN, parse_responses, raw_exchange, raw_request, raw_session, request
+from tests.bodies import ROW, SHARED
+from tests.wire_client import assert_serving
+from tests.wire_client import AUTH_LINE, TOKEN, parse_responses, raw_exchange, raw_request, raw_session, request
 
 BODY = json.dumps(ROW).encode()
 LENGTH = b"content-length: %d\r\n" % len(BODY)

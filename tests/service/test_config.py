@@ -19,7 +19,7 @@ import pytest
 from semif_serve import cli, config, server
 from semif_serve.config import Settings
 
-from .wire_client import TOKEN
+from tests.wire_client import TOKEN
 
 POSITIVE_INTS = ("SEMIF_MAX_TOKENS", "SEMIF_MAX_DECISIONS", "SEMIF_MAX_BODY_BYTES", "SEMIF_MAX_QUEUE",
                  "SEMIF_MAX_CONNECTIONS", "SEMIF_PORT")

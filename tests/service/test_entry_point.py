@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from .wire_client import TOKEN
+from tests.wire_client import TOKEN
 
 
 def run(**changes: str | None) -> subprocess.CompletedProcess[str]:

@@ -21,11 +21,12 @@ from semif_serve.engine import Engine
 from semif_serve.errors import ApiError, OutOfMemory, ScoringFailed, excerpt
 from semif_serve.service import Admission, Service, render, route
 
-from .bodies import BODY
-from .conftest import settings
-from .fake_scorer import FakeScorer
-from .test_server import ROW, SHARED, assert_serving
-from .wire_client import HEALTH, TOKEN, parse_responses, raw_request, raw_responses, raw_session, request
+from tests.bodies import BODY
+from tests.bodies import ROW, SHARED
+from tests.fake_scorer import FakeScorer
+from tests.fakes import settings
+from tests.wire_client import assert_serving
+from tests.wire_client import HEALTH, TOKEN, parse_responses, raw_request, raw_responses, raw_session, request
 
 AVERAGED = {**ROW, "orderings": "rotations"}
 ROUTES = [("/decide", ROW), ("/decide/shared", SHARED), ("/decide", AVERAGED)]

@@ -7,9 +7,6 @@ run (bench/schemathesis_run.py's driver) against a live stub server in its own t
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
 from typing import Any, Iterator
 
 import pytest
@@ -17,41 +14,11 @@ import schemathesis
 from schemathesis import checks
 
 from bench.schemathesis_run import document, fuzz
-from semif_serve.engine import Engine
 from semif_serve.errors import STATUS
-from semif_serve.server import Server
-from semif_serve.stub import StubScorer
 
-from .conftest import settings as server_settings
-from .test_server import ROW, SHARED
-from .wire_client import TOKEN
-
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@contextlib.contextmanager
-def serving() -> Iterator[str]:
-    """A stub server on its own event loop in a thread: schemathesis calls block."""
-    settings = server_settings(calibration={"triage": 1.5})
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def start() -> Server:
-        engine = Engine(StubScorer(settings))
-        await engine.start()
-        server = Server(settings, engine)
-        await server.start()
-        return server
-
-    server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(server.shutdown(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        loop.close()
+from tests.bodies import ROW, SHARED
+from tests.service.threaded_server import AUTH, serving
+from tests.wire_client import TOKEN
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from schemathesis import checks
 
 from bench.schemathesis_run import document
 
-from .test_openapi import AUTH, serving
-from .test_server import ROW
+from tests.bodies import ROW
+from tests.service.threaded_server import AUTH, serving
 
 HEADER_CHECKS = [checks.response_schema_conformance, checks.content_type_conformance,
                  checks.response_headers_conformance, checks.status_code_conformance]

@@ -18,8 +18,8 @@ import pytest
 from semif_serve import request_model
 from semif_serve.errors import ApiError
 
-from .test_server import ROW, SHARED
-from .wire_client import request
+from tests.bodies import ROW, SHARED
+from tests.wire_client import request
 
 LIMITS = request_model.Limits(max_decisions=8, workloads=frozenset())
 CONTROL = json.dumps(ROW)

@@ -15,7 +15,7 @@ import pytest
 from semif_serve import request_model
 from semif_serve.errors import ApiError
 
-from .bodies import ROW
+from tests.bodies import ROW
 
 WORKLOAD = "w" * 70
 LIMITS = request_model.Limits(5, frozenset({WORKLOAD}), {WORKLOAD: frozenset({"none", "all"})})

@@ -10,21 +10,10 @@ import pytest
 from semif_serve import config
 from semif_serve.errors import OutOfMemory, ScoringFailed
 
-from .bodies import BODY, ROW, SHARED
-from .fake_scorer import semif_like
-from .reference import softmax
-from .wire_client import AUTH, HEALTH, TOKEN, Connection, eventually, parse_responses, raw_exchange, raw_request, request
-
-# Other test files import these from here; they are defined in bodies.py and wire_client.py.
-__all__ = ["ROW", "SHARED", "HEALTH", "TOKEN", "Connection", "request", "raw_request", "eventually",
-           "parse_responses", "assert_serving"]
-
-
-async def assert_serving(port: int) -> None:
-    """The server still answers a fresh connection normally."""
-    response = await request(port, "GET", "/health", headers=[])
-    assert response.status == 200 and response.json["status"] == "ok"
-
+from tests.bodies import BODY, ROW, SHARED
+from tests.fake_scorer import semif_like
+from tests.reference import softmax
+from tests.wire_client import AUTH, HEALTH, TOKEN, Connection, assert_serving, parse_responses, raw_exchange, raw_request, request
 
 # -- auth -------------------------------------------------------------------
 

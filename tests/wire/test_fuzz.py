@@ -22,10 +22,10 @@ from semif_serve import averaging, request_model
 from semif_serve.errors import ApiError
 from semif_serve.stub import StubScorer
 
-from .conftest import settings as server_settings
-from .bodies import BODY, POST, ROW, SHARED
-from .test_server import assert_serving
-from .wire_client import (
+from tests.bodies import BODY, POST, ROW, SHARED
+from tests.fakes import settings as server_settings
+from tests.wire_client import assert_serving
+from tests.wire_client import (
     HEALTH,
     Connection,
     no_error_logs,  # noqa: F401 - fixture

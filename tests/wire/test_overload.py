@@ -16,9 +16,9 @@ import threading
 
 import pytest
 
-from .bodies import BODY, POST, ROW
-from .test_server import assert_serving
-from .wire_client import (
+from tests.bodies import BODY, POST, ROW
+from tests.wire_client import assert_serving
+from tests.wire_client import (
     HEALTH,
     Connection,
     connections_closed,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from .bodies import BODY
-from .test_server import assert_serving
-from .wire_client import (
+from tests.bodies import BODY
+from tests.wire_client import assert_serving
+from tests.wire_client import (
     HEALTH,
     TOKEN,
     Connection,

@@ -6,8 +6,8 @@ refused 400, and a repeated X-Request-Id is echoed by neither copy (a fresh id).
 
 from __future__ import annotations
 
-from .test_request_ids import GENERATED
-from .wire_client import parse_responses, raw_exchange, raw_request
+from tests.wire_client import GENERATED
+from tests.wire_client import parse_responses, raw_exchange, raw_request
 
 
 async def test_a_repeated_request_id_is_refused_and_answered_with_a_fresh_id(start_server, fake) -> None:

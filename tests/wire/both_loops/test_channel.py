@@ -6,7 +6,7 @@ Rule 3: pipelined bytes that arrive while a request is scored are held up to a b
 past it the server stops reading (the sender is pushed back), and the request in
 progress is finished, not cancelled. Plus: a connection that fails on a bug is
 logged, and the server keeps serving. Each runs on both loops the server runs on: they
-deliver EOF differently (tests/both_loops/conftest.py).
+deliver EOF differently (tests/wire/both_loops/conftest.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import threading
 
 from semif_serve.wire import MAX_BUFFERED
 
-from ..bodies import BODY, ROW
-from ..test_server import assert_serving
-from ..wire_client import HEALTH, eventually, parse_responses, raw_request, request
+from tests.bodies import BODY, ROW
+from tests.wire_client import assert_serving
+from tests.wire_client import HEALTH, eventually, parse_responses, raw_request, request
 
 FLOOD = HEALTH * 200_000  # 6.6 MB of pipelined requests, far past the bound
 METRICS = b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n"
