@@ -3,26 +3,26 @@ or `python -m bench evaluate|calibrate` (labelled data: accuracy, calibration)."
 
 import sys
 
-from . import acceptance
+from bench.acceptance import acceptance
 
 if sys.argv[1:2] == ["evaluate"]:
-    from .labelled import evaluate
+    from bench.labelled import evaluate
 
     raise SystemExit(evaluate.main(sys.argv[2:]))
 if sys.argv[1:2] == ["calibrate"]:
-    from .labelled import calibrate
+    from bench.labelled import calibrate
 
     raise SystemExit(calibrate.main(sys.argv[2:]))
 if sys.argv[1:2] == ["load"]:
-    from . import load
+    from bench.load import load
 
     raise SystemExit(load.main(sys.argv[2:]))
 if sys.argv[1:2] == ["scale"]:
-    from . import scale
+    from bench.scale import scale
 
     raise SystemExit(scale.main(sys.argv[2:]))
 if sys.argv[1:2] == ["wrk"]:
-    from . import wrk
+    from bench.load import wrk
 
     raise SystemExit(wrk.main(sys.argv[2:]))
 raise SystemExit(acceptance.main(sys.argv[1:]))

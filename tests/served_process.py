@@ -10,7 +10,7 @@ import asyncio
 import os
 import sys
 
-from bench.procs import free_port
+from bench.common.procs import free_port
 from tests.wire_client import TOKEN, request
 
 

@@ -21,10 +21,11 @@ import re
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from . import compare, datasets
-from .compare import Comparison, keyed
-from .loadgen import Connection, Target, call, median, spread
-from .report import Outcome, Progress, emit, fmt, note
+from bench.acceptance import compare
+from bench.acceptance.compare import Comparison, keyed
+from bench.common import datasets
+from bench.common.loadgen import Connection, Target, call, median, spread
+from bench.common.report import Outcome, Progress, emit, fmt, note
 
 MAX_GAP = 1e-3
 # The negative control's score break: the shuffled run must miss parity's gap by 10x.
@@ -415,7 +416,7 @@ def _boundary_row(case: dict[str, Any], total: int) -> tuple[str, str]:
 
 def make_reference(health_facts: dict[str, Any], rows: list[datasets.Row]) -> list[dict[str, Any]]:
     """SemIf's predictions for rows, in this process, on the model /health names."""
-    from . import inprocess
+    from bench.common import inprocess
 
     loaded = inprocess.load(inprocess.Facts.from_health(health_facts))
     return inprocess.reference(loaded, rows, Progress("reference", len(rows)))
@@ -434,7 +435,7 @@ async def reference(args: argparse.Namespace, target: Target) -> Outcome:
                    {"rows": len(predictions), "source": source, "path": str(path)}, table)
 
 
-DEFAULT_REFERENCE = Path(__file__).resolve().parent / "results" / "reference.jsonl"
+DEFAULT_REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference.jsonl"
 
 CHECKS: dict[str, Callable[[argparse.Namespace, Target], Awaitable[Outcome]]] = {
     "parity": parity, "noise": noise, "negative": negative, "shared": shared, "speed": speed,

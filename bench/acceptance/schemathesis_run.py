@@ -5,8 +5,8 @@ body, negative ones (invalid by it). Every response must match the document
 (status, content type, headers, schema), none may be a 5xx, a body the document
 rejects must be refused, and a POST without the token must be refused.
 
-    python bench/schemathesis_run.py                       # starts the stub itself
-    python bench/schemathesis_run.py --url http://127.0.0.1:8000 --max-examples 500
+    python bench/acceptance/schemathesis_run.py                       # starts the stub itself
+    python bench/acceptance/schemathesis_run.py --url http://127.0.0.1:8000 --max-examples 500
 
 With --url the token is read from SEMIF_API_TOKEN. Exit status 1 on any finding.
 Not checked: that every body the document accepts scores 200. Some rules are beyond
@@ -24,8 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as `python bench/schemathesis_run.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # run as `python bench/acceptance/schemathesis_run.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import schemathesis  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -33,9 +33,9 @@ from schemathesis import checks  # noqa: E402
 from schemathesis.core.failures import Failure, FailureGroup  # noqa: E402
 from schemathesis.generation import GenerationMode  # noqa: E402
 
-from bench import procs  # noqa: E402
-from bench.loadgen import Target  # noqa: E402
-from bench.report import machine, write_json  # noqa: E402
+from bench.common import procs  # noqa: E402
+from bench.common.loadgen import Target  # noqa: E402
+from bench.common.report import machine, write_json  # noqa: E402
 
 CHECKS = [
     checks.not_a_server_error,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 ROWS = DATA / "rows.jsonl"
 SPEED21 = DATA / "speed21.json"
 BOUNDARY = DATA / "boundary.json"

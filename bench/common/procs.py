@@ -1,7 +1,7 @@
 """The one way the bench starts a server: a subprocess on a free loopback port.
 
 Ours (`python -m semif_serve`) and the baseline (`python -m uvicorn
-bench.baseline_fastapi:app`) both start here, in their own session so they can
+bench.load.baseline_fastapi:app`) both start here, in their own session so they can
 be stopped as a group, and both are always stopped in a `finally`: a failed
 benchmark never leaves a server behind. Readiness is polled through the bench's
 own client with a deadline, and a server that exits early is reported with the
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator, Mapping
 
-from .loadgen import TOKEN_ENV, Target, call
+from bench.common.loadgen import TOKEN_ENV, Target, call
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 
 
@@ -75,7 +75,7 @@ def uvicorn_argv(port: int, access_log: bool = False) -> list[str]:
     defaults (log level info, an access line per request on stdout), as deployed.
     """
     quiet = [] if access_log else ["--log-level", "warning", "--no-access-log"]
-    return [sys.executable, "-m", "uvicorn", "bench.baseline_fastapi:app", "--host", HOST, "--port", str(port),
+    return [sys.executable, "-m", "uvicorn", "bench.load.baseline_fastapi:app", "--host", HOST, "--port", str(port),
             "--workers", "1", *quiet, "--app-dir", str(ROOT)]
 
 
@@ -158,7 +158,7 @@ def semif_serve(env: Mapping[str, str], api_token: str, ready_timeout: float = 6
         settings["PYTHONPATH"] = str(checkout)
     argv = semif_argv()
     if profile is not None:
-        argv = [sys.executable, "-m", "bench.profiled_server", str(profile)]
+        argv = [sys.executable, "-m", "bench.load.profiled_server", str(profile)]
     return running(argv, settings, port, api_token, ready_timeout, log_dir, cwd=checkout)
 
 

@@ -1,10 +1,10 @@
-"""One prepared run that proves the CUDA path on a real card: `bench/gpu_check.sh` (or `python -m bench.gpu_check`).
+"""One prepared run that proves the CUDA path on a real card: `bench/gpu/gpu_check.sh` (or `python -m bench.gpu.gpu_check`).
 
 Rules: bench-only, never imported by the product. It orchestrates and judges;
 it measures nothing itself that a bench tool already measures. Servers start
-through `bench/procs.py`, the acceptance checks (`vram`, `speed`, `parity`) run
+through `bench/common/procs.py`, the acceptance checks (`vram`, `speed`, `parity`) run
 as `python -m bench <check>` children, in-process torch facts and the cap probe
-come from `bench/gpu_probe.py` (a child, so a cap never leaks into this
+come from `bench/gpu/gpu_probe.py` (a child, so a cap never leaks into this
 process), and this module imports no torch. Every step writes one JSON record
 `{check, status, reason, figures, when}` as one line of `records.jsonl` in the
 output folder (one file, not one per check: the device tool brings back at most
@@ -63,9 +63,10 @@ from typing import Any, Callable, Iterator
 
 from semif_serve.torch_engine import RELEASE_SLACK_BYTES
 
-from . import acceptance, datasets, procs
-from .loadgen import TOKEN_ENV, Response, Target, call
-from .report import machine, markdown_table, note, now
+from bench.acceptance import acceptance
+from bench.common import datasets, procs
+from bench.common.loadgen import TOKEN_ENV, Response, Target, call
+from bench.common.report import machine, markdown_table, note, now
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -310,7 +311,7 @@ def health(server: procs.Running) -> dict[str, Any]:
 
 
 def environment(run: Run) -> None:
-    done = run_child([sys.executable, "-m", "bench.gpu_probe", "facts"], run.child_env({}), 180.0)
+    done = run_child([sys.executable, "-m", "bench.gpu.gpu_probe", "facts"], run.child_env({}), 180.0)
     if done.returncode != 0:
         run.records.add("environment", FAILED, f"gpu_probe facts exited {done.returncode}: {last_line(done.stderr)}",
                         {"stderr_tail": done.stderr[-3000:]})
@@ -477,7 +478,7 @@ def vram_cap(run: Run) -> None:
         return
     cap_gib, _, _ = burst_cap(run)
     env = run.child_env(run.found["tiny"], SEMIF_DEVICE=run.plan.device, SEMIF_VRAM_CAP_GIB=repr(cap_gib))
-    done = run_child([sys.executable, "-m", "bench.gpu_probe", "cap"], env, min(240.0, run.left()))
+    done = run_child([sys.executable, "-m", "bench.gpu.gpu_probe", "cap"], env, min(240.0, run.left()))
     if done.returncode != 0:
         run.records.add("vram_cap", FAILED, f"gpu_probe cap exited {done.returncode}: {last_line(done.stderr)}",
                         {"stderr_tail": done.stderr[-3000:]})
@@ -575,7 +576,7 @@ def check(plan: Plan) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    main_parser = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.splitlines()[0])
+    main_parser = argparse.ArgumentParser(prog="python -m bench.gpu.gpu_check", description=__doc__.splitlines()[0])
     main_parser.add_argument("--dry-run", action="store_true", help="on the CPU: same steps, CUDA-only ones skipped")
     main_parser.add_argument("--out", type=Path, help="records folder (default $OUT, else bench/results/gpu_check)")
     main_parser.add_argument("--models", help="comma list of tiny,smollm2 (default: both on cuda, tiny on cpu)")

@@ -1,9 +1,9 @@
-"""What only an in-process look at torch can show, for bench/gpu_check.py: `python -m bench.gpu_probe facts|cap`.
+"""What only an in-process look at torch can show, for bench/gpu/gpu_check.py: `python -m bench.gpu.gpu_probe facts|cap`.
 
 Rules: this is the one bench module of the GPU check that imports torch, and it
 runs as a child process, so a memory cap set here never reaches the check's own
 process or the servers it starts. It prints one JSON object on stdout and
-judges nothing: the orchestrator (`bench/gpu_check.py`) decides pass or fail.
+judges nothing: the orchestrator (`bench/gpu/gpu_check.py`) decides pass or fail.
 It calls the product's own code (`config.load`, `TorchScorer.load`) and never
 re-implements a product rule.
 
@@ -84,7 +84,7 @@ def cap() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gpu_probe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu.gpu_probe", description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("facts", "cap"))
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

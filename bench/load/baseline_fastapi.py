@@ -1,7 +1,7 @@
 """Bench-only baseline: the same endpoints on FastAPI + uvicorn, over the same stub.
 
-Run as one worker: `uvicorn bench.baseline_fastapi:app` (the load benchmark
-starts it through bench.procs). It is never imported by the product.
+Run as one worker: `uvicorn bench.load.baseline_fastapi:app` (the load benchmark
+starts it through bench.common.procs). It is never imported by the product.
 
 To make the comparison about the HTTP stack alone, everything behind the
 routing is the product's own code: settings from the same environment, the

@@ -1,7 +1,7 @@
 """Load and overhead benchmarks: `python -m bench load` runs them all, one server at a time.
 
-* overhead: the stub with no delay, ours against FastAPI + uvicorn[standard] (bench/baseline_fastapi.py)
-  twice, with uvicorn's default access log (`baseline_logged`) and without one (`baseline`; bench/peers.py),
+* overhead: the stub with no delay, ours against FastAPI + uvicorn[standard] (bench/load/baseline_fastapi.py)
+  twice, with uvicorn's default access log (`baseline_logged`) and without one (`baseline`; bench/load/peers.py),
   ours three times: metrics and the JSON access log on (as deployed), metrics only, both off,
   requests per second and p50/p99 for /health, /decide (2 and 16 options) and
   /decide/shared (21 decisions) at each concurrency, through the same load generator;
@@ -34,11 +34,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import datasets, peers, procs
-from .loadgen import Connection, Response, Tally, Target, call, drive, encode, median, spread
-from .report import machine, markdown_table, note, section, splice, write_json
+from bench.common import datasets, procs
+from bench.common.loadgen import Connection, Response, Tally, Target, call, drive, encode, median, spread
+from bench.common.report import machine, markdown_table, note, section, splice, write_json
+from bench.load import peers
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # bench/
 ENDPOINTS = ("health", "decide-2", "decide-16", "shared-21")
 OVERHEAD_TARGET, OVERHEAD_AIM, TINY_TARGET, SMALL_TARGET = 1.0, 1.5, 1.10, 1.05
 STUB = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": "0", "SEMIF_MAX_QUEUE": "64"}
@@ -328,7 +329,7 @@ async def _against_inprocess(target: Target, repeats: int, sizes: tuple[int, ...
                              label: str) -> dict[str, Any]:
     """Served /decide/shared (21 criteria) against in-process score_shared on the same rows, interleaved;
     optionally the same 21 criteria as 21 /decide calls; then rotations for each option count in sizes."""
-    from . import inprocess
+    from bench.common import inprocess
 
     health = (await call(target, "GET", "/health")).json()
     loaded = inprocess.load(inprocess.Facts.from_health(health))
@@ -546,7 +547,7 @@ def markdown_sections(results: dict[str, Any]) -> dict[str, str]:
         f"Machine: `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}; run {info['date']} "
         f"with `python -m bench load`, load average {' / '.join(map(str, info.get('loadavg', [])))} (1/5/15 min) "
         f"when it began on this shared machine; thread settings {info.get('threads', {})}. The server under test runs as its own process; the load generator "
-        "(bench/loadgen.py, asyncio over raw keep-alive sockets) is the same for both servers."])}
+        "(bench/common/loadgen.py, asyncio over raw keep-alive sockets) is the same for both servers."])}
     for name, render in (("overhead", overhead_markdown), ("admission", admission_markdown), ("tiny", tiny_markdown),
                          ("small", small_markdown)):
         if name in results:

@@ -1,4 +1,4 @@
-"""`python -m bench.ops_cost`: CPU per request of the ops layer alone, in process, no HTTP.
+"""`python -m bench.load.ops_cost`: CPU per request of the ops layer alone, in process, no HTTP.
 
 What the wire calls for every request (`Operations.begin`, `headers`, `finish`) and
 the engine for every scorer call (`scorer_call`), timed with `time.process_time`
@@ -26,7 +26,7 @@ from semif_serve.ops.operations import Operations
 from semif_serve.service import Reply, Service
 from semif_serve.stub import StubScorer
 
-from .report import machine, splice
+from bench.common.report import machine, splice
 
 REQUEST = h11.Request(method="POST", target="/decide",
                       headers=[(b"host", b"x"), (b"authorization", b"Bearer " + b"t" * 40), (b"content-length", b"300")])
@@ -51,9 +51,9 @@ def cost(metrics: bool, access_log: bool, repeats: int, batches: int = 5) -> flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ops_cost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.load.ops_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20000)
-    parser.add_argument("--md", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md",
+    parser.add_argument("--md", type=Path, default=Path(__file__).resolve().parents[1] / "RESULTS.md",
                         help="its `ops-cost` section is replaced")
     args = parser.parse_args(argv)
     info = machine()
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"- metrics on, access log on and buffered (the default SEMIF_LOG_FLUSH_S=0.5): "
                      f"{cost(True, True, args.repeats):.1f} us CPU per request")
     text = "\n".join(["## The ops layer alone (in process)", "",
-                      f"`python -m bench.ops_cost`: request id, headers, metrics and the JSON access line for one request "
+                      f"`python -m bench.load.ops_cost`: request id, headers, metrics and the JSON access line for one request "
                       f"and one scorer call, no HTTP; least of 5 batches of {args.repeats}. {info['nproc']} CPUs, load average "
                       f"{' / '.join(map(str, info['loadavg']))} (shared machine), thread settings {info['threads']}.", "",
                       *lines, ""])

@@ -2,7 +2,7 @@
 
 Rules: `python -m bench load` (its overhead section) and `python -m bench wrk` start
 the same servers from here, so the two benches compare the same things; every
-server starts through bench.procs (never here), and this module names each stack
+server starts through bench.common.procs (never here), and this module names each stack
 in plain words (server, event loop, HTTP parser, access log, metrics) for the
 reports. It knows no load generator and no figures.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Mapping
 
-from . import procs
+from bench.common import procs
 
 # Baseline name -> whether uvicorn writes its access log (its default) or not.
 BASELINES: dict[str, bool] = {"baseline_logged": True, "baseline": False}

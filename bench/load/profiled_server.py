@@ -1,6 +1,6 @@
 """Bench-only: run semif-serve under cProfile and write the stats when it exits.
 
-`python -m bench.profiled_server OUT.prof` serves exactly as `semif-serve` does. The
+`python -m bench.load.profiled_server OUT.prof` serves exactly as `semif-serve` does. The
 server leaves through os._exit (a scorer call past the shutdown grace must not keep
 the process alive), which skips cProfile's own exit hook, so the stats are written
 just before that exit. Only the event-loop thread is profiled, as with `-m cProfile`.

@@ -1,4 +1,4 @@
-"""`python -m bench.server_cpu`: server CPU per request under wrk, configurations alternated.
+"""`python -m bench.load.server_cpu`: server CPU per request under wrk, configurations alternated.
 
 Rules: bench-only; measures one thing, the server process's own CPU (utime + stime, all
 threads) per request answered, so a slower or faster load generator does not move it the
@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import procs
-from .wrk import requests as wrk_requests, run_wrk, script
+from bench.common import procs
+from bench.load.wrk import requests as wrk_requests, run_wrk, script
 
 TOKEN = "t0ken-0123456789abcdef0123456789abcdef"
 CONNECTIONS = 8
@@ -45,7 +45,7 @@ def run(label: str, root: Path, access_log: str, seconds: int, request: str, lua
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.server_cpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.load.server_cpu", description=__doc__.splitlines()[0])
     parser.add_argument("configs", nargs="+", metavar="LABEL=ROOT:on|off",
                         help="a checkout to serve from and its SEMIF_ACCESS_LOG, e.g. after=.:on")
     parser.add_argument("--rounds", type=int, default=3)

@@ -11,8 +11,8 @@ open file descriptors (start, peak, end) from /proc. Exits 1 on a lost, duplicat
 or mismatched answer, an unexpected status, a request still in progress at the end,
 or file descriptors that do not return to their starting count (within --fd-slack).
 
-    python bench/soak.py --seconds 5
-    python bench/soak.py --out bench/results/soak.json
+    python bench/load/soak.py --seconds 5
+    python bench/load/soak.py --out bench/results/soak.json
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as `python bench/soak.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # run as `python bench/load/soak.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import datasets, procs  # noqa: E402
-from bench.loadgen import Connection, Response, Target, call, encode  # noqa: E402
-from bench.report import Outcome, emit, note  # noqa: E402
+from bench.common import datasets, procs  # noqa: E402
+from bench.common.loadgen import Connection, Response, Target, call, encode  # noqa: E402
+from bench.common.report import Outcome, emit, note  # noqa: E402
 
 RECOVERABLE = (TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError)
 

@@ -1,10 +1,10 @@
 """`python -m bench wrk`: the overhead cells measured with wrk, a C load generator, not ours.
 
-Rules: this module runs wrk against servers bench.peers starts and reads what wrk
+Rules: this module runs wrk against servers bench.load.peers starts and reads what wrk
 prints and what each process spent; it computes no ratio and renders nothing
-(bench/wrk_report.py does, from the figures alone).
+(bench/load/wrk_report.py does, from the figures alone).
 
-Why a second generator: bench/loadgen.py is Python, and on a 2-core machine it can
+Why a second generator: bench/common/loadgen.py is Python, and on a 2-core machine it can
 take a fair share of a core; wrk (one thread, epoll) costs far less per request, so
 the figures say more about the servers. Same servers, same requests, same stub as
 `python -m bench load`'s overhead section: ours with metrics and the JSON access log
@@ -39,13 +39,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import datasets, peers, procs
-from .load import STUB, VARIANTS, first_with, ours_stack, sixteen_options, uvicorn_stack
-from .report import machine, note, splice, write_json
-from .wrk_report import NAMES as SERVERS
-from .wrk_report import markdown, summarise
+from bench.common import datasets, procs
+from bench.common.report import machine, note, splice, write_json
+from bench.load import peers
+from bench.load.load import STUB, VARIANTS, first_with, ours_stack, sixteen_options, uvicorn_stack
+from bench.load.wrk_report import NAMES as SERVERS
+from bench.load.wrk_report import markdown, summarise
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # bench/
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 

@@ -1,6 +1,6 @@
 """The wrk bench's figures: per-cell summaries, the ratios, the verdicts and the RESULTS.md section.
 
-Rules: pure functions of what bench/wrk.py measured (each run's parsed wrk report
+Rules: pure functions of what bench/load/wrk.py measured (each run's parsed wrk report
 plus the server's and wrk's CPU seconds); no process, no clock, no wrk here, so
 every figure and verdict can be checked by a test from made-up runs.
 
@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from .load import OPS_COST_LIMIT, VARIANTS
-from .peers import BASELINES, LABELS, STACK_HEADERS, stacks_rows
-from .report import markdown_table
+from bench.common.report import markdown_table
+from bench.load.load import OPS_COST_LIMIT, VARIANTS
+from bench.load.peers import BASELINES, LABELS, STACK_HEADERS, stacks_rows
 
 Run = Mapping[str, Any]  # one wrk run: parse() plus server_cpu_s, wrk_cpu_s, wall_s
 NAMES = (*VARIANTS, *BASELINES)  # every server of a cell, in the order of the first round

@@ -1,8 +1,8 @@
 """Processes for the scaling bench: stub replicas on fixed ports, and nginx in front of them.
 
 Rules: this module starts and stops processes and reads nginx's access log; it
-knows nothing of load or verdicts (bench/scale.py). Replicas are started through
-bench/procs.py, so every server the bench runs starts one way; nginx runs from
+knows nothing of load or verdicts (bench/scale/scale.py). Replicas are started through
+bench/common/procs.py, so every server the bench runs starts one way; nginx runs from
 deploy/nginx's template, rendered as an operator would.
 
 Theory: a Replica keeps its port across restarts, so nginx's upstream list never
@@ -30,8 +30,8 @@ from typing import Iterator, Mapping
 
 from deploy.nginx.render import Edge, render
 
-from . import procs
-from .loadgen import Target
+from bench.common import procs
+from bench.common.loadgen import Target
 
 NGINX_ENV = "SEMIF_NGINX"  # path of the nginx binary, when it is not on PATH
 UNPRIVILEGED = "nobody"

@@ -15,8 +15,8 @@ section of bench/RESULTS.md; tests/deploy/test_scale_nginx.py runs the same scen
   (stub with a delay standing in for a card), and one replica direct against behind nginx
   with no delay (what the proxy costs), rounds alternating so drift hits both alike.
 
-Rules: load and verdicts live here; processes in bench/edge.py; the HTTP client is
-bench/loadgen.py. Every request carries its own id (the row id, which the stub echoes in
+Rules: load and verdicts live here; processes in bench/scale/edge.py; the HTTP client is
+bench/common/loadgen.py. Every request carries its own id (the row id, which the stub echoes in
 the result, and X-Request-Id, which nginx echoes), so "answered exactly once" is
 checked per request, not counted in bulk. Loopback only.
 """
@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import datasets, edge, procs
-from .loadgen import Connection, Response, Target, call, drive, encode
-from .report import machine, markdown_table, note, write_json
+from bench.common import datasets, procs
+from bench.common.loadgen import Connection, Response, Target, call, drive, encode
+from bench.common.report import machine, markdown_table, note, write_json
+from bench.scale import edge
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # bench/
 STUB = {"SEMIF_SCORER": "stub"}
 ERRORS = (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError)
 

@@ -22,8 +22,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from bench import acceptance, compare, datasets, load, procs
-from bench.loadgen import Target, call, drive, percentile
+from bench.acceptance import acceptance, compare
+from bench.common import datasets, procs
+from bench.common.loadgen import Target, call, drive, percentile
+from bench.load import load
 from tests.timing import timeless
 
 TOKEN = "bench-token-" + "0123456789abcdef" * 2
@@ -165,7 +167,7 @@ def test_a_temporary_log_folder_goes_after_a_clean_exit_and_stays_after_a_failur
 
 
 def test_another_checkout_is_served_from_its_own_code(tmp_path: Path) -> None:
-    """bench.server_cpu compares commits side by side: procs.semif_serve(checkout=…) must run that copy."""
+    """bench.load.server_cpu compares commits side by side: procs.semif_serve(checkout=…) must run that copy."""
     shutil.copytree(procs.ROOT / "semif_serve", tmp_path / "semif_serve")
     stub = tmp_path / "semif_serve" / "stub.py"
     stub.write_text(stub.read_text().replace('"stub (no model)"', '"stub (other checkout)"'))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bench import procs
-from bench.loadgen import call
-from bench.peers import BASELINES, stacks
+from bench.common import procs
+from bench.common.loadgen import call
+from bench.load.peers import BASELINES, stacks
 
 TOKEN = "t" * 40
 STUB = {"SEMIF_SCORER": "stub"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from bench import load
-from bench.loadgen import Tally
+from bench.common.loadgen import Tally
+from bench.load import load
 
 
 def tally(rps: float, cpu_s: float = 0.1, status: int = 200) -> Tally:

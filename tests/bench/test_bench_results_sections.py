@@ -5,8 +5,8 @@ not measure (`--only`) keeps its earlier figures."""
 from __future__ import annotations
 
 
-from bench.load import TITLE, write_markdown
-from bench.report import machine, section
+from bench.common.report import machine, section
+from bench.load.load import TITLE, write_markdown
 
 ADMISSION = {"checks": {"max_queue_reported": True}, "offered": 24, "max_queue": 8, "delay_s": 0.25, "ok_200": 8,
              "refused_429": 16, "refusal_latency_max_s": 0.011, "refusal_latency_p50_s": 0.010,

@@ -1,9 +1,9 @@
-"""bench/wrk.py's parsing of wrk's report and the marked RESULTS.md sections (no wrk needed)."""
+"""bench/load/wrk.py's parsing of wrk's report and the marked RESULTS.md sections (no wrk needed)."""
 
 from __future__ import annotations
 
-from bench.report import section, splice
-from bench.wrk import parse, script
+from bench.common.report import section, splice
+from bench.load.wrk import parse, script
 
 WRK_OUTPUT = """Running 2s test @ http://127.0.0.1:4000/decide
   1 threads and 8 connections

@@ -1,4 +1,4 @@
-"""bench/gpu_check.sh proves its own logic before it spends device time.
+"""bench/gpu/gpu_check.sh proves its own logic before it spends device time.
 
 Three layers. The verdicts are pure functions, checked on their edges. The
 CUDA-only steps (the large shared growth and the OOM burst) run against a real
@@ -20,9 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import datasets, gpu_check, procs
-from bench.gpu_check import FAILED, INCONCLUSIVE, MIB, PASSED, SKIPPED, Plan, Records, Run
-from bench.loadgen import Target
+from bench.common import datasets, procs
+from bench.common.loadgen import Target
+from bench.gpu import gpu_check
+from bench.gpu.gpu_check import FAILED, INCONCLUSIVE, MIB, PASSED, SKIPPED, Plan, Records, Run
 from semif_serve.errors import OutOfMemory
 
 from tests.fake_scorer import semif_like
@@ -201,7 +202,7 @@ EXPECTED = {
 def test_dry_run_takes_every_step_on_the_cpu_and_says_what_it_skipped(tmp_path: Path) -> None:
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
     env.pop("SEMIF_DEVICE", None)
-    done = subprocess.run(["bash", "bench/gpu_check.sh", "--dry-run"], cwd=procs.ROOT, env=env, capture_output=True,
+    done = subprocess.run(["bash", "bench/gpu/gpu_check.sh", "--dry-run"], cwd=procs.ROOT, env=env, capture_output=True,
                           text=True, timeout=400, check=False)
     found = {r["check"]: r for r in records(tmp_path)}
     assert {check: r["status"] for check, r in found.items()} == EXPECTED, done.stdout[-3000:]

@@ -17,9 +17,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from bench import procs
+from bench.common import procs
+from bench.common.loadgen import call
 from bench.labelled import fit, metrics, rows as labelled
-from bench.loadgen import call
 from semif_serve.calibration import T_MAX, T_MIN
 
 TOKEN = "labelled-token-" + "0123456789abcdef" * 2

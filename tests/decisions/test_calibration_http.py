@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from bench import procs
-from bench.loadgen import call
+from bench.common import procs
+from bench.common.loadgen import call
 from semif_serve import calibration
 
 from tests.bodies import FOUR, ROW

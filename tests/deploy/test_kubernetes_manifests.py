@@ -169,8 +169,8 @@ def test_liveness_passes_on_any_answer_and_fails_on_none(container: dict[str, An
     import subprocess
     import sys
 
-    from bench import procs
-    from bench.loadgen import Connection, call
+    from bench.common import procs
+    from bench.common.loadgen import Connection, call
 
     command = container["livenessProbe"]["exec"]["command"]
     assert command[0] == "python"

@@ -1,9 +1,9 @@
 """Replicas behind real nginx on loopback: spread, routing around full queues, a rolling
 restart with no client-visible failure, and a SIGKILL mid-request saved by nginx's retry.
 
-Each test runs the scenario `python -m bench scale` measures (bench/scale.py), small:
+Each test runs the scenario `python -m bench scale` measures (bench/scale/scale.py), small:
 three stub replicas (`python -m semif_serve`, SEMIF_SCORER=stub with a delay) started by
-bench/procs.py, and nginx from deploy/nginx's template as an unprivileged child with
+bench/common/procs.py, and nginx from deploy/nginx's template as an unprivileged child with
 its own prefix and `daemon off`, stopped at the end. Without nginx these tests skip,
 except under CI=true, where they fail: CI must install it (apt-get install nginx).
 """
@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from bench import edge, scale
+from bench.scale import edge, scale
 from deploy.nginx.render import Edge, render
 from semif_serve.errors import STATUS
 

@@ -2,7 +2,7 @@
 
 A plain check that it parses and names every error code, explicit cases for each
 result shape (direct, calibrated, averaged, shared), and a short bounded schemathesis
-run (bench/schemathesis_run.py's driver) against a live stub server in its own thread.
+run (bench/acceptance/schemathesis_run.py's driver) against a live stub server in its own thread.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import schemathesis
 from schemathesis import checks
 
-from bench.schemathesis_run import document, fuzz
+from bench.acceptance.schemathesis_run import document, fuzz
 from semif_serve.errors import STATUS
 
 from tests.bodies import ROW, SHARED

@@ -9,7 +9,7 @@ import pytest
 import schemathesis
 from schemathesis import checks
 
-from bench.schemathesis_run import document
+from bench.acceptance.schemathesis_run import document
 
 from tests.bodies import ROW
 from tests.service.threaded_server import AUTH, serving
