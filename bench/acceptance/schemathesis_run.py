@@ -5,8 +5,8 @@ body, negative ones (invalid by it). Every response must match the document
 (status, content type, headers, schema), none may be a 5xx, a body the document
 rejects must be refused, and a POST without the token must be refused.
 
-    python bench/acceptance/schemathesis_run.py                       # starts the stub itself
-    python bench/acceptance/schemathesis_run.py --url http://127.0.0.1:8000 --max-examples 500
+    python -m bench schemathesis                       # starts the stub itself
+    python -m bench schemathesis --url http://127.0.0.1:8000 --max-examples 500
 
 With --url the token is read from SEMIF_API_TOKEN. Exit status 1 on any finding.
 Not checked: that every body the document accepts scores 200. Some rules are beyond
@@ -19,23 +19,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as `python bench/acceptance/schemathesis_run.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import checks
+from schemathesis.core.failures import Failure, FailureGroup
+from schemathesis.generation import GenerationMode
 
-import schemathesis  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from schemathesis import checks  # noqa: E402
-from schemathesis.core.failures import Failure, FailureGroup  # noqa: E402
-from schemathesis.generation import GenerationMode  # noqa: E402
-
-from bench.common import procs  # noqa: E402
-from bench.common.loadgen import Target  # noqa: E402
-from bench.common.report import machine, write_json  # noqa: E402
+from bench.common import procs
+from bench.common.loadgen import Target
+from bench.common.report import machine, write_json
 
 CHECKS = [
     checks.not_a_server_error,
@@ -81,7 +77,7 @@ def fuzz(url: str, token: str, max_examples: int) -> tuple[int, list[str]]:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench schemathesis", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="a running server (loopback only); default: start the stub scorer here")
     parser.add_argument("--max-examples", type=int, default=200, help="cases per operation and mode (default 200)")
     parser.add_argument("--out", type=Path, help="write the outcome as JSON")
@@ -103,7 +99,3 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.out, {"check": "schemathesis", "passed": not findings, "cases": sent,
                               "findings": findings, "machine": machine()})
     return 0 if not findings else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""One prepared run that proves the CUDA path on a real card: `bench/gpu/gpu_check.sh` (or `python -m bench.gpu.gpu_check`).
+"""One prepared run that proves the CUDA path on a real card: `bench/gpu/gpu_check.sh` (or `python -m bench gpu-check`).
 
 Rules: bench-only, never imported by the product. It orchestrates and judges;
 it measures nothing itself that a bench tool already measures. Servers start
@@ -576,7 +576,7 @@ def check(plan: Plan) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    main_parser = argparse.ArgumentParser(prog="python -m bench.gpu.gpu_check", description=__doc__.splitlines()[0])
+    main_parser = argparse.ArgumentParser(prog="python -m bench gpu-check", description=__doc__.splitlines()[0])
     main_parser.add_argument("--dry-run", action="store_true", help="on the CPU: same steps, CUDA-only ones skipped")
     main_parser.add_argument("--out", type=Path, help="records folder (default $OUT, else bench/results/gpu_check)")
     main_parser.add_argument("--models", help="comma list of tiny,smollm2 (default: both on cuda, tiny on cpu)")
@@ -593,7 +593,3 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     return check(plan_from(parser().parse_args(argv)))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -6,7 +6,7 @@
 # (one JSON line per check), summary.txt, gpu_check.log and the servers' logs.
 # Needs no network. Wheels the device image lacks travel in .whl/ (bench/gpu/gpu_wheels.sh makes
 # it here); when present they are installed into /tmp/site and put on PYTHONPATH. Other
-# arguments go to `python -m bench.gpu.gpu_check` (see its --help).
+# arguments go to `python -m bench gpu-check` (see its --help).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 py=${PYTHON:-}
@@ -24,5 +24,5 @@ out=${OUT:-bench/results/gpu_check}
 mkdir -p "$out"
 # A hard stop well inside the device tool's 10-minute command limit; the Python side keeps
 # its own softer budget (--budget-s, 300 s on the card) so the summary is normally written.
-timeout --kill-after=10 "${GPU_CHECK_TIMEOUT_S:-360}" "$py" -m bench.gpu.gpu_check --out "$out" "$@" 2>&1 | tee "$out/gpu_check.log"
+timeout --kill-after=10 "${GPU_CHECK_TIMEOUT_S:-360}" "$py" -m bench gpu-check --out "$out" "$@" 2>&1 | tee "$out/gpu_check.log"
 exit "${PIPESTATUS[0]}"

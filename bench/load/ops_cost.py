@@ -1,4 +1,4 @@
-"""`python -m bench.load.ops_cost`: CPU per request of the ops layer alone, in process, no HTTP.
+"""`python -m bench ops-cost`: CPU per request of the ops layer alone, in process, no HTTP.
 
 What the wire calls for every request (`Operations.begin`, `headers`, `finish`) and
 the engine for every scorer call (`scorer_call`), timed with `time.process_time`
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,7 +49,7 @@ def cost(metrics: bool, access_log: bool, repeats: int, batches: int = 5) -> flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.load.ops_cost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench ops-cost", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20000)
     parser.add_argument("--md", type=Path, default=Path(__file__).resolve().parents[1] / "RESULTS.md",
                         help="its `ops-cost` section is replaced")
@@ -70,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"- metrics on, access log on and buffered (the default SEMIF_LOG_FLUSH_S=0.5): "
                      f"{cost(True, True, args.repeats):.1f} us CPU per request")
     text = "\n".join(["## The ops layer alone (in process)", "",
-                      f"`python -m bench.load.ops_cost`: request id, headers, metrics and the JSON access line for one request "
+                      f"`python -m bench ops-cost`: request id, headers, metrics and the JSON access line for one request "
                       f"and one scorer call, no HTTP; least of 5 batches of {args.repeats}. {info['nproc']} CPUs, load average "
                       f"{' / '.join(map(str, info['loadavg']))} (shared machine), thread settings {info['threads']}.", "",
                       *lines, ""])
@@ -78,7 +76,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.md.exists():
         args.md.write_text(splice(args.md.read_text(encoding="utf-8"), "ops-cost", text), encoding="utf-8")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

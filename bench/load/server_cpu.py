@@ -1,4 +1,4 @@
-"""`python -m bench.load.server_cpu`: server CPU per request under wrk, configurations alternated.
+"""`python -m bench server-cpu`: server CPU per request under wrk, configurations alternated.
 
 Rules: bench-only; measures one thing, the server process's own CPU (utime + stime, all
 threads) per request answered, so a slower or faster load generator does not move it the
@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ def run(label: str, root: Path, access_log: str, seconds: int, request: str, lua
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.load.server_cpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench server-cpu", description=__doc__.splitlines()[0])
     parser.add_argument("configs", nargs="+", metavar="LABEL=ROOT:on|off",
                         help="a checkout to serve from and its SEMIF_ACCESS_LOG, e.g. after=.:on")
     parser.add_argument("--rounds", type=int, default=3)
@@ -71,7 +70,3 @@ def main(argv: list[str] | None = None) -> int:
         values = [item["cpu_us_per_request"] for item in runs if (item["config"], item["access_log"]) == (label, access_log)]
         print(f"{label} access log {access_log}: median {statistics.median(values):.1f} us CPU per request {values}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

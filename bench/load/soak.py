@@ -11,8 +11,8 @@ open file descriptors (start, peak, end) from /proc. Exits 1 on a lost, duplicat
 or mismatched answer, an unexpected status, a request still in progress at the end,
 or file descriptors that do not return to their starting count (within --fd-slack).
 
-    python bench/load/soak.py --seconds 5
-    python bench/load/soak.py --out bench/results/soak.json
+    python -m bench soak --seconds 5
+    python -m bench soak --out bench/results/soak.json
 """
 
 from __future__ import annotations
@@ -20,19 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as `python bench/load/soak.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.common import datasets, procs  # noqa: E402
-from bench.common.loadgen import Connection, Response, Target, call, encode  # noqa: E402
-from bench.common.report import Outcome, emit, note  # noqa: E402
+from bench.common import datasets, procs
+from bench.common.loadgen import Connection, Response, Target, call, encode
+from bench.common.report import Outcome, emit, note
 
 RECOVERABLE = (TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError)
 
@@ -181,7 +177,7 @@ def verdict(figures: dict[str, Any], fd_slack: int) -> Outcome:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to offer load (default 60)")
     parser.add_argument("--max-requests", type=int, default=500_000, help="stop after this many requests (default 500000)")
     parser.add_argument("--max-queue", type=int, default=8, help="SEMIF_MAX_QUEUE for the server; 2x this many clients (default 8)")
@@ -199,7 +195,3 @@ def main(argv: list[str] | None = None) -> int:
         note(f"soak: {2 * args.max_queue} clients against {server.url} for {args.seconds:g} s")
         figures = asyncio.run(soak(server.target, Process(server.process.pid), args))
     return emit(verdict(figures, args.fd_slack), args.out)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""`python -m bench.load.verify_cost`: what the pre-load snapshot check costs at startup.
+"""`python -m bench verify-cost`: what the pre-load snapshot check costs at startup.
 
 It times semif_serve.snapshot_verify.verify on the tiny model and on synthetic
 snapshots of the given sizes (one random `model.safetensors` published through
@@ -65,7 +65,7 @@ def conditions() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.load.verify_cost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench verify-cost", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", type=int, nargs="*", default=[540], help="synthetic weight file sizes (MB)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--estimate-gb", type=float, default=8.0)
@@ -96,7 +96,3 @@ def main(argv: list[str] | None = None) -> int:
     report["conditions"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(report, indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
