@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import tempfile
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bench.common import datasets, procs
 from bench.common.loadgen import Connection, Response, Target, call, drive, encode
