@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from fastjev._runtime import direct as fastjev_direct
 from fastjev._runtime import shared as fastjev_shared
-from fastjev._runtime.core import direct_messages
 
 from semif_serve import prefix
 from semif_serve.prefix import PROOF_STATE, PrefixHookError
 from semif_serve.torch_engine import TorchScorer
-from tests.fakes import SHARED_SOURCE, FakeLoader, FakeTorch, MergingTokenizer, compiled_module, fake_package, settings
+from tests.fakes import (NEVER_CALLS, SHARED_SOURCE, FakeLoader, FakeTorch, MergingTokenizer, compiled_module, fake_package,
+                         settings, wrong_system_prompt)
 
 BOUNDARY_STATES = [PROOF_STATE, {"note": "see (above)"}, {"seen": ["x"], "call": "f(a)"}]
 ORDINARY_STATES = ["ok :)", {"person_said": "hello"}, ["a", "b"], "The service is starting"]
@@ -179,14 +179,6 @@ def test_load_refuses_before_the_weights_when_the_hook_is_unreachable(name: str)
     assert "load" not in log
 
 
-def wrong_system_prompt(tokenizer: Any, row: dict[str, Any], max_tokens: int) -> tuple[list[int], list[int], str]:
-    """Renders the row with another system prompt: the prompt head differs from upstream's."""
-    messages = direct_messages(row)
-    messages[0]["content"] = "Answer freely."
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return tokenizer.encode(text), [], "wrong"
-
-
 def test_load_refuses_a_wrapper_that_renders_the_wrong_prompt() -> None:
     package = fake_package()
     package.direct.encode_prompt = wrong_system_prompt
@@ -195,15 +187,6 @@ def test_load_refuses_a_wrapper_that_renders_the_wrong_prompt() -> None:
         scorer.load()
 
 
-NEVER_CALLS = '''
-from fastjev._runtime.shared import _state_prefix
-
-
-def score_shared(model, tokenizer, rows, metadata, max_tokens=4096):
-    if rows is None:
-        _state_prefix(tokenizer, None)
-    return [model(row) for row in rows], {}
-'''
 
 
 def test_load_refuses_when_score_shared_never_calls_the_wrapper() -> None:

@@ -18,7 +18,7 @@ import pytest
 from semif_serve import prefix
 from semif_serve.prefix import PROOF_STATE, PrefixHookError
 from semif_serve.torch_engine import TorchScorer
-from tests.fakes import SHARED_SOURCE, FakeLoader, FakeTorch, compiled_module, fake_package, settings
+from tests.fakes import NEVER_CALLS, SHARED_SOURCE, FakeLoader, FakeTorch, compiled_module, fake_package, settings, wrong_system_prompt
 
 
 def scorer_for(package: Any, loader: FakeLoader | None = None) -> tuple[TorchScorer, list[Any]]:
@@ -185,8 +185,6 @@ def test_the_check_refuses_code_without_globals_as_a_refusal_not_a_crash() -> No
 
 
 def test_the_other_proof_refusals_name_their_reason_exactly() -> None:
-    from tests.test_prefix import NEVER_CALLS, wrong_system_prompt
-
     never_calls, _ = scorer_for(fake_package(NEVER_CALLS))
     with pytest.raises(PrefixHookError) as refused:
         never_calls.load()
