@@ -90,6 +90,13 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+def selectors(expr: str) -> set[str]:
+    """Each series selector of an expression, with its label matchers (`name{code="busy"}`)."""
+    names = metric_names(expr)
+    return {match.group(1) + (match.group(2) or "")
+            for match in re.finditer(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{[^}]*\})?", expr) if match.group(1) in names}
+
+
 def exposed() -> set[str]:
     """Every sample name /metrics can carry, CUDA's included: rendered by the server's own
     Metrics after one request (request counters appear with their first route and status)."""
