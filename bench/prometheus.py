@@ -99,6 +99,14 @@ class Prometheus:
         """How many of its scrape targets answered their last scrape."""
         return sum(1 for sample in self.query("up == 1"))
 
+    def wait_scraped(self, targets: int, timeout: float = 15.0) -> None:
+        """Until every target has answered a scrape (Prometheus applies new targets every few seconds)."""
+        deadline = time.monotonic() + timeout
+        while self.targets_up() < targets:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Prometheus scraped {self.targets_up()} of {targets} targets in {timeout:.0f} s")
+            time.sleep(0.2)
+
 
 def _data(response: httpx.Response) -> Any:
     body = response.json()

@@ -93,7 +93,7 @@ def observed() -> Iterator[dict[str, Any]]:
         for holder in holders:
             holder.result()
         with prometheus.running([f"{procs.HOST}:{server.target.port}"], interval="1s", for_overrides={"SemifQueueSaturated": "1s"}) as prom:
-            until(lambda: prom.targets_up() == 1, 15.0, "Prometheus never scraped the server")
+            prom.wait_scraped(1)
             time.sleep(1.5)  # one more scrape: the baseline of every series is in
             began = time.monotonic()
             traffic = Traffic(server.url)
