@@ -13,6 +13,7 @@ Without prometheus this skips, except under CI=true, where it fails.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ TOKEN = "monitoring-token-" + "0123456789abcdef" * 2
 DELAY_S = 0.8
 BUCKET = (0.5, 1.0)  # the histogram bucket (DURATION_BUCKETS) a 0.8 s call falls in
 QUEUE = 2
+HOLD_S = 15.0  # the longest the queue is held full waiting for the alert
 ENV = {**scale.stub_env(int(DELAY_S * 1000), queue=QUEUE), "SEMIF_METRICS": "on", "SEMIF_ACCESS_LOG": "off"}
 SELECT = '{job="semif-serve"}'
 SCORING = ("/decide", "/decide/shared")
@@ -69,10 +71,10 @@ def until(check: Any, timeout: float, message: str) -> Any:
     raise AssertionError(message)
 
 
-def hold_full(traffic: Traffic, pool: ThreadPoolExecutor, calls: int) -> list[Any]:
-    """Two callers sending POSTs back to back: both slots taken for `calls` scorer calls."""
+def hold_full(traffic: Traffic, pool: ThreadPoolExecutor, stop: threading.Event) -> list[Any]:
+    """Two callers sending POSTs back to back until `stop`: both slots taken, call after call."""
     def caller() -> None:
-        for _ in range(calls // 2):
+        while not stop.is_set():
             traffic.send("POST", "/decide", ROW)
     holders = [pool.submit(caller) for _ in range(QUEUE)]
     until(lambda: traffic.in_progress() == QUEUE, 10.0, "the queue never filled")
@@ -97,13 +99,19 @@ def observed() -> Iterator[dict[str, Any]]:
             time.sleep(1.5)  # one more scrape: the baseline of every series is in
             began = time.monotonic()
             traffic = Traffic(server.url)
-            holders = hold_full(traffic, pool, calls=8)
-            alert_states, probes = set(), []
-            while not all(holder.done() for holder in holders):  # probes while the queue is full
+            stop = threading.Event()
+            holders = hold_full(traffic, pool, stop)
+            alert_states: set[str] = set()
+            probes = []
+            held = time.monotonic()
+            # Probes while the queue is full, until the alert fires (at most HOLD_S): at least 3 s
+            # of 429s, and as long as a loaded machine's Prometheus needs to evaluate the rule.
+            while time.monotonic() - held < 3.0 or "firing" not in alert_states and time.monotonic() - held < HOLD_S:
                 probes.append(pool.submit(traffic.send, "POST", "/decide", ROW))  # one admitted in a gap waits its turn
                 alert_states |= {alert["state"] for alert in prom.alerts()
                                  if alert["labels"]["alertname"] == "SemifQueueSaturated"}
                 time.sleep(0.25)
+            stop.set()
             for future in holders + probes:
                 future.result()
             assert traffic.send("POST", "/decide/shared", SHARED) == 200
@@ -179,7 +187,7 @@ def test_scorer_call_p50_and_p99_fall_in_the_stub_delays_bucket(observed) -> Non
 def test_queue_wait_p50_and_p99_by_kind(observed) -> None:
     found = quantiles(observed["prom"], "semif_scorer_queue_seconds")
     assert set(found) == {(kind, q) for kind in ("direct", "shared") for q in ("0.5", "0.99")}
-    assert found[("shared", "0.5")] <= 0.0005  # it came alone: no wait
+    assert found[("shared", "0.5")] <= 0.01  # it came alone: no wait but the hand-over to the engine thread
     # held full, a direct call waited for the one call ahead of it (SEMIF_MAX_QUEUE=2): about one
     # delay, plus the engine thread's wake-up on a loaded machine (the next bucket up, 2.5 s)
     assert BUCKET[0] < found[("direct", "0.99")] <= 2.5 and found[("direct", "0.5")] <= 2.5
@@ -195,8 +203,9 @@ def test_every_rule_evaluated_without_error(observed) -> None:
             assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
 
 
-def test_the_queue_saturated_alert_went_pending_or_firing_while_held_full(observed) -> None:
-    assert observed["alert_states"] & {"pending", "firing"}
+def test_the_queue_saturated_alert_went_pending_then_firing_while_held_full(observed) -> None:
+    """Pending at the first evaluation that saw the queue full, firing once the test's 1 s `for:` passed."""
+    assert "firing" in observed["alert_states"]
 
 
 def test_no_other_alert_fired(observed) -> None:
