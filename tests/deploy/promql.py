@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from bench import prometheus
+from bench.common import prometheus
 from semif_serve.ops.metrics import CUDA_MEMORY, Metrics
 
 DASHBOARD = prometheus.procs.ROOT / "deploy" / "grafana" / "semif-serve.json"

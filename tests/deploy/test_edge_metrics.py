@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench import edge, scale
+from bench.scale import edge, scale
 
 TOKEN = "edge-metrics-token-" + "0123456789abcdef" * 2
 

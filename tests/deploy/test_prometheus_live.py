@@ -22,7 +22,8 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from bench import procs, prometheus, scale
+from bench.common import procs, prometheus
+from bench.scale import scale
 from tests.bodies import ROW, SHARED
 from tests.deploy import promql
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bench import prometheus
+from bench.common import prometheus
 from semif_serve.config import Settings
 
 from tests.deploy import promql
