@@ -23,22 +23,33 @@ SATURATION = "instance:semif_requests_in_progress_per_max_queue:ratio"
 THRESHOLD = 0.9  # SemifQueueSaturated's
 
 
-def series(prom: Prometheus, expr: str, start: float, end: float, step: float, label: str) -> dict[str, list[tuple[float, float]]]:
-    """A range query as {legend: [(seconds since start, value)]}, legend from one label."""
-    return {sample["metric"].get(label, expr): [(float(t) - start, float(v)) for t, v in sample["values"]]
-            for sample in prom.query_range(expr, start, end, step)}
+def series(prom: Prometheus, expr: str, span: tuple[float, float, float], origin: float,
+           label: str) -> dict[str, list[tuple[float, float]]]:
+    """A range query over span (start, end, step) as {legend: [(seconds since origin, value)]}."""
+    return {sample["metric"].get(label, label): [(float(t) - origin, float(v)) for t, v in sample["values"]]
+            for sample in prom.query_range(expr, *span)}
 
 
-def seen(prom: Prometheus, start: float, end: float, interval: float) -> dict[str, Any]:
-    """Saturation, answers per second by status and refusals per second by code (only codes that occurred)."""
-    window = f"{max(4 * interval, 2):g}s"
+def seen(prom: Prometheus, origin: float, end: float, interval: float) -> dict[str, Any]:
+    """Saturation, scored requests per second and refusals per second by code (only codes that occurred),
+    from a few scrapes before `origin` (the load's start) to `end`."""
+    window = f"{round(max(4 * interval, 2) * 1000)}ms"
+    span = (origin - 4 * interval, end, interval)
     return {
-        "saturation": series(prom, SATURATION, start, end, interval, "instance"),
-        "answers": series(prom, f"sum by (status) (rate(semif_http_requests_total{{route=~\"/decide|/decide/shared\"}}[{window}]))",
-                          start, end, interval, "status"),
-        "refusals": series(prom, f"sum by (code) (rate(semif_refusals_total[{window}])) > 0", start, end, interval, "code"),
+        "saturation": series(prom, SATURATION, span, origin, "instance"),
+        "scored": series(prom, f"sum(rate(semif_http_requests_total{{route=~\"/decide|/decide/shared\", status=\"200\"}}[{window}]))",
+                         span, origin, "answered 200"),
+        "refusals": series(prom, f"sum by (code) (rate(semif_refusals_total[{window}])) > 0", span, origin, "code"),
         "window": window,
     }
+
+
+def peaks(figures: dict[str, Any]) -> dict[str, Any]:
+    """The highest saturation and refusal rate per code Prometheus saw: the drawing's numbers, for the JSON."""
+    top = [value for points in figures["saturation"].values() for _, value in points]
+    return {"saturation": max(top, default=None),
+            "refusals_per_s": {code: round(max(value for _, value in points), 1) for code, points in figures["refusals"].items()},
+            "rate_window": figures["window"]}
 
 
 def draw(figures: dict[str, Any], path: Path, title: str) -> Path:
@@ -51,13 +62,14 @@ def draw(figures: dict[str, Any], path: Path, title: str) -> Path:
     top.set_ylabel("queue saturation")
     top.legend(loc="lower right", fontsize=8)
     top.set_title(title, fontsize=10)
-    for status, points in sorted(figures["answers"].items()):
-        bottom.plot(*zip(*points), label=f"POST answered {status}", linewidth=1.5)
+    for legend, points in figures["scored"].items():
+        bottom.plot(*zip(*points), label="scoring requests answered 200", color="tab:green", linewidth=1.5)
     for code, points in sorted(figures["refusals"].items()):
-        bottom.plot(*zip(*points), label=f"refused {code}", linestyle=":", linewidth=2)
+        bottom.plot(*zip(*points), label=f"refused {code}", linestyle="--", linewidth=1.5)
+    bottom.set_yscale("symlog", linthresh=1.0)  # a few scored per second beside hundreds refused
     bottom.set_ylabel(f"per second (rate over {figures['window']})")
-    bottom.set_xlabel("seconds since the load began (Prometheus' samples)")
-    bottom.legend(loc="upper right", fontsize=8)
+    bottom.set_xlabel("seconds since the soak began (Prometheus' samples)")
+    bottom.legend(loc="lower center", fontsize=8)
     for axis in (top, bottom):
         axis.grid(alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
