@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from bench.load import soak
-from tests.deploy import promql
+from tests import promql
 
 
 def test_a_short_soak_draws_saturation_and_busy_refusals(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tests.deploy import promql
+from tests import promql
 
 QUESTIONS = ["Is it up and serving?", "Are callers being refused?", "How long do decisions take?",
              "Is the card's memory safe?", "What is it serving?"]

@@ -25,7 +25,7 @@ import pytest
 from bench.common import procs, prometheus
 from bench.scale import scale
 from tests.bodies import ROW, SHARED
-from tests.deploy import promql
+from tests import promql
 
 TOKEN = "monitoring-token-" + "0123456789abcdef" * 2
 DELAY_S = 0.8

@@ -20,7 +20,7 @@ import yaml
 from bench.common import prometheus
 from semif_serve.config import Settings
 
-from tests.deploy import promql
+from tests import promql
 
 K8S_CONFIG = prometheus.DEPLOY / "prometheus-kubernetes.yml"
 DEPLOYMENT = prometheus.procs.ROOT / "deploy" / "kubernetes" / "deployment.yaml"

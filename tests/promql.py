@@ -1,4 +1,4 @@
-"""What the deploy/prometheus and deploy/grafana tests share: the shipped rules and
+"""What the Prometheus, Grafana and soak-plot tests share: the shipped rules and
 dashboard as data, the metric names an expression reads, and the names the server exposes.
 
 Names are read from the expressions with PromQL's own lexical rules (strings,
