@@ -1,6 +1,6 @@
 """What Prometheus saw of a run, drawn: queue saturation and refusals over time (matplotlib).
 
-Rules: reads only through Prometheus' HTTP API (bench/prometheus.py) and draws one PNG;
+Rules: reads only through Prometheus' HTTP API (bench/common/prometheus.py) and draws one PNG;
 it knows nothing of the load that made the series. Saturation is the shipped recording
 rule itself (an instant ratio, no window); the per-second rates are taken from the raw
 counters over four scrape intervals, because the rules' 1m windows would smear a run of

@@ -3,7 +3,7 @@ traffic made, every dashboard expression returns data, and the queue-saturated a
 becomes pending or firing while the queue is held full.
 
 One stub server (`python -m semif_serve`, 0.8 s per scorer call, SEMIF_MAX_QUEUE=2)
-started by bench/procs.py and one Prometheus (bench/prometheus.py: the shipped config
+started by bench/common/procs.py and one Prometheus (bench/common/prometheus.py: the shipped config
 and rules, copies with a 1 s scrape and evaluation interval and SemifQueueSaturated's
 `for:` cut to 1 s). Every series the measured traffic moves is created before
 Prometheus starts, so each rate's first sample is the baseline and the counts are
