@@ -11,9 +11,9 @@ work is a few increments on label children bound once and cached, all those one
 request (route, status, code) or one scorer call (kind) moves found with one
 dict lookup. Every refusal code and scorer kind is exported at 0 from the start,
 so the first `scoring_failed` or out-of-memory refusal is an increase a rule's
-`increase()` can see, not a series that appears already at 1. Gauges that mirror state the server already keeps (in progress,
-open connections, CUDA memory) are read when scraped, so they cost nothing per
-request.
+`increase()` can see, not a series that appears already at 1. Gauges that mirror
+state the server already keeps (in progress, open connections, CUDA memory) are
+read when scraped, so they cost nothing per request.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Metrics:
         for code in STATUS:
             self._refusals.labels(code)
         for kind in KINDS:
-            self._per_call[kind] = (self._queued.labels(kind), self._scoring.labels(kind))
+            self._bind_call(kind)
 
     def request(self, route: str, status: int, code: str | None, seconds: float) -> None:
         children = self._per_request.get((route, status, code))
@@ -98,14 +98,17 @@ class Metrics:
             refusals.inc()
 
     def scorer_call(self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool) -> None:
-        children = self._per_call.get(kind)
-        if children is None:
-            children = self._per_call[kind] = (self._queued.labels(kind), self._scoring.labels(kind))
+        children = self._per_call.get(kind) or self._bind_call(kind)
         children[0].observe(queued)
         children[1].observe(scoring)
         self._rows.inc(rows)
         if out_of_memory:
             self._oom.inc()
+
+    def _bind_call(self, kind: str) -> tuple[Any, Any]:
+        """The queue and call histograms of one kind, bound once."""
+        children = self._per_call[kind] = (self._queued.labels(kind), self._scoring.labels(kind))
+        return children
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
