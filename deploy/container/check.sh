@@ -34,14 +34,14 @@ WORK=$(mktemp -d)
 STEP=setup
 OUTSIDE_PID=
 
-fail() { echo "container check FAILED at $STEP: $*" >&2; exit 1; }
+fail() { echo "container check FAILED at $STEP: $*" >&2; STEP=reported; exit 1; }
 step() { STEP=$1; echo "== $1 ($(date -u +%T))"; }
 cleanup() {
     local rc=$?
     for name in "${NAMES[@]}"; do "${PODMAN[@]}" rm --force --time 0 "$name" >/dev/null 2>&1 || true; done
     if [ -n "$OUTSIDE_PID" ]; then kill "$OUTSIDE_PID" 2>/dev/null || true; wait "$OUTSIDE_PID" 2>/dev/null || true; fi
     rm -rf "$WORK"
-    if [ "$rc" -ne 0 ] && [ "$STEP" != done ]; then echo "container check FAILED at $STEP (exit $rc)" >&2; fi
+    if [ "$rc" -ne 0 ] && [ "$STEP" != reported ]; then echo "container check FAILED at $STEP (exit $rc)" >&2; fi
 }
 trap cleanup EXIT
 probe() { "$PY" -m deploy.container.probe "$@"; }
@@ -121,6 +121,9 @@ inside semif-check-tiny confined --uid 10001 --read-only / --read-only /opt/venv
 
 step health
 "${PODMAN[@]}" healthcheck run semif-check-tiny || fail "podman healthcheck run: not healthy (HEALTHCHECK dropped? build in docker format)"
+health=$("${PODMAN[@]}" inspect --format '{{.State.Health.Status}}' semif-check-tiny)
+[ "$health" = healthy ] || fail "podman reports the container $health, not healthy"
+echo "HEALTHCHECK: $health"
 "${PODMAN[@]}" exec semif-check-tiny "${LIVENESS[@]}" || fail "the liveness probe's command failed"
 
 step parity
