@@ -95,12 +95,12 @@ mkdir -p "$models"
 chmod -R a+rX "$models"   # uid 10001 reads it through the read-only mount
 model=$(sed -n 's/^SEMIF_MODEL=//p' "$WORK/tiny.env")
 revision=$(sed -n 's/^SEMIF_REVISION=//p' "$WORK/tiny.env")
-[ -n "$model" ] && [ -n "$revision" ] || fail "tiny-model printed no SEMIF_MODEL/SEMIF_REVISION"
+if [ -z "$model" ] || [ -z "$revision" ]; then fail "tiny-model printed no SEMIF_MODEL/SEMIF_REVISION"; fi
 TINY=(--env SEMIF_DEVICE=cpu --env SEMIF_MODEL="$model" --env SEMIF_REVISION="$revision")
 
 step kubernetes-flags
-mapfile -t KUBE < <("$PY" -m deploy.container.kube flags --models "$models" --publish "127.0.0.1:$HOST_PORT" --cpu) \
-    && [ "${#KUBE[@]}" -gt 0 ] || fail "deploy/container/kube.py could not mirror deployment.yaml"
+mapfile -t KUBE < <("$PY" -m deploy.container.kube flags --models "$models" --publish "127.0.0.1:$HOST_PORT" --cpu)
+[ "${#KUBE[@]}" -gt 0 ] || fail "deploy/container/kube.py could not mirror deployment.yaml"
 mapfile -t KUBE_OFFLINE < <("$PY" -m deploy.container.kube flags --models "$models" --cpu)
 mapfile -t HEALTH < <("$PY" -m deploy.container.kube health-path)
 mapfile -t LIVENESS < <("$PY" -m deploy.container.kube liveness)
@@ -144,11 +144,14 @@ probe logs "$WORK/tiny.log" || fail "stderr is not clean JSON"
 step offline
 "${PODMAN[@]}" run -d --name semif-check-offline --network none "${LIMITS[@]}" "${KUBE_OFFLINE[@]}" "${TINY[@]}" "$IMAGE" >/dev/null
 inside semif-check-offline wait "http://127.0.0.1:8000$health_path" --seconds 180 || fail "--network none: never healthy"
+interfaces=$("${PODMAN[@]}" exec semif-check-offline ls /sys/class/net | tr '\n' ' ')
+[ "$interfaces" = "lo " ] || fail "--network none, yet the container has interfaces: $interfaces"
 inside semif-check-offline decide http://127.0.0.1:8000 || fail "--network none: /decide"
 "${PODMAN[@]}" rm --force --time 0 semif-check-offline >/dev/null
+echo "served with no network: interfaces $interfaces"
 
 step drain
-grace=$("$PY" -m deploy.container.kube flags --models "$models" --cpu | sed -n '/^--stop-timeout$/{n;p}')
+for i in "${!KUBE[@]}"; do [ "${KUBE[$i]}" != --stop-timeout ] || grace=${KUBE[$((i + 1))]}; done
 "${PODMAN[@]}" run -d --name semif-check-drain "${LIMITS[@]}" "${KUBE[@]}" \
     --env SEMIF_SCORER=stub --env SEMIF_STUB_DELAY_MS=8000 "$IMAGE" >/dev/null
 probe wait "http://127.0.0.1:$HOST_PORT$health_path" --seconds 60 || fail "the stub never became healthy"
@@ -172,5 +175,5 @@ step minimal
     || fail "the runtime image is not minimal"
 echo "image size: $("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%.2f GB", $1 / 1e9}')"
 
-STEP=done
+STEP=passed
 echo "container check passed"
