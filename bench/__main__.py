@@ -34,8 +34,8 @@ COMMANDS: dict[str, Command] = {
     "boundary": Command(ACCEPTANCE, "acceptance: object states ending in ) ; } through /decide/shared (INV-7)", True),
     "schemathesis": Command("bench.acceptance.schemathesis_run", "acceptance: the live server against semif_serve/openapi.json"),
     # load/: how fast, at what cost, and does admission hold?
-    "load": Command("bench.load.load", "load: overhead against the peers, admission, the tiny and small models (Python load generator)"),
-    "wrk": Command("bench.load.wrk", "load: the overhead cells driven by wrk, rps and server CPU per request"),
+    "load": Command("bench.load.load", "load: admission past SEMIF_MAX_QUEUE, and the tiny and small models served against in-process"),
+    "wrk": Command("bench.load.wrk", "load: overhead against the peers (FastAPI + uvicorn), driven by wrk: rps and server CPU per request"),
     "ops-cost": Command("bench.load.ops_cost", "load: CPU per request of the ops layer alone, in process"),
     "server-cpu": Command("bench.load.server_cpu", "load: server CPU per request under wrk, one checkout against another"),
     "soak": Command("bench.load.soak", "load: sustained overload on the stub; nothing lost, doubled or leaked"),

@@ -1,8 +1,8 @@
 """The one HTTP client of the bench: raw keep-alive sockets under asyncio.
 
-Every tool (acceptance checks, load cells, the 429 check) talks to a server
-through this module, so ours and the FastAPI baseline are measured by exactly
-the same code. It is deliberately small (no h11, no parsing beyond the status
+Every Python-side tool (acceptance checks, the 429 check, the model timings,
+soak, scale) talks to a server through this module; the overhead against the
+peers is measured with wrk instead (bench/load/wrk.py). It is deliberately small (no h11, no parsing beyond the status
 line and Content-Length) so that on a 2-core machine the load generator costs
 far less CPU than the server it measures. Every exchange runs under a deadline;
 loopback only, so a benchmark can never be pointed at another host by mistake.
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 from urllib.parse import urlsplit
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -173,7 +172,6 @@ class Tally:
     latencies: list[float] = field(default_factory=list)
     wall: float = 0.0
     client_cpu: float = 0.0
-    server_cpu: float = float("nan")  # the server process's CPU seconds, when the caller can see it
 
     def record(self, response: Response) -> None:
         self.answered += 1
@@ -194,8 +192,6 @@ class Tally:
             "rps": round(self.rps, 1), "p50_ms": round(self.percentile(50) * 1e3, 3),
             "p99_ms": round(self.percentile(99) * 1e3, 3), "wall_s": round(self.wall, 3),
             "client_cpu_share": round(self.client_cpu / self.wall, 3) if self.wall else 0.0,
-            "server_cpu_us_per_request": (round(self.server_cpu / self.answered * 1e6, 1)
-                                          if self.answered and math.isfinite(self.server_cpu) else None),
         }
 
 
@@ -238,14 +234,12 @@ async def _worker(connection: Connection, requests: Sequence[bytes], offset: int
 
 
 async def drive(target: Target, requests: Sequence[bytes], concurrency: int, duration: float,
-                warmup: float = 0.3, timeout: float = DEFAULT_TIMEOUT,
-                server_cpu: Callable[[], float] | None = None) -> Tally:
+                warmup: float = 0.3, timeout: float = DEFAULT_TIMEOUT) -> Tally:
     """Closed-loop load: `concurrency` keep-alive connections, each one request at a time.
 
     A warm-up on the same connections is discarded; then every request sent in
     `duration` is counted, and afterwards each connection is checked for stray
-    bytes, which would be a request answered twice. `server_cpu`, when given,
-    reads the server process's CPU seconds around the measured phase only.
+    bytes, which would be a request answered twice.
     """
     connections = await asyncio.gather(*(Connection.open(target) for _ in range(concurrency)))
     tally = Tally()
@@ -253,13 +247,11 @@ async def drive(target: Target, requests: Sequence[bytes], concurrency: int, dur
         if warmup > 0:
             until = time.perf_counter() + warmup
             await asyncio.gather(*(_worker(c, requests, i, until, None, timeout) for i, c in enumerate(connections)))
-        server_before = server_cpu() if server_cpu else float("nan")
         cpu, started = time.process_time(), time.perf_counter()
         until = started + duration
         await asyncio.gather(*(_worker(c, requests, i, until, tally, timeout) for i, c in enumerate(connections)))
         tally.wall = time.perf_counter() - started
         tally.client_cpu = time.process_time() - cpu
-        tally.server_cpu = server_cpu() - server_before if server_cpu else float("nan")
         strays = await asyncio.gather(*(c.stray_bytes() for c in connections))
         tally.duplicates = sum(1 for data in strays if data)
     finally:

@@ -144,11 +144,9 @@ def _popen(argv: list[str], env: Mapping[str, str], sink: IO[bytes], cwd: Path) 
 
 
 def semif_serve(env: Mapping[str, str], api_token: str, ready_timeout: float = 60.0,
-                log_dir: Path | None = None, profile: Path | None = None,
-                checkout: Path = ROOT) -> contextlib.AbstractContextManager[Running]:
-    """Our server with env (SEMIF_SCORER and friends) on a free port; under cProfile when `profile` is set.
+                log_dir: Path | None = None, checkout: Path = ROOT) -> contextlib.AbstractContextManager[Running]:
+    """Our server with env (SEMIF_SCORER and friends) on a free port.
 
-    The profile file is written when the server exits, which a SIGTERM drain does cleanly.
     `checkout` serves another copy of the code (e.g. a `git archive` of an older commit) side
     by side with this one: it runs there, first on the import path.
     """
@@ -156,10 +154,7 @@ def semif_serve(env: Mapping[str, str], api_token: str, ready_timeout: float = 6
     settings = {"SEMIF_HOST": HOST, "SEMIF_PORT": str(port), **env}
     if checkout != ROOT:
         settings["PYTHONPATH"] = str(checkout)
-    argv = semif_argv()
-    if profile is not None:
-        argv = [sys.executable, "-m", "bench.load.profiled_server", str(profile)]
-    return running(argv, settings, port, api_token, ready_timeout, log_dir, cwd=checkout)
+    return running(semif_argv(), settings, port, api_token, ready_timeout, log_dir, cwd=checkout)
 
 
 def fastapi_baseline(env: Mapping[str, str], api_token: str, ready_timeout: float = 60.0,

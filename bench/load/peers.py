@@ -1,7 +1,7 @@
 """The line-up of the overhead comparisons: which servers run side by side, and what each one is.
 
-Rules: `python -m bench load` (its overhead section) and `python -m bench wrk` start
-the same servers from here, so the two benches compare the same things; every
+Rules: `python -m bench wrk` starts its servers from here (`python -m bench load`'s
+overhead section, which did too, is retired); every
 server starts through bench.common.procs (never here), and this module names each stack
 in plain words (server, event loop, HTTP parser, access log, metrics) for the
 reports. It knows no load generator and no figures.

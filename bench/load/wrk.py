@@ -4,12 +4,12 @@ Rules: this module runs wrk against servers bench.load.peers starts and reads wh
 prints and what each process spent; it computes no ratio and renders nothing
 (bench/load/wrk_report.py does, from the figures alone).
 
-Why a second generator: bench/common/loadgen.py is Python, and on a 2-core machine it can
-take a fair share of a core; wrk (one thread, epoll) costs far less per request, so
-the figures say more about the servers. Same servers, same requests, same stub as
-`python -m bench load`'s overhead section: ours with metrics and the JSON access log
-on (as deployed), with metrics only, with both off, and FastAPI on uvicorn[standard]
-(uvloop + httptools) twice, with uvicorn's default access log (`baseline_logged`) and
+Why wrk: a Python load generator on a 2-core machine can take a fair share of a
+core; wrk (one thread, epoll) costs far less per request, so the figures say more
+about the servers (it retired `python -m bench load`'s overhead section, which
+drove the same cells in Python). The stub with no delay: ours with metrics and the
+JSON access log on (as deployed), with metrics only, with both off, and FastAPI on
+uvicorn[standard] (uvloop + httptools) twice, with uvicorn's default access log (`baseline_logged`) and
 without one (`baseline`). Each cell runs every server in turn, the order reversed
 every round, so drift on a shared machine hits all five alike.
 

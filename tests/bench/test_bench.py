@@ -24,7 +24,7 @@ import pytest
 
 from bench.acceptance import acceptance, compare
 from bench.common import datasets, procs
-from bench.common.loadgen import Target, call, drive, percentile
+from bench.common.loadgen import Target, call, drive, encode, percentile
 from bench.load import load
 from tests.timing import timeless
 
@@ -85,8 +85,10 @@ def test_negative_control_fails_on_identical_data(tiny_server: procs.Running, ti
 
 def test_load_generator_accounts_for_every_request(tmp_path: Path) -> None:
     with procs.semif_serve(STUB, TOKEN, log_dir=tmp_path) as server:
-        requests = load.endpoint_requests(server.target)
-        tally = asyncio.run(drive(server.target, requests["decide-2"] + requests["shared-21"], 4, 0.5, warmup=0.1))
+        spec = datasets.load_json(datasets.SPEED21)
+        requests = [encode(server.target, "POST", "/decide", load.first_with(2)),
+                    encode(server.target, "POST", "/decide/shared", datasets.shared_body(spec["state"], spec["decisions"]))]
+        tally = asyncio.run(drive(server.target, requests, 4, 0.5, warmup=0.1))
     assert tally.sent == tally.answered > 0
     assert (tally.lost, tally.duplicates, dict(tally.statuses)) == (0, 0, {200: tally.answered})
 

@@ -18,15 +18,15 @@ def results(**parts: object) -> dict[str, object]:
 
 
 def test_a_load_run_keeps_the_sections_it_does_not_own() -> None:
-    old = (f"{TITLE}\n\n<!-- load-overhead: begin -->\n## HTTP overhead\nold overhead figures\n"
-           "<!-- load-overhead: end -->\n<!-- load-admission: begin -->\nold admission\n<!-- load-admission: end -->\n\n"
+    old = (f"{TITLE}\n\n<!-- load-tiny: begin -->\n## Tiny model\nold tiny figures\n"
+           "<!-- load-tiny: end -->\n<!-- load-admission: begin -->\nold admission\n<!-- load-admission: end -->\n\n"
            "## Scaling out: stub replicas behind nginx\nscale figures\n\n## Weights check before load\nweights figures\n\n"
            "<!-- wrk: begin -->\nwrk figures\n<!-- wrk: end -->\n## Real model on a GPU\nreal figures\n")
     new = write_markdown(old, results(admission=ADMISSION))
     for kept in ("## Scaling out: stub replicas behind nginx\nscale figures", "## Weights check before load\nweights figures",
                  "wrk figures", "## Real model on a GPU\nreal figures"):
         assert kept in new
-    assert section(new, "load-overhead") == "## HTTP overhead\nold overhead figures"  # not measured: kept
+    assert section(new, "load-tiny") == "## Tiny model\nold tiny figures"  # not measured: kept
     admission = section(new, "load-admission")
     assert admission is not None and "old admission" not in admission and "Burst of 24 /decide" in admission
     assert "load average" in (section(new, "load-machine") or "")
@@ -43,7 +43,8 @@ def test_a_second_run_replaces_rather_than_repeats() -> None:
 def test_verdicts_of_sections_not_run_are_kept_and_this_runs_replaced() -> None:
     old = (f"{TITLE}\n\n<!-- load-verdicts: begin -->\n## Verdicts\n\n- admission: FAIL\n"
            "- tiny: served /decide/shared within 1.1x of in-process: MET (1.031x)\n"
-           "- overhead: ours >= baseline on every cell: MISSED\n<!-- load-verdicts: end -->\n")
+           "- small: served /decide/shared within 1.05x of in-process: MISSED (1.12x)\n<!-- load-verdicts: end -->\n")
     new = write_markdown(old, results(admission=ADMISSION))  # this run measured admission only
-    assert section(new, "load-verdicts") == ("## Verdicts\n\n- overhead: ours >= baseline on every cell: MISSED\n"
-                                             "- admission: PASS\n- tiny: served /decide/shared within 1.1x of in-process: MET (1.031x)")
+    assert section(new, "load-verdicts") == ("## Verdicts\n\n- admission: PASS\n"
+                                             "- tiny: served /decide/shared within 1.1x of in-process: MET (1.031x)\n"
+                                             "- small: served /decide/shared within 1.05x of in-process: MISSED (1.12x)")
