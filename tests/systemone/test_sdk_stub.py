@@ -9,6 +9,7 @@ counts of what was scored come from the server's scorer, never from the client.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import Any
@@ -34,7 +35,7 @@ from semif_serve import calibration
 from semif_serve.stub import StubScorer
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
-from tests.wire_client import TOKEN, request
+from tests.wire_client import TOKEN, Connection, request
 
 STATE = {"message": "Help! My payouts have been failing for 3 days.", "plan": "pro"}
 QUESTIONS = {
@@ -82,7 +83,12 @@ async def shared_views(port: int, orderings: str | None = None, workload: str | 
     """What /decide/shared returns for ROWS, with the same orderings and workload."""
     each = {} if orderings is None else {"orderings": orderings}
     payload = {"state": STATE, "decisions": [{**row, **each} for row in ROWS], **({} if workload is None else {"workload": workload})}
-    response = await request(port, "POST", "/decide/shared", payload)
+    connection = await Connection.open(port)
+    try:  # a real model on a loaded machine may take a while: the client waits as long as the SDK does
+        connection.send_request("POST", "/decide/shared", json.dumps(payload).encode())
+        response = await connection.read_response(timeout=120.0)
+    finally:
+        await connection.close()
     assert response.status == 200, response.body
     return response.json["results"]
 
@@ -97,9 +103,10 @@ def expected(kind: str, ids: list[str], p: list[float]) -> dict[str, Any]:
     return {"score": sum(i * v for i, v in enumerate(p)), "probabilities": dict(enumerate(p)), "confidence": confidence}
 
 
-def check_answers(result: SystemOneResponse, views: list[dict[str, Any]], path: tuple[str, ...] = ()) -> None:
+def check_answers(result: SystemOneResponse, views: list[dict[str, Any]], path: tuple[str, ...] = (),
+                  keys: list[str] | None = None) -> None:
     """Each typed answer equals the formulas over the /decide/shared view (at `path` within it)."""
-    assert list(result.answers) == list(QUESTIONS)
+    assert list(result.answers) == (list(QUESTIONS) if keys is None else keys)
     for (key, answer), view in zip(result.answers.items(), views):
         source = view
         for step in path:
