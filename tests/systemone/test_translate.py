@@ -197,3 +197,8 @@ def test_a_repeated_key_deeper_down_is_named_by_its_path() -> None:
 
 def test_a_body_that_is_not_json_is_refused_as_on_every_endpoint() -> None:
     assert "not valid JSON" in refused(b"{nope").message
+
+
+def test_a_box_question_is_refused_as_what_it_is_not_as_an_unknown_type() -> None:
+    error = refused({"model": "served", "state": "s", "questions": {"dog": {"type": "box", "instructions": "Find the dog"}}})
+    assert "box" in error.message and "text only" in error.message
