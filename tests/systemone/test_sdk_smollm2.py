@@ -8,7 +8,6 @@ exactly as in tests/test_smollm2_model.py (skipped without it, a failure under C
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from semif_serve.builders import smollm2
 from semif_serve.torch_engine import TorchScorer
 from tests.smollm2_wheel import require_gguf
-from tests.systemone.test_sdk_stub import QUESTIONS, STATE, async_sdk, check_answers, native_hashes, sdk, shared_views, view_hashes
+from tests.systemone.test_sdk_stub import QUESTIONS, STATE, async_sdk, both_clients_on_a_model, check_answers, native_hashes, shared_views, view_hashes
 
 
 @pytest.fixture(scope="module")
@@ -28,17 +27,9 @@ def tiny_built() -> dict[str, str]:
 
 async def test_every_type_and_an_averaged_request_through_both_clients(start_server, tiny_settings: Any) -> None:
     server = await start_server(TorchScorer(tiny_settings))
+    await both_clients_on_a_model(server.port, tiny_settings.model)
     async with async_sdk(server.port, timeout=120.0) as client:
-        asynchronous = await client.system_one(STATE, QUESTIONS)
         averaged = await client.system_one(STATE, QUESTIONS, extra_body={"semif": {"orderings": "rotations"}})
-        listed = await client.models.list()
-    synchronous = await asyncio.to_thread(lambda: sdk(server.port, timeout=120.0).system_one(STATE, QUESTIONS))
-    views = await shared_views(server.port)
-    for result in (asynchronous, synchronous):
-        assert result.model == tiny_settings.model
-        assert native_hashes(result) == view_hashes(views)
-        check_answers(result, views)
     rotated = await shared_views(server.port, "rotations")
     assert native_hashes(averaged) == view_hashes(rotated)
     check_answers(averaged, rotated, ("combined",))
-    assert [m.name for m in listed.models] == [tiny_settings.model, "jev-latest"]

@@ -286,3 +286,19 @@ async def test_the_sdks_retry_waits_our_retry_after_and_nothing_is_scored_twice(
     assert len(refusals) == 1 and answered - refusals[0] >= 0.95
     assert [kind for kind, _ in fake.calls] == ["direct", "shared"]  # the holder once, the SDK's rows once
     assert [row["id"] for row in fake.calls[1][1]] == list(QUESTIONS) and set(result.answers) == set(QUESTIONS)
+
+
+async def both_clients_on_a_model(port: int, model: str) -> tuple[SystemOneResponse, list[dict[str, Any]]]:
+    """The real-model check: every type through both clients equals /decide/shared, and models.list
+    names the model; a loaded machine may take a while per call. The async answer and the views."""
+    async with async_sdk(port, timeout=120.0) as client:
+        asynchronous = await client.system_one(STATE, QUESTIONS)
+        listed = await client.models.list()
+    synchronous = await asyncio.to_thread(lambda: sdk(port, timeout=120.0).system_one(STATE, QUESTIONS))
+    views = await shared_views(port)
+    for result in (asynchronous, synchronous):
+        assert result.model == model
+        assert native_hashes(result) == view_hashes(views)
+        check_answers(result, views)
+    assert [m.name for m in listed.models] == [model, "jev-latest"]
+    return asynchronous, views

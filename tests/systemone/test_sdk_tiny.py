@@ -6,27 +6,15 @@ one score_shared call each way) or /decide (one question: direct.score each way)
 
 from __future__ import annotations
 
-import asyncio
-
 from semif_serve.torch_engine import TorchScorer
-from tests.systemone.test_sdk_stub import QUESTIONS, ROWS, STATE, async_sdk, check_answers, native_hashes, sdk, shared_views, view_hashes
+from tests.systemone.test_sdk_stub import QUESTIONS, ROWS, STATE, async_sdk, both_clients_on_a_model, check_answers, native_hashes
 from tests.wire_client import request
 
 
 async def test_every_type_through_both_clients_equals_decide_shared_and_models_lists_it(start_server, tiny_settings) -> None:
     server = await start_server(TorchScorer(tiny_settings))
-    async with async_sdk(server.port, timeout=60.0) as client:
-        asynchronous = await client.system_one(STATE, QUESTIONS)
-    synchronous = await asyncio.to_thread(lambda: sdk(server.port, timeout=60.0).system_one(STATE, QUESTIONS))
-    views = await shared_views(server.port)
-    for result in (asynchronous, synchronous):
-        assert result.model == tiny_settings.model
-        assert native_hashes(result) == view_hashes(views)
-        check_answers(result, views)
-        assert result.usage.input_tokens < sum(v["input_tokens"] for v in views)  # the state prefilled once
-    async with async_sdk(server.port) as client:
-        listed = await client.models.list()
-    assert [m.name for m in listed.models] == [tiny_settings.model, "jev-latest"]
+    result, views = await both_clients_on_a_model(server.port, tiny_settings.model)
+    assert result.usage.input_tokens < sum(v["input_tokens"] for v in views)  # the state prefilled once
 
 
 async def test_one_question_equals_decide(start_server, tiny_settings) -> None:
