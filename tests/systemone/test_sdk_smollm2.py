@@ -3,7 +3,7 @@
 One server start (the model loads in about ten seconds): every type through both
 clients, each answer equal to what the same rows give through /decide/shared, and
 one averaged request equal to the combined view. The model comes from the wheel
-exactly as in tests/test_smollm2_model.py (skipped without it, a failure under CI=true).
+exactly as in tests/models/test_smollm2_model.py (skipped without it, a failure under CI=true).
 """
 
 from __future__ import annotations
