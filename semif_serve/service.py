@@ -28,7 +28,7 @@ log = logging.getLogger("semif_serve.service")
 
 @dataclass(frozen=True)
 class Route:
-    """One endpoint: its handler name, method, and whether it needs auth and a slot."""
+    """One endpoint: its handler name, method, and whether it needs the bearer (a POST also takes an admission slot)."""
 
     name: str
     method: bytes
