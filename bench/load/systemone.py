@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="stub: runs per endpoint (default 3)")
     parser.add_argument("--seconds", type=int, default=3, help="stub: whole seconds per wrk run (default 3)")
     parser.add_argument("--repeats", type=int, default=7, help="small: timed requests per endpoint (default 7, at least 5)")
-    parser.add_argument("--threads", type=int, default=2, help="small: OMP_NUM_THREADS for the server (default 2)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="small: OMP_NUM_THREADS for the server (default 1: two threads compete on a shared 2-core machine)")
     parser.add_argument("--out", type=Path, help="write the summary here as JSON")
     args = parser.parse_args(argv)
     if args.repeats < 5:
