@@ -153,3 +153,13 @@ async def test_the_bearer_is_checked_before_anything_else(start_server, fake: Fa
                              headers=[(b"authorization", b"Bearer " + TOKEN.encode() + b"x")])
     assert response.status == 401 and response.json["error"]["type"] == "authentication_error"
     assert fake.calls == []
+
+
+async def test_the_body_limit_and_the_metrics_cover_system_one_like_the_other_posts(start_server, fake: FakeScorer) -> None:
+    server = await start_server(fake, max_body_bytes=200)
+    large = await request(server.port, "POST", "/v1/systemone", body({"u": {**NOUL, "instructions": "x" * 300}}))
+    assert large.status == 413 and fake.calls == []
+    assert (await request(server.port, "POST", "/v1/systemone", body({"u": NOUL}))).status == 200
+    exposition = (await request(server.port, "GET", "/metrics", headers=[])).body.decode()
+    assert 'semif_http_requests_total{route="/v1/systemone",status="413"} 1.0' in exposition
+    assert 'semif_http_requests_total{route="/v1/systemone",status="200"} 1.0' in exposition
