@@ -40,6 +40,7 @@ COMMANDS: dict[str, Command] = {
     "server-cpu": Command("bench.load.server_cpu", "load: server CPU per request under wrk, one checkout against another"),
     "soak": Command("bench.load.soak", "load: sustained overload on the stub; nothing lost, doubled or leaked"),
     "verify-cost": Command("bench.load.verify_cost", "load: time of the weights check (hash and presence) before serving"),
+    "systemone": Command("bench.load.systemone", "load: /v1/systemone against /decide/shared on the same rows (stub CPU, SmolLM2 p50)"),
     # labelled/: how accurate and how calibrated?
     "evaluate": Command("bench.labelled.evaluate", "labelled: accuracy, NLL, Brier, ECE and positions per ordering method"),
     "calibrate": Command("bench.labelled.calibrate", "labelled: fit one temperature per workload and method, write the calibration file"),

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from . import calibration
+from . import averaging, calibration
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
 DEFAULT_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
@@ -57,6 +57,11 @@ class Settings:
     # made (0: each line written at once); and which event loop runs the server.
     log_flush_s: float = 0.5
     event_loop: str = "asyncio"
+    # Extension (/v1/systemone): the names `model` may carry besides the served id, and the
+    # averaging and calibration a System One caller gets without asking (request `semif` overrides).
+    model_aliases: tuple[str, ...] = ("jev-latest",)
+    systemone_orderings: str = "none"
+    systemone_workload: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calibration", calibration.as_table(self.calibration))
@@ -133,6 +138,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate every setting; raise ValueError naming the first bad one."""
     env = os.environ if env is None else env
     path = env.get("SEMIF_CALIBRATION")
+    calibration_table = calibration.load(path) if path is not None else calibration.Table()
     return Settings(
         api_token=_token(env),
         model=_nonempty(env, "SEMIF_MODEL", DEFAULT_MODEL),
@@ -143,7 +149,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", 64),
         max_body_bytes=_positive_int(env, "SEMIF_MAX_BODY_BYTES", 1 << 20),
         max_queue=_positive_int(env, "SEMIF_MAX_QUEUE", 32),
-        calibration=calibration.load(path) if path is not None else calibration.Table(),
+        calibration=calibration_table,
         verify_weights=_choice(env, "SEMIF_VERIFY_WEIGHTS", "hash", VERIFY_MODES),
         scorer=_choice(env, "SEMIF_SCORER", "semif_phase1", SCORERS),
         stub_delay_ms=_non_negative_int(env, "SEMIF_STUB_DELAY_MS", 0),
@@ -159,6 +165,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         metrics=_metrics(env),
         log_flush_s=_log_flush(env),
         event_loop=_event_loop(env),
+        **_systemone(env, calibration_table),
     )
 
 
@@ -204,3 +211,36 @@ def _non_negative_int(env: Mapping[str, str], name: str, default: int) -> int:
     if not (raw.isascii() and raw.isdigit()):
         raise ValueError(f"{name} must be an integer >= 0, got {raw!r}")
     return int(raw)
+
+
+# A model alias: visible ASCII without a comma (the list's separator), like a model id.
+MAX_ALIAS_LENGTH = 100
+
+
+def _aliases(env: Mapping[str, str]) -> tuple[str, ...]:
+    """SEMIF_MODEL_ALIASES: comma-separated names `model` may carry; empty means none.
+    The default is `jev-latest`, the SDK's own default model."""
+    raw = env.get("SEMIF_MODEL_ALIASES", "jev-latest")
+    names = tuple(name.strip() for name in raw.split(",")) if raw.strip() else ()
+    for name in names:
+        if not name or len(name) > MAX_ALIAS_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in name):
+            raise ValueError(f"SEMIF_MODEL_ALIASES must be comma-separated names of 1..{MAX_ALIAS_LENGTH} "
+                             f"visible ASCII characters, got {raw!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"SEMIF_MODEL_ALIASES names a model twice: {raw!r}")
+    return names
+
+
+def _systemone(env: Mapping[str, str], table: calibration.Table) -> dict[str, object]:
+    """The /v1/systemone defaults: an orderings method, and a workload that has a temperature for it."""
+    orderings = _choice(env, "SEMIF_SYSTEMONE_ORDERINGS", "none", averaging.METHODS)
+    workload = env.get("SEMIF_SYSTEMONE_WORKLOAD") or None
+    if workload is not None:
+        if workload not in table:
+            raise ValueError(f"SEMIF_SYSTEMONE_WORKLOAD names {workload!r}, which SEMIF_CALIBRATION does not hold "
+                             f"(it holds: {', '.join(sorted(table)) or 'none'})")
+        fitted = table.methods()[workload]
+        if orderings not in fitted:
+            raise ValueError(f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no temperature for "
+                             f"SEMIF_SYSTEMONE_ORDERINGS={orderings!r}; it has: {', '.join(sorted(fitted))}")
+    return {"model_aliases": _aliases(env), "systemone_orderings": orderings, "systemone_workload": workload}

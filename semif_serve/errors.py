@@ -9,22 +9,25 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-# code -> HTTP status; the contract's table plus the routing and protocol codes.
-STATUS: dict[str, int] = {
-    "bad_request": 400,
-    "unauthorized": 401,
-    "not_found": 404,
-    "method_not_allowed": 405,
-    "request_timeout": 408,
-    "request_too_large": 413,
-    "invalid_request": 422,
-    "busy": 429,
-    "headers_too_large": 431,
-    "scoring_failed": 500,
-    "too_many_connections": 503,
-    "out_of_memory": 503,
-    "shutting_down": 503,
+# code -> (HTTP status, the System One API's error `type`); the contract's table plus the
+# routing and protocol codes. The type column is an extension every envelope carries.
+CODES: dict[str, tuple[int, str]] = {
+    "bad_request": (400, "invalid_request_error"),
+    "unauthorized": (401, "authentication_error"),
+    "not_found": (404, "not_found_error"),
+    "method_not_allowed": (405, "invalid_request_error"),
+    "request_timeout": (408, "invalid_request_error"),
+    "request_too_large": (413, "invalid_request_error"),
+    "unsupported_media_type": (415, "invalid_request_error"),
+    "invalid_request": (422, "invalid_request_error"),
+    "busy": (429, "rate_limit_error"),
+    "headers_too_large": (431, "invalid_request_error"),
+    "scoring_failed": (500, "api_error"),
+    "too_many_connections": (503, "overloaded_error"),
+    "out_of_memory": (503, "overloaded_error"),
+    "shutting_down": (503, "overloaded_error"),
 }
+STATUS: dict[str, int] = {code: status for code, (status, _) in CODES.items()}
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class ApiError(Exception):
     code: str
     message: str
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    param: str | None = None  # the JSON path of the offending field, when one is to blame
 
     def __post_init__(self) -> None:
         if self.code not in STATUS:
@@ -47,9 +51,13 @@ class ApiError(Exception):
         return f"{self.code}: {self.message}"
 
 
-def envelope(code: str, message: str) -> bytes:
-    """Render the contract's error body `{"error": {"code", "message"}}`."""
-    return json.dumps({"error": {"code": code, "message": message}}).encode()
+def envelope(code: str, message: str, param: str | None = None) -> bytes:
+    """Render the contract's error body `{"error": {"code", "message"}}`, plus (extension) the
+    API's `type` for the code and, when a field is to blame, its JSON path as `param`."""
+    error = {"code": code, "message": message, "type": CODES[code][1]}
+    if param is not None:
+        error["param"] = param
+    return json.dumps({"error": error}).encode()
 
 
 class OutOfMemory(Exception):

@@ -10,7 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import averaging
 from .errors import ApiError, excerpt
@@ -87,13 +87,14 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def parse_json(body: bytes) -> Any:
+def parse_json(body: bytes, pairs_hook: Callable[[list[tuple[str, Any]]], Any] = _unique_keys) -> Any:
     """Strict JSON: UTF-8, no NaN/Infinity (nor a number that overflows to it), no duplicate keys,
-    no lone surrogate, bounded nesting."""
+    no lone surrogate, bounded nesting. `pairs_hook` builds each object: the default refuses a
+    duplicate key at once; a caller that names the offending path passes one that records it."""
     try:
         text = body.decode("utf-8")
         value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
-                           object_pairs_hook=_unique_keys)
+                           object_pairs_hook=pairs_hook)
     except UnicodeDecodeError:
         raise invalid("body is not UTF-8") from None
     except RecursionError:
@@ -126,7 +127,7 @@ def _nonempty_string(value: Any, where: str) -> str:
     return value
 
 
-def _state(value: Any) -> Any:
+def checked_state(value: Any) -> Any:
     if not isinstance(value, (str, dict, list)) or not value:
         raise invalid("state must be a nonempty string, object or array")
     return value
@@ -146,7 +147,7 @@ def _options(value: Any, where: str) -> list[dict[str, str]]:
     return options
 
 
-def _orderings(value: Any, options: list[dict[str, str]], where: str) -> str:
+def checked_orderings(value: Any, options: list[dict[str, str]], where: str) -> str:
     if value not in averaging.METHODS:
         raise invalid(f"{where}.orderings must be one of {', '.join(averaging.METHODS)}")
     if value == "all" and len(options) > averaging.MAX_ALL_OPTIONS:
@@ -164,10 +165,10 @@ def _decision(item: Mapping[str, Any], state: Any, where: str) -> Decision:
         "question": _nonempty_string(item["question"], f"{where}.question"),
         "options": options,
     }
-    return Decision(row=row, orderings=_orderings(item.get("orderings", "none"), options, where))
+    return Decision(row=row, orderings=checked_orderings(item.get("orderings", "none"), options, where))
 
 
-def _workload(value: Any, limits: Limits) -> str | None:
+def checked_workload(value: Any, limits: Limits) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or value not in limits.workloads:
@@ -175,7 +176,7 @@ def _workload(value: Any, limits: Limits) -> str | None:
     return value
 
 
-def _check_expansion(request: DecideRequest, limits: Limits) -> None:
+def check_request(request: DecideRequest, limits: Limits) -> None:
     """Every expanded row counts toward the cap, and expanded ids must stay unambiguous."""
     rows = sum(len(averaging.orderings(len(d.row["options"]), d.orderings)) for d in request.decisions)
     if rows > limits.max_decisions:
@@ -205,16 +206,16 @@ def _check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limit
 def parse_decide(body: bytes, limits: Limits) -> DecideRequest:
     """A /decide body: one SemIf row, optional workload and orderings."""
     data = _object(parse_json(body), "body", DECIDE_KEYS, {"id", "state", "question", "options"})
-    decision = _decision(data, _state(data["state"]), "body")
-    request = DecideRequest((decision,), _workload(data.get("workload"), limits), shared=False)
-    _check_expansion(request, limits)
+    decision = _decision(data, checked_state(data["state"]), "body")
+    request = DecideRequest((decision,), checked_workload(data.get("workload"), limits), shared=False)
+    check_request(request, limits)
     return request
 
 
 def parse_shared(body: bytes, limits: Limits) -> DecideRequest:
     """A /decide/shared body: one state and 1..max decisions over it."""
     data = _object(parse_json(body), "body", SHARED_KEYS, {"state", "decisions"})
-    state = _state(data["state"])
+    state = checked_state(data["state"])
     items = data["decisions"]
     if not isinstance(items, list) or not 1 <= len(items) <= limits.max_decisions:
         raise invalid(f"decisions must be an array of 1..{limits.max_decisions} entries")
@@ -222,6 +223,6 @@ def parse_shared(body: bytes, limits: Limits) -> DecideRequest:
         _decision(_object(item, f"decisions[{i}]", DECISION_KEYS, {"id", "question", "options"}), state, f"decisions[{i}]")
         for i, item in enumerate(items)
     )
-    request = DecideRequest(decisions, _workload(data.get("workload"), limits), shared=True)
-    _check_expansion(request, limits)
+    request = DecideRequest(decisions, checked_workload(data.get("workload"), limits), shared=True)
+    check_request(request, limits)
     return request

@@ -1,9 +1,11 @@
-"""The application: routes, auth, admission and the three endpoints, with no I/O.
+"""The application: routes, auth, admission and the endpoints, with no I/O.
 
 The wire layer asks this module what a request head is allowed to do and hands
 it complete bodies; it answers with a status and a JSON body. Scores pass
 through untouched (INV-1): the only things added are `calibrated` and the
-order-averaged `combined` view.
+order-averaged `combined` view. *Extension:* /v1/systemone and /v1/models speak
+TypeSafe's System One API through the pure `systemone` package; its requests take
+the same request model, engine call and views as /decide and /decide/shared.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import averaging, calibration, request_model
+from .systemone import assemble, catalogue, translate
 from .config import Settings
 from .engine import CallTiming, Engine
 from .errors import ApiError, OutOfMemory, ScoringFailed, envelope, excerpt
@@ -25,7 +28,7 @@ log = logging.getLogger("semif_serve.service")
 
 @dataclass(frozen=True)
 class Route:
-    """One endpoint: its handler name, method, and whether it needs auth and a slot."""
+    """One endpoint: its handler name, method, and whether it needs the bearer (a POST also takes an admission slot)."""
 
     name: str
     method: bytes
@@ -38,7 +41,13 @@ ROUTES = {
     b"/decide/shared": Route("shared", b"POST", protected=True),
     # Extension: Prometheus metrics (semif_serve/ops). Like /health: no token, no admission slot.
     b"/metrics": Route("metrics", b"GET", protected=False),
+    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
+    b"/v1/systemone": Route("systemone", b"POST", protected=True),
+    b"/v1/models": Route("models", b"GET", protected=True),
 }
+PARSERS = {"decide": request_model.parse_decide, "shared": request_model.parse_shared}
+# A body coding the service does not decode (the SDK may send zstd); a JSON parser must never see it.
+IDENTITY = (None, b"identity")
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,7 @@ class Reply:
 
     @classmethod
     def error(cls, error: ApiError, timing: CallTiming | None = None) -> "Reply":
-        return cls(error.status, envelope(error.code, error.message), error.headers, error.code, timing)
+        return cls(error.status, envelope(error.code, error.message, error.param), error.headers, error.code, timing)
 
 
 def route(method: bytes, target: bytes) -> Route:
@@ -106,6 +115,9 @@ class Service:
         table = settings.calibration
         self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods())
         self._token = settings.api_token.encode()
+        self.served_model = engine.health()["model"]
+        self.systemone = translate.Options(self.limits, frozenset({self.served_model, *settings.model_aliases}),
+                                           settings.systemone_orderings, settings.systemone_workload)
 
     def authorize(self, header: bytes | None) -> None:
         """Constant-time bearer check over bytes (INV-6)."""
@@ -132,18 +144,38 @@ class Service:
         }
         return Reply(503 if draining else 200, render(payload))
 
+    def models(self) -> Reply:
+        """GET /v1/models (extension): the served id and its aliases."""
+        return Reply(200, render(catalogue.listing(self.served_model, self.settings.model_aliases)))
+
+    @staticmethod
+    def check_content(content_encoding: bytes | None, content_type: bytes | None, name: str) -> None:
+        """Head checks on a POST's body before a byte of it is read: a coding we do not
+        decode is a 415; System One's multipart asset upload is refused (text only)."""
+        coding = None if content_encoding is None else content_encoding.strip().lower()
+        if coding not in IDENTITY:
+            raise ApiError("unsupported_media_type",
+                           f"Content-Encoding {excerpt(content_encoding.decode('latin-1'), 40)!r} is not supported; "
+                           "send the body uncompressed (identity)")
+        if name == "systemone" and content_type is not None and content_type.lower().startswith(b"multipart/"):
+            raise ApiError("invalid_request", "image assets are refused: this service scores text only", param="assets")
+
     async def post(self, name: str, body: bytes) -> Reply:
-        """Parse, score and build the reply for /decide or /decide/shared."""
-        timing = None
+        """Parse, score and build the reply for /decide, /decide/shared or /v1/systemone."""
+        timing, plan = None, None
         try:
-            parse = request_model.parse_shared if name == "shared" else request_model.parse_decide
-            request = parse(body, self.limits)
+            if name == "systemone":
+                plan = translate.translate(body, self.systemone)
+                request = plan.request
+            else:
+                request = PARSERS[name](body, self.limits)
             timing, rows = self._plan(request)
             scored = await self._score(rows, timing)
         except ApiError as error:
             return Reply.error(error, timing)
         try:
-            return Reply(200, render(self._build(request, scored)), timing=timing)
+            built = self._build(request, scored) if plan is None else self._answers(plan, scored, timing.kind)
+            return Reply(200, render(built), timing=timing)
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), timing)
@@ -174,6 +206,16 @@ class Service:
 
     def _build(self, request: DecideRequest, scored: tuple[list[dict[str, Any]], dict[str, Any] | None]) -> Any:
         results, timing = scored
+        built = self._views(request, results)
+        return {"results": built, "timing": timing} if request.shared else built[0]
+
+    def _answers(self, plan: translate.Plan, scored: tuple[list[dict[str, Any]], dict[str, Any] | None], kind: str) -> Any:
+        """A System One response from the same views /decide/shared would return for the rows."""
+        results, timing = scored
+        return assemble.response(plan, self.served_model, self._views(plan.request, results), results, kind, timing)
+
+    def _views(self, request: DecideRequest, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each decision's view of its results: native, calibrated, or combined over its orderings."""
         built, offset = [], 0
         for decision in request.decisions:
             count = len(averaging.orderings(len(decision.row["options"]), decision.orderings))
@@ -181,7 +223,7 @@ class Service:
             offset += count
         if offset != len(results):
             raise RuntimeError(f"scorer returned {len(results)} results for {offset} rows")
-        return {"results": built, "timing": timing} if request.shared else built[0]
+        return built
 
     def _one(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
         if decision.averaged:

@@ -310,9 +310,8 @@ class HttpConnection:
         except ApiError as error:
             await self._refuse(error, close=unread or self.drain.active)
             return self._reusable()
-        if not found.protected:
-            reply = self.ops.metrics_reply() if found.name == "metrics" else self.service.health(draining=self.drain.active)
-            await self._send(reply, close=unread)
+        if found.method == b"GET":
+            await self._send(self._get(found.name), close=unread)
             return self._reusable()
         try:
             self.service.admission.enter()
@@ -324,10 +323,16 @@ class HttpConnection:
         finally:
             self.service.admission.leave()
 
+    def _get(self, name: str) -> Reply:
+        if name == "metrics":
+            return self.ops.metrics_reply()
+        return self.service.models() if name == "models" else self.service.health(draining=self.drain.active)
+
     async def _post(self, fields: Fields, found: Route, unread: bool) -> bool:
-        """A POST that holds an admission slot: framing checks, body, scoring."""
+        """A POST that holds an admission slot: framing and content checks, body, scoring."""
         try:
             self._check_framing(fields)
+            self.service.check_content(fields.get(b"content-encoding"), fields.get(b"content-type"), found.name)
             if self.conn.they_are_waiting_for_100_continue:
                 self.channel.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             body = await self._read_body() if unread else b""

@@ -1,7 +1,8 @@
 """The one object the wire and the engine report to: ids, headers, access log, metrics.
 
-Rules: observes only. It adds the two operational headers to a response the wire
-already chose (`X-Request-Id` always; `Retry-After` on 429 and 503) and records
+Rules: observes only. It adds the operational headers to a response the wire
+already chose (`X-Request-Id` always, and on the System One routes the same id as
+`x-typesafe-request-id`; `Retry-After` on 429 and 503) and records
 the exchange once the response is written; it never changes a status or a body.
 Metrics are built here only when SEMIF_METRICS is on and prometheus_client
 imports; otherwise `/metrics` is 404 and nothing else changes.
@@ -25,6 +26,8 @@ from .retry_after import RetryAfter
 
 log = logging.getLogger("semif_serve.ops")
 ROUTE_LABELS = {path: path.decode() for path in ROUTES}
+# Extension: System One's SDK reads a response's request id from its own header name.
+TYPESAFE_ROUTES = frozenset(label for label in ROUTE_LABELS.values() if label.startswith("/v1/"))
 
 
 @dataclass
@@ -77,7 +80,10 @@ class Operations:
 
     def headers(self, exchange: Exchange, reply: Reply) -> list[tuple[bytes, bytes]]:
         """What every response carries beyond the reply's own headers."""
-        fields = [(b"x-request-id", exchange.request_id.encode())]
+        request_id = exchange.request_id.encode()
+        fields = [(b"x-request-id", request_id)]
+        if exchange.route in TYPESAFE_ROUTES:
+            fields.append((b"x-typesafe-request-id", request_id))
         if reply.status == 429:
             fields.append((b"retry-after", b"%d" % self.retry_after.busy(self.service.admission.in_progress)))
         elif reply.status == 503:

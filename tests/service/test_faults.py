@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pytest
 
 from semif_serve.engine import Engine
-from semif_serve.errors import ApiError, OutOfMemory, ScoringFailed, excerpt
+from semif_serve.errors import CODES, ApiError, OutOfMemory, ScoringFailed, excerpt
 from semif_serve.service import Admission, Service, render, route
 
 from tests.bodies import BODY
@@ -242,13 +242,14 @@ async def test_health_while_draining_is_503_draining(service: Service) -> None:
 async def test_scorer_failures_give_the_tables_status_and_exact_message(service, fake, caplog, error, status, code,
                                                                        message) -> None:
     fake.raise_ = error
-    for name, body in (("decide", BODY), ("shared", json.dumps(SHARED).encode())):
+    systemone = {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "Q?"}}}
+    for name, body in (("decide", BODY), ("shared", json.dumps(SHARED).encode()), ("systemone", json.dumps(systemone).encode())):
         reply = await service.post(name, body)
         assert reply.status == status
-        assert json.loads(reply.body) == {"error": {"code": code, "message": message}}
+        assert json.loads(reply.body) == {"error": {"code": code, "message": message, "type": CODES[code][1]}}
     logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
     if isinstance(error, RuntimeError):
-        assert [r.getMessage() for r in logged] == ["scorer call failed"] * 2
+        assert [r.getMessage() for r in logged] == ["scorer call failed"] * 3
         assert all(r.exc_info and r.exc_info[1] is error for r in logged)  # the traceback goes to the log only
     else:
         assert logged == []
@@ -259,7 +260,8 @@ async def test_a_scorer_returning_the_wrong_number_of_results_is_a_logged_500(se
     fake.score_shared = lambda rows: (original(rows)[0] * 2, {})  # one result too many per row
     reply = await service.post("shared", json.dumps(SHARED).encode())
     assert reply.status == 500
-    assert json.loads(reply.body) == {"error": {"code": "scoring_failed", "message": "failed to build the response"}}
+    assert json.loads(reply.body) == {"error": {"code": "scoring_failed", "message": "failed to build the response",
+                                                "type": "api_error"}}
     (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert record.getMessage() == "failed to build a response from a scorer result"
     assert str(record.exc_info[1]) == "scorer returned 4 results for 2 rows"

@@ -14,11 +14,16 @@ import schemathesis
 from schemathesis import checks
 
 from bench.acceptance.schemathesis_run import document, fuzz
-from semif_serve.errors import STATUS
+from semif_serve.errors import CODES, STATUS
 
 from tests.bodies import ROW, SHARED
 from tests.service.threaded_server import AUTH, serving
 from tests.wire_client import TOKEN
+
+SYSTEMONE = {"model": "jev-latest", "state": {"ticket": "payouts failing"}, "questions": {
+    "urgent": {"type": "noul", "instructions": "Urgent?"},
+    "choice": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "tech": "Bugs"}},
+    "score": {"type": "score", "criteria": ["Calm", "Angry", "Furious"]}}}
 
 
 @pytest.fixture(scope="module")
@@ -31,16 +36,17 @@ def test_the_document_parses_and_names_every_error_code() -> None:
     doc = document()
     assert doc["openapi"] == "3.1.0"
     assert {label for label in (r.ok().label for r in schemathesis.openapi.from_dict(doc).get_all_operations())} == {
-        "GET /health", "GET /metrics", "POST /decide", "POST /decide/shared"}
+        "GET /health", "GET /metrics", "POST /decide", "POST /decide/shared", "POST /v1/systemone", "GET /v1/models"}
     envelope = doc["components"]["schemas"]["Error"]["properties"]["error"]
-    assert envelope["required"] == ["code", "message"] and envelope["properties"]["code"]["enum"] == sorted(STATUS)
+    assert envelope["required"] == ["code", "message", "type"] and envelope["properties"]["code"]["enum"] == sorted(STATUS)
+    assert envelope["properties"]["type"]["enum"] == sorted({kind for _, kind in CODES.values()})
     for code, status in STATUS.items():
         (restriction,) = [part for part in doc["components"]["responses"][str(status)]["content"]["application/json"]["schema"]["allOf"]
                           if "properties" in part]
         assert code in restriction["properties"]["error"]["properties"]["code"]["enum"], code
-    for path in ("/decide", "/decide/shared"):
+    for path in ("/decide", "/decide/shared", "/v1/systemone"):
         responses = doc["paths"][path]["post"]["responses"]
-        assert {str(s) for s in (401, 413, 422, 429, 500, 503)} <= set(responses)
+        assert {str(s) for s in (401, 413, 415, 422, 429, 500, 503)} <= set(responses)
         assert all(ref == {"$ref": f"#/components/responses/{status}"} for status, ref in responses.items() if status != "200")
     assert doc["paths"]["/health"]["get"]["security"] == [] and doc["security"] == [{"bearer": []}]
 
@@ -54,6 +60,11 @@ def test_the_document_parses_and_names_every_error_code() -> None:
     ("POST /decide/shared", {**SHARED, "workload": "triage"}),
     ("POST /decide/shared", {**SHARED, "decisions": [{**SHARED["decisions"][0], "orderings": "rotations"}, SHARED["decisions"][1]]}),
     ("GET /health", None),
+    ("POST /v1/systemone", SYSTEMONE),
+    ("POST /v1/systemone", {**SYSTEMONE, "questions": {"one": SYSTEMONE["questions"]["choice"]}}),
+    ("POST /v1/systemone", {**SYSTEMONE, "semif": {"orderings": "rotations"}}),
+    ("POST /v1/systemone", {**SYSTEMONE, "semif": {"workload": "triage"}}),
+    ("GET /v1/models", None),
 ])
 def test_every_result_shape_matches_the_document(url: str, label: str, body: Any) -> None:
     operation = schemathesis.openapi.from_dict(document()).find_operation_by_label(label)
@@ -67,10 +78,13 @@ def test_every_result_shape_matches_the_document(url: str, label: str, body: Any
     ("POST /decide", ROW, {}, 401),
     ("POST /decide", {**ROW, "workload": "unknown"}, AUTH, 422),
     ("POST /decide/shared", {"state": "s", "decisions": []}, AUTH, 422),
+    ("POST /v1/systemone", {**SYSTEMONE, "model": "other"}, AUTH, 422),
+    ("POST /v1/systemone", SYSTEMONE, {}, 401),
+    ("GET /v1/models", None, {}, 401),
 ])
 def test_error_envelopes_match_the_document(url: str, label: str, body: Any, headers: dict[str, str], status: int) -> None:
     operation = schemathesis.openapi.from_dict(document()).find_operation_by_label(label)
-    case = operation.Case(body=body, media_type="application/json")
+    case = operation.Case(body=body, media_type="application/json") if body is not None else operation.Case()
     response = case.call(base_url=url, headers=headers, timeout=10)
     assert response.status_code == status
     case.validate_response(response, checks=[checks.response_schema_conformance, checks.status_code_conformance])

@@ -1,0 +1,80 @@
+"""The System One settings, validated at startup like every other: a bad value names its variable."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from semif_serve import cli, config, server
+from tests.wire_client import TOKEN
+
+
+def load(tmp_path: Path, **env: str) -> config.Settings:
+    table = tmp_path / "calibration.json"
+    table.write_text(json.dumps({"triage": 1.5}))
+    return config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": str(table), **env})
+
+
+def test_the_defaults_serve_the_sdks_default_model_without_averaging(tmp_path: Path) -> None:
+    settings = config.load({"SEMIF_API_TOKEN": TOKEN})
+    assert settings.model_aliases == ("jev-latest",)
+    assert (settings.systemone_orderings, settings.systemone_workload) == ("none", None)
+
+
+@pytest.mark.parametrize(("env", "field", "value"), [
+    ({"SEMIF_MODEL_ALIASES": "jev-latest, semif-latest"}, "model_aliases", ("jev-latest", "semif-latest")),
+    ({"SEMIF_MODEL_ALIASES": ""}, "model_aliases", ()),
+    ({"SEMIF_SYSTEMONE_ORDERINGS": "rotations"}, "systemone_orderings", "rotations"),
+    ({"SEMIF_SYSTEMONE_ORDERINGS": "all"}, "systemone_orderings", "all"),
+    ({"SEMIF_SYSTEMONE_WORKLOAD": "triage"}, "systemone_workload", "triage"),
+    ({"SEMIF_SYSTEMONE_WORKLOAD": ""}, "systemone_workload", None),
+])
+def test_each_allowed_form_is_accepted(tmp_path: Path, env: dict[str, str], field: str, value: object) -> None:
+    assert getattr(load(tmp_path, **env), field) == value
+
+
+BAD = [
+    ("SEMIF_MODEL_ALIASES", "jev-latest,,x"),
+    ("SEMIF_MODEL_ALIASES", "has space"),
+    ("SEMIF_MODEL_ALIASES", "a,a"),
+    ("SEMIF_MODEL_ALIASES", "x" * 101),
+    ("SEMIF_MODEL_ALIASES", "café"),
+    ("SEMIF_SYSTEMONE_ORDERINGS", "rotation"),
+    ("SEMIF_SYSTEMONE_ORDERINGS", ""),
+    ("SEMIF_SYSTEMONE_WORKLOAD", "unknown"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), BAD)
+def test_a_bad_value_is_refused_naming_its_variable(tmp_path: Path, name: str, value: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        load(tmp_path, **{name: value})
+
+
+def test_a_default_workload_needs_a_temperature_for_the_default_orderings(tmp_path: Path) -> None:
+    """The plain table holds only `none` temperatures: averaging by default could never be calibrated."""
+    with pytest.raises(ValueError, match="SEMIF_SYSTEMONE_WORKLOAD 'triage' has no temperature for SEMIF_SYSTEMONE_ORDERINGS='rotations'"):
+        load(tmp_path, SEMIF_SYSTEMONE_WORKLOAD="triage", SEMIF_SYSTEMONE_ORDERINGS="rotations")
+
+
+def test_a_default_workload_without_a_calibration_file_is_refused() -> None:
+    with pytest.raises(ValueError, match="SEMIF_SYSTEMONE_WORKLOAD names 'triage'"):
+        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_SYSTEMONE_WORKLOAD": "triage"})
+
+
+@pytest.mark.parametrize(("name", "value"), BAD[:1] + BAD[5:6] + BAD[7:])
+def test_the_entry_point_exits_2_naming_the_variable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                     name: str, value: str) -> None:
+    async def must_not_serve(settings: config.Settings) -> int:
+        raise AssertionError(f"configuration accepted {settings!r}")
+
+    monkeypatch.setattr(server, "serve", must_not_serve)
+    for key in [key for key in os.environ if key.startswith("SEMIF_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SEMIF_API_TOKEN", TOKEN)
+    monkeypatch.setenv(name, value)
+    assert cli.main([]) == 2
+    assert capsys.readouterr().err.startswith(f"semif-serve: {name}")

@@ -1,0 +1,204 @@
+"""System One requests -> SemIf rows, pinned exactly as SemIf's own server builds them.
+
+SemIf's spec is docs/JEV_API_COMPAT.md in TheoLeeCJ/SemIf: section 4.1 (each
+question one row, id = key, the state object passed through unchanged), 4.3
+(instructions: a string verbatim; an object or array as json.dumps with
+ensure_ascii=False, default separators, key order kept), and 4.4 (noul options
+true/false with the frozen defaults "The answer to the question is yes." / "...no.";
+choice options in criteria order, a null or "" description becoming the key;
+score options "0".."n-1" described by the levels). Same rows means the same
+prompt, so the same `prompt_sha256`. The refusals are the issue's list, each a
+422 naming its field in `param`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from semif_serve import request_model
+from semif_serve.errors import ApiError
+from semif_serve.systemone import translate
+
+LIMITS = request_model.Limits(max_decisions=64, workloads=frozenset({"triage"}),
+                              methods={"triage": frozenset({"none", "rotations"})})
+OPTIONS = translate.Options(LIMITS, frozenset({"served", "jev-latest"}), "none", None)
+STATE = {"ticket": "Help! My payouts have been failing for 3 days.", "plan": "pro"}
+
+
+def rows(questions: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
+    body = {"model": "jev-latest", "state": STATE, "questions": questions, **extra}
+    return [d.row for d in translate.translate(json.dumps(body, ensure_ascii=False).encode(), OPTIONS).request.decisions]
+
+
+def refused(body: Any) -> ApiError:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    with pytest.raises(ApiError) as caught:
+        translate.translate(raw, OPTIONS)
+    assert caught.value.status == 422 and caught.value.code == "invalid_request"
+    return caught.value
+
+
+def test_noul_rows_with_criteria_and_with_semifs_defaults() -> None:
+    """JEV_API_COMPAT.md 4.4 Noul: true first, then false; an absent or null side gets the frozen default."""
+    assert rows({"is_urgent": {"type": "noul", "instructions": "Does this convey urgency?",
+                               "criteria": {"true": "Explicitly time-sensitive", "false": "No urgency expressed"}},
+                 "spam": {"type": "noul", "instructions": "Is this spam?", "criteria": {"false": None}},
+                 "plain": {"type": "noul", "instructions": "Is this polite?"}}) == [
+        {"id": "is_urgent", "state": STATE, "question": "Does this convey urgency?",
+         "options": [{"id": "true", "description": "Explicitly time-sensitive"},
+                     {"id": "false", "description": "No urgency expressed"}]},
+        {"id": "spam", "state": STATE, "question": "Is this spam?",
+         "options": [{"id": "true", "description": "The answer to the question is yes."},
+                     {"id": "false", "description": "The answer to the question is no."}]},
+        {"id": "plain", "state": STATE, "question": "Is this polite?",
+         "options": [{"id": "true", "description": "The answer to the question is yes."},
+                     {"id": "false", "description": "The answer to the question is no."}]},
+    ]
+
+
+def test_choice_rows_keep_criteria_order_and_describe_null_or_empty_by_the_key() -> None:
+    """JEV_API_COMPAT.md 4.4 Choice: options in JSON insertion order; null and "" become the key."""
+    (row,) = rows({"department": {"type": "choice", "instructions": "Which team should handle this?",
+                                  "criteria": {"technical": None, "billing": "Payments, invoicing, refunds", "sales": ""}}})
+    assert row == {"id": "department", "state": STATE, "question": "Which team should handle this?",
+                   "options": [{"id": "technical", "description": "technical"},
+                               {"id": "billing", "description": "Payments, invoicing, refunds"},
+                               {"id": "sales", "description": "sales"}]}
+
+
+def test_score_rows_number_the_levels_and_structured_values_render_as_semif_renders_them() -> None:
+    """JEV_API_COMPAT.md 4.3 and 4.4 Score: levels "0".. in order; objects and arrays as
+    json.dumps(ensure_ascii=False) with default separators and their key order."""
+    instructions = {"potential_duplicate": {"name": "José Smith", "location": "Oakland"}, "question": "Same person?"}
+    (row,) = rows({"frustration": {"type": "score", "instructions": instructions,
+                                   "criteria": ["Calm", {"z": 1, "a": ["ü", 2]}, ["Very", "angry"]]}})
+    assert row["question"] == '{"potential_duplicate": {"name": "José Smith", "location": "Oakland"}, "question": "Same person?"}'
+    assert row["options"] == [{"id": "0", "description": "Calm"}, {"id": "1", "description": '{"z": 1, "a": ["ü", 2]}'},
+                              {"id": "2", "description": '["Very", "angry"]'}]
+
+
+def test_the_state_is_the_parsed_value_unchanged_in_every_row() -> None:
+    """JEV_API_COMPAT.md 4.1: no normalisation of the state (score_shared finds it by its serialisation)."""
+    state = {"z": [1, 2.5, "ü"], "a": {"k": None}}
+    body = {"model": "served", "state": state, "questions": {"a": {"type": "noul", "instructions": "A?"},
+                                                              "b": {"type": "noul", "instructions": "B?"}}}
+    plan = translate.translate(json.dumps(body, ensure_ascii=False).encode(), OPTIONS)
+    assert [list(d.row["state"]) for d in plan.request.decisions] == [["z", "a"], ["z", "a"]]
+    assert all(d.row["state"] == state for d in plan.request.decisions)
+    assert plan.request.shared and [q.kind for q in plan.questions] == ["noul", "noul"]
+
+
+def test_absent_or_null_instructions_get_the_default_question_of_the_type() -> None:
+    got = rows({"n": {"type": "noul", "criteria": {"true": "It is spam"}},
+                "c": {"type": "choice", "instructions": None, "criteria": {"a": None, "b": None}},
+                "s": {"type": "score", "criteria": ["low", "high"]}})
+    assert [row["question"] for row in got] == [translate.DEFAULT_INSTRUCTIONS[kind] for kind in ("noul", "choice", "score")]
+
+
+def test_unknown_fields_are_ignored_as_the_api_does() -> None:
+    assert rows({"n": {"type": "noul", "instructions": "A?", "future": 1}}, newer_client_field={"x": 1}) == rows(
+        {"n": {"type": "noul", "instructions": "A?"}})
+
+
+def test_the_extension_object_overrides_orderings_and_workload() -> None:
+    body = {"model": "served", "state": "s", "questions": {"n": {"type": "noul", "instructions": "A?"}},
+            "semif": {"orderings": "rotations", "workload": "triage"}}
+    plan = translate.translate(json.dumps(body).encode(), OPTIONS)
+    assert plan.request.workload == "triage" and plan.request.decisions[0].orderings == "rotations"
+    assert plan.request.averaged and not plan.request.shared
+    defaults = translate.Options(LIMITS, OPTIONS.models, "rotations", "triage")
+    body.pop("semif")
+    assert translate.translate(json.dumps(body).encode(), defaults).request.decisions[0].orderings == "rotations"
+    body["semif"] = {"orderings": "none", "workload": None}
+    overridden = translate.translate(json.dumps(body).encode(), defaults).request
+    assert (overridden.decisions[0].orderings, overridden.workload) == ("none", None)
+
+
+NOUL = {"type": "noul", "instructions": "Urgent?"}
+REFUSALS = [
+    ("wrong body type", ["x"], None),
+    ("missing questions", {"model": "served", "state": "s"}, "questions"),
+    ("unknown model", {"model": "gpt", "state": "s", "questions": {"q": NOUL}}, "model"),
+    ("model not a string", {"model": 3, "state": "s", "questions": {"q": NOUL}}, "model"),
+    ("state of the wrong type", {"model": "served", "state": 5, "questions": {"q": NOUL}}, "state"),
+    ("empty state", {"model": "served", "state": "", "questions": {"q": NOUL}}, "state"),
+    ("questions of the wrong type", {"model": "served", "state": "s", "questions": [NOUL]}, "questions"),
+    ("empty questions", {"model": "served", "state": "s", "questions": {}}, "questions"),
+    ("a question of the wrong type", {"model": "served", "state": "s", "questions": {"q": "noul"}}, "questions.q"),
+    ("1 option", {"model": "served", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": None}}}},
+     "questions.q.criteria"),
+    ("17 options", {"model": "served", "state": "s",
+                    "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(17)}}}}, "questions.q.criteria"),
+    ("choice criteria as an array", {"model": "served", "state": "s", "questions": {"q": {"type": "choice", "criteria": ["a", "b"]}}},
+     "questions.q.criteria"),
+    ("a score with 1 level", {"model": "served", "state": "s", "questions": {"q": {"type": "score", "criteria": ["low"]}}},
+     "questions.q.criteria"),
+    ("a score with 11 levels", {"model": "served", "state": "s",
+                                "questions": {"q": {"type": "score", "criteria": [str(i) for i in range(11)]}}}, "questions.q.criteria"),
+    ("a score level of the wrong type", {"model": "served", "state": "s", "questions": {"q": {"type": "score", "criteria": ["a", 2]}}},
+     "questions.q.criteria[1]"),
+    ("a score without criteria", {"model": "served", "state": "s", "questions": {"q": {"type": "score"}}}, "questions.q.criteria"),
+    ("noul criteria with another key", {"model": "served", "state": "s",
+                                        "questions": {"q": {"type": "noul", "criteria": {"true": "y", "maybe": "m"}}}}, "questions.q.criteria"),
+    ("noul criteria not an object", {"model": "served", "state": "s", "questions": {"q": {"type": "noul", "criteria": "yes"}}},
+     "questions.q.criteria"),
+    ("empty string instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": ""}}},
+     "questions.q.instructions"),
+    ("blank instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": "  "}}},
+     "questions.q.instructions"),
+    ("empty object instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": {}}}},
+     "questions.q.instructions"),
+    ("empty array instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": []}}},
+     "questions.q.instructions"),
+    ("instructions of the wrong type", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": 4}}},
+     "questions.q.instructions"),
+    ("an empty noul criterion", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "criteria": {"true": []}}}},
+     "questions.q.criteria.true"),
+    ("an unknown type", {"model": "served", "state": "s", "questions": {"q": {"type": "rank", "criteria": ["a", "b"]}}},
+     "questions.q.type"),
+    ("no type", {"model": "served", "state": "s", "questions": {"q": {"instructions": "A?"}}}, "questions.q.type"),
+    ("a box question", {"model": "served", "state": "s", "questions": {"q": {"type": "box", "instructions": "Find the dog"}}},
+     "questions.q.type"),
+    ("image assets", {"model": "served", "state": "s", "questions": {"q": NOUL},
+                      "assets": {"img": {"type": "image", "format": "png", "data_base64": "AA=="}}}, "assets"),
+    ("an unknown orderings method", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": "some"}},
+     "semif.orderings"),
+    ("an unknown workload", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"workload": "other"}},
+     "semif.workload"),
+    ("an unknown extension field", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"order": "all"}}, "semif"),
+    ("orderings all over 4 options", {"model": "served", "state": "s", "semif": {"orderings": "all"},
+                                      "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(5)}}}},
+     "questions.q.criteria"),
+    ("more rows than the cap after expansion", {"model": "served", "state": "s", "semif": {"orderings": "rotations"},
+                                                "questions": {f"q{i}": {"type": "score", "criteria": [str(j) for j in range(10)]}
+                                                              for i in range(7)}}, "questions"),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "param"), REFUSALS, ids=[case for case, _, _ in REFUSALS])
+def test_each_refusal_names_its_field(case: str, body: Any, param: str | None) -> None:
+    assert refused(body).param == param
+
+
+def test_a_repeated_question_key_is_refused_naming_the_questions_object() -> None:
+    body = b'{"model": "served", "state": "s", "questions": {"q": {"type": "noul", "instructions": "A?"}, "q": {"type": "noul"}}}'
+    error = refused(body)
+    assert error.param == "questions" and "'q'" in error.message
+
+
+def test_a_repeated_key_deeper_down_is_named_by_its_path() -> None:
+    body = b'{"model": "served", "state": {"a": [1, {"x": 1, "x": 2}]}, "questions": {"q": {"type": "noul", "instructions": "A?"}}}'
+    assert refused(body).param == "state.a[1]"
+    assert refused(b'{"model": "served", "model": "served"}').param is None  # the body itself
+
+
+def test_a_body_that_is_not_json_is_refused_as_on_every_endpoint() -> None:
+    assert "not valid JSON" in refused(b"{nope").message
+
+
+def test_a_box_question_is_refused_as_what_it_is_not_as_an_unknown_type() -> None:
+    error = refused({"model": "served", "state": "s", "questions": {"dog": {"type": "box", "instructions": "Find the dog"}}})
+    assert "box" in error.message and "text only" in error.message
