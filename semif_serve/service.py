@@ -157,9 +157,10 @@ class Service:
         self._token = settings.api_token.encode()
 
     def authorize(self, header: bytes | None) -> None:
-        """Constant-time bearer check over bytes (INV-6)."""
-        scheme, _, credentials = (header or b"").partition(b" ")
-        valid = hmac.compare_digest(credentials, self._token)
+        """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or
+        more spaces, the token (RFC 6750 2.1, `1*SP`); a tab is not a space there, so it stays in the token."""
+        scheme, _, spaced = (header or b"").partition(b" ")
+        valid = hmac.compare_digest(spaced.lstrip(b" "), self._token)
         if scheme.lower() != b"bearer" or not valid:
             raise ApiError("unauthorized", "missing or wrong bearer token")
 
