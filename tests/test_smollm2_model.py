@@ -32,7 +32,7 @@ from .conftest import without_timing
 from .smollm2_wheel import require_gguf
 from .wire_client import request
 
-REVISION = "42c91864842f40b183d5dd301aa314c0936bb981"
+REVISION = "16708cffca79e01d1e090d2e12526c31f5cd17ce"
 REFUSAL = "The fixed state prefix does not match every full prompt"
 QUESTION = "In which country is this city?"
 # (city, its country, the other country): each pair appears in both directions.
