@@ -64,7 +64,7 @@ def test_the_document_parses_and_names_every_error_code() -> None:
     doc = document()
     assert doc["openapi"] == "3.1.0"
     assert {label for label in (r.ok().label for r in schemathesis.openapi.from_dict(doc).get_all_operations())} == {
-        "GET /health", "GET /metrics", "POST /decide", "POST /decide/shared"}
+        "GET /health", "HEAD /health", "GET /metrics", "HEAD /metrics", "POST /decide", "POST /decide/shared"}
     envelope = doc["components"]["schemas"]["Error"]["properties"]["error"]
     assert envelope["required"] == ["code", "message"] and envelope["properties"]["code"]["enum"] == sorted(STATUS)
     for code, status in STATUS.items():
