@@ -13,9 +13,8 @@ import json
 import logging
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
 
-from . import averaging, calibration, request_model
+from . import averaging, calibration, request_model, request_target
 from .config import Settings
 from .engine import CallTiming, Engine
 from .errors import ApiError, OutOfMemory, ScoringFailed, envelope, excerpt
@@ -63,53 +62,12 @@ class Reply:
         return cls(error.status, envelope(error.code, error.message), error.headers, error.code, timing)
 
 
-# Absolute-form request targets we route (RFC 9112 3.2.2); any other scheme is no endpoint of ours.
-ABSOLUTE_SCHEMES = (b"http://", b"https://")
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _split(target: bytes) -> tuple[SplitResult | None, bytes]:
-    """An http(s) absolute-form target split by urllib (None for any other form) and the path it names,
-    without the query. ValueError: an absolute-form target urllib cannot split."""
-    if target[:1] == b"/" or not target[:8].lower().startswith(ABSOLUTE_SCHEMES):
-        return None, target.split(b"?", 1)[0]
-    absolute = urlsplit(target.decode("latin-1"))
-    return absolute, absolute.path.encode("latin-1") or b"/"
-
-
-def target_path(target: bytes) -> bytes:
-    """The path a request target names, for the access log and the route label (never raises)."""
-    try:
-        return _split(target)[1]
-    except ValueError:
-        return target.split(b"?", 1)[0]
-
-
-def _authority(scheme: str, netloc: str) -> tuple[str, int]:
-    """Host (lower case) and port (the scheme's default when omitted), as RFC 9110 4.2.3 normalises them."""
-    parts = urlsplit(f"//{netloc}")
-    if "@" in netloc or not parts.hostname:  # RFC 9110 4.2.4: userinfo in an http(s) URI is an error
-        raise ValueError(netloc)
-    return parts.hostname, parts.port or DEFAULT_PORTS[scheme]
-
-
-def _check_authority(absolute: SplitResult, host: bytes | None) -> None:
-    """An absolute-form target must name the host the Host field names: a proxy in front may have
-    routed on either one, so a request whose two disagree is refused, not resolved by a guess."""
-    scheme = absolute.scheme.lower()
-    mine = _authority(scheme, absolute.netloc)
-    if host is not None and _authority(scheme, host.decode("latin-1")) != mine:
-        raise ApiError("bad_request", "the request target's authority and the Host field name different hosts")
-
-
 def route(method: bytes, target: bytes, host: bytes | None = None) -> Route:
     """The route for a request line and its Host field, or 400 / 404 / 405 in the envelope."""
     try:
-        absolute, path = _split(target)
-        if absolute is not None:
-            _check_authority(absolute, host)
-    except ValueError:
-        raise ApiError("bad_request", "the request target's authority or the Host field is not a valid host") from None
+        path = request_target.resolve(target, host)
+    except request_target.BadTarget as error:
+        raise ApiError("bad_request", str(error)) from None
     found = ROUTES.get(path)
     if found is None:
         raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")

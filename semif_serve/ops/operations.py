@@ -16,10 +16,11 @@ from typing import Any, Callable
 
 import h11
 
+from .. import request_target
 from ..config import Settings
 from ..engine import CallTiming
 from ..errors import ApiError, excerpt
-from ..service import ROUTES, Reply, Service, target_path
+from ..service import ROUTES, Reply, Service
 from . import access_log, request_ids
 from .retry_after import RetryAfter
 
@@ -70,7 +71,7 @@ class Operations:
         or for bytes that never became one."""
         if request is None:
             return Exchange(request_ids.generate(), "-", "-", "other", bytes_in=head_bytes)
-        path = target_path(request.target)
+        path = request_target.path(request.target)
         return Exchange(request_ids.accept(request_id),
                         _printable(request.method, 16), _printable(path, 200),
                         ROUTE_LABELS.get(path, "other"), bytes_in=head_bytes)
