@@ -35,11 +35,11 @@ def _split(target: bytes) -> tuple[SplitResult | None, bytes]:
 
 
 def path(target: bytes) -> bytes:
-    """The path a target names, for the log and the metrics: as `resolve` reads it, or as sent."""
+    """The path a target names, for the log and the metrics: as `resolve` reads it, or the target as sent."""
     try:
         return _split(target)[1]
     except ValueError:
-        return target.split(b"?", 1)[0]
+        return target
 
 
 def _authority(scheme: str, netloc: str) -> tuple[str, int]:
