@@ -14,7 +14,7 @@ import pytest
 
 from semif_serve.service import ROUTES
 from tests.bodies import POST
-from tests.wire_client import Connection, eventually, no_error_logs, raw_session  # noqa: F401 - fixture
+from tests.wire_client import AUTH, Connection, eventually, no_error_logs, raw_session  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("no_error_logs")
 
@@ -30,9 +30,9 @@ def without_id(headers: dict[bytes, bytes]) -> dict[bytes, bytes]:
 async def test_head_is_get_without_the_content_and_the_connection_carries_on(start_server, fake, path) -> None:
     server = await start_server(fake)
     connection = await Connection.open(server.port)
-    got = await connection.request("GET", path, headers=[])
-    head = await connection.request("HEAD", path, headers=[])  # h11's client reads a HEAD response as head only
-    after = await connection.request("GET", path, headers=[])  # framing intact: this answer is read whole
+    got = await connection.request("GET", path, headers=[AUTH])  # the token, in case a GET route wants one
+    head = await connection.request("HEAD", path, headers=[AUTH])  # h11's client reads a HEAD response as head only
+    after = await connection.request("GET", path, headers=[AUTH])  # framing intact: this answer is read whole
     await connection.close()
     assert head.status == got.status == after.status == 200
     assert head.body == b"" and after.body and got.body
