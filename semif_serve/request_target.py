@@ -46,7 +46,7 @@ def _authority(scheme: str, netloc: str) -> tuple[str, int]:
     """Host (lower case) and port (the scheme's default when omitted). ValueError: not a plain host."""
     parts = urlsplit(f"//{netloc}")
     if "@" in netloc or not parts.hostname:  # RFC 9110 4.2.4: userinfo in an http(s) URI is an error
-        raise ValueError(netloc)
+        raise ValueError
     return parts.hostname, parts.port or DEFAULT_PORTS[scheme]
 
 

@@ -58,21 +58,26 @@ async def test_absolute_form_reaches_every_route_and_http_1_0_without_host(start
     assert old.status == 200  # HTTP/1.0 may omit Host: the target's authority stands alone
 
 
-@pytest.mark.parametrize("target,host", [
-    (b"http://elsewhere/decide", b"x"),
-    (b"http://x:8080/decide", b"x"),  # the same host, another port
-    (b"http://x/decide", b"x:8080"),
-    (b"https://x/decide", b"x:80"),  # https's default port is 443
-    (b"http://user@x/decide", b"x"),  # userinfo: an error in an http URI (RFC 9110 4.2.4)
-    (b"http://[::1/decide", b"x"),  # not a URI urllib can split
-    (b"http://x:port/decide", b"x"),
-    (b"http:///decide", b"x"),  # no host at all
+DIFFERENT = "the request target's authority and the Host field name different hosts"
+INVALID = "the request target's authority or the Host field is not a valid host"
+
+
+@pytest.mark.parametrize("target,host,message", [
+    (b"http://elsewhere/decide", b"x", DIFFERENT),
+    (b"http://x:8080/decide", b"x", DIFFERENT),  # the same host, another port
+    (b"http://x/decide", b"x:8080", DIFFERENT),
+    (b"https://x/decide", b"x:80", DIFFERENT),  # https's default port is 443
+    (b"http://user@x/decide", b"x", INVALID),  # userinfo: an error in an http URI (RFC 9110 4.2.4)
+    (b"http://x/decide", b"user@x", INVALID),
+    (b"http://[::1/decide", b"x", INVALID),  # not a URI urllib can split
+    (b"http://x:port/decide", b"x", INVALID),
+    (b"http:///decide", b"x", INVALID),  # no host at all
 ])
-async def test_an_authority_that_disagrees_with_host_is_400_and_never_scored(start_server, fake, target, host) -> None:
+async def test_an_authority_that_disagrees_with_host_is_400_and_never_scored(start_server, fake, target, host, message) -> None:
     server = await start_server(fake)
     exchange = await raw_responses(server.port, line(b"POST", target, host, FRAMED, BODY), 1)
     (response,) = parse_responses(exchange.data)
-    assert response.status == 400 and response.code == "bad_request"
+    assert response.status == 400 and response.code == "bad_request" and response.json["error"]["message"] == message
     assert exchange.closed and fake.calls == []  # its body was left unread: closed, as every such refusal
     first, after = await answers(server.port, line(b"GET", target.replace(b"/decide", b"/health"), host))
     assert first.status == 400 and after.status == 200  # without a body the connection carries on
