@@ -28,7 +28,7 @@ def _split(target: bytes) -> tuple[SplitResult | None, bytes]:
     """The absolute-form target split by urllib (None for any other form) and the path it names, no query.
 
     ValueError: an absolute-form target urllib cannot split (`http://[::1/`)."""
-    if target[:1] == b"/" or not target[:8].lower().startswith(ABSOLUTE_SCHEMES):
+    if not target[:8].lower().startswith(ABSOLUTE_SCHEMES):
         return None, target.split(b"?", 1)[0]
     absolute = urlsplit(target.decode("latin-1"))
     return absolute, absolute.path.encode("latin-1") or b"/"
