@@ -1,13 +1,13 @@
-"""Request bodies the tests send: one valid /decide row, one /decide/shared body, and
-the row as bytes and as a whole raw POST. Defined once; test_server re-exports ROW
-and SHARED for the files that import them from there.
+"""Request bodies the tests send: one valid /decide row, one /decide/shared body, the
+row as bytes and as a whole raw POST, and four options for order averaging. Defined
+once; every test file imports them from here.
 """
 
 from __future__ import annotations
 
 import json
 
-from .wire_client import raw_request
+from tests.wire_client import raw_request
 
 ROW = {
     "id": "r1",
@@ -22,5 +22,6 @@ SHARED = {
         {"id": "b", "question": "Q2?", "options": [{"id": "x", "description": "x"}, {"id": "y", "description": "yy"}, {"id": "z", "description": "z"}]},
     ],
 }
+FOUR = [{"id": k, "description": d} for k, d in zip("abcd", ["one", "three", "fives", "seven!!"])]
 BODY = json.dumps(ROW).encode()
 POST = raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)  # authorised, framed by content-length

@@ -7,9 +7,15 @@ import threading
 import time
 from typing import Any, Callable
 
-from .reference import softmax
+from tests.reference import softmax
 
 Row = dict[str, Any]
+BIAS = [3.0, 1.0, -0.5, 0.25]  # an additive position bias `biased` adds to every ordering
+
+
+def biased(row: Row) -> list[float]:
+    """Logits for `FakeScorer.logits`: the true score is the description length, plus a bias by position."""
+    return [len(o["description"]) + BIAS[i] for i, o in enumerate(row["options"])]
 
 
 def semif_like(row: Row, logits: list[float] | None = None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from semif_serve.config import Settings
 from semif_serve.scorer_package import ScorerPackage
 
-from .wire_client import TOKEN
+from tests.wire_client import TOKEN
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -163,6 +163,28 @@ def score(model, tokenizer, row, metadata, max_tokens=4096):
     encode_prompt(tokenizer, row, max_tokens)
     return model(row)
 '''
+
+
+# A shared module that proves nothing: it never calls the installed INV-7 wrapper.
+NEVER_CALLS = '''
+from fastjev._runtime.shared import _state_prefix
+
+
+def score_shared(model, tokenizer, rows, metadata, max_tokens=4096):
+    if rows is None:
+        _state_prefix(tokenizer, None)
+    return [model(row) for row in rows], {}
+'''
+
+
+def wrong_system_prompt(tokenizer: Any, row: dict[str, Any], max_tokens: int) -> tuple[list[int], list[int], str]:
+    """Renders the row with another system prompt: the prompt head differs from upstream's."""
+    from fastjev._runtime.core import direct_messages  # fakes.py itself needs no scorer package
+
+    messages = direct_messages(row)
+    messages[0]["content"] = "Answer freely."
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer.encode(text), [], "wrong"
 
 
 def compiled_module(name: str, source: str) -> types.ModuleType:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -19,6 +20,7 @@ TOKEN = "t" * 16 + "0123456789abcdef-~!"
 AUTH = (b"authorization", b"Bearer " + TOKEN.encode())
 AUTH_LINE = b"authorization: Bearer " + TOKEN.encode() + b"\r\n"
 HEALTH = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+GENERATED = re.compile(rb"[0-9a-f]{32}")  # a request id the server made up
 
 
 @dataclass
@@ -104,6 +106,12 @@ async def request(port: int, method: str, path: str, body: Any = None, headers: 
         return await connection.request(method, path, body, headers)
     finally:
         await connection.close()
+
+
+async def assert_serving(port: int) -> None:
+    """The server still answers a fresh connection normally."""
+    response = await request(port, "GET", "/health", headers=[])
+    assert response.status == 200 and response.json["status"] == "ok"
 
 
 async def eventually(predicate: Callable[[], bool], timeout: float = 2.0) -> None:

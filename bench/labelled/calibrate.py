@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..report import fmt, markdown_table, note, now, write_json
+from bench.common.report import fmt, markdown_table, note, now, write_json
 from . import fit, metrics, plots, scoring
 
 DEFAULT_WORKLOAD = "default"

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..report import fmt, machine, markdown_table, note, now, write_json
+from bench.common.report import fmt, machine, markdown_table, note, now, write_json
 from . import metrics, plots, scoring
 
 

@@ -1,7 +1,7 @@
 """Asking a running server to choose, for every labelled row under every ordering method.
 
 Rules: this is the only module here that talks HTTP, through the bench's one
-client (bench.loadgen). It sends exactly the /decide fields a caller would
+client (bench.common.loadgen). It sends exactly the /decide fields a caller would
 (never the label), keeps the server's probabilities untouched, and records per
 row and method what the metrics and the temperature fit need, so calibration
 can reuse a saved evaluation without rescoring. A non-200 answer stops the run
@@ -39,8 +39,8 @@ from typing import Any, Sequence
 
 from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, combine, orderings
 
-from ..loadgen import Connection, Target, call
-from ..report import Progress
+from bench.common.loadgen import Connection, Target, call
+from bench.common.report import Progress
 from . import rows as labelled
 
 Record = dict[str, Any]

@@ -1,0 +1,194 @@
+"""The one way the bench starts a server: a subprocess on a free loopback port.
+
+Ours (`python -m semif_serve`) and the baseline (`python -m uvicorn
+bench.load.baseline_fastapi:app`) both start here, in their own session so they can
+be stopped as a group, and both are always stopped in a `finally`: a failed
+benchmark never leaves a server behind. Readiness is polled through the bench's
+own client with a deadline, and a server that exits early is reported with the
+tail of its log rather than waited on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterator, Mapping
+
+from bench.common.loadgen import TOKEN_ENV, Target, call
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Running:
+    """A started server: where it listens and its process."""
+
+    target: Target
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return self.target.url
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the server process has used so far (Linux /proc; NaN elsewhere)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def token() -> str:
+    """SEMIF_API_TOKEN when set, else a fresh one (>= 32 visible ASCII, as the server demands)."""
+    return os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+
+
+def free_port() -> int:
+    """A port the OS just considered free on loopback (a benign race: we bind right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+def semif_argv() -> list[str]:
+    return [sys.executable, "-m", "semif_serve"]
+
+
+def uvicorn_argv(port: int, access_log: bool = False) -> list[str]:
+    """One uvicorn worker; --loop/--http auto pick uvloop/httptools only if installed.
+
+    Quiet (no access log, warnings only) by default; with `access_log`, uvicorn's own
+    defaults (log level info, an access line per request on stdout), as deployed.
+    """
+    quiet = [] if access_log else ["--log-level", "warning", "--no-access-log"]
+    return [sys.executable, "-m", "uvicorn", "bench.load.baseline_fastapi:app", "--host", HOST, "--port", str(port),
+            "--workers", "1", *quiet, "--app-dir", str(ROOT)]
+
+
+def _log_tail(path: Path, limit: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return ""
+
+
+def _wait_ready(target: Target, process: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    """Poll GET /health until 200; fail fast if the process exits or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before it was ready:\n{_log_tail(log)}")
+        try:
+            if asyncio.run(call(target, "GET", "/health", timeout=2.0)).status == 200:
+                return
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"server not ready within {timeout:.0f} s:\n{_log_tail(log)}")
+
+
+def _stop(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM the server's process group (graceful drain), then SIGKILL if it lingers."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(5.0)
+
+
+@contextlib.contextmanager
+def running(argv: list[str], env: Mapping[str, str], port: int, api_token: str,
+            ready_timeout: float = 60.0, log_dir: Path | None = None, cwd: Path = ROOT) -> Iterator[Running]:
+    """Start argv with env (over ours) in `cwd`, wait until /health answers, stop it on exit.
+
+    Without `log_dir` the log goes to a temporary folder that is removed after a clean exit
+    (a bench with the access log on writes megabytes) and kept, for reading, after a failure.
+    """
+    directory = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="semif-bench-"))
+    log = directory / f"server-{port}.log"
+    full_env = {**os.environ, **env, TOKEN_ENV: api_token, "PYTHONUNBUFFERED": "1"}
+    target = Target(HOST, port, api_token)
+    with open(log, "wb") as sink:
+        process = _popen(argv, full_env, sink, cwd)
+        try:
+            _wait_ready(target, process, log, ready_timeout)
+            yield Running(target, process, log)
+        finally:
+            _stop(process)
+    if log_dir is None:  # reached only after a clean exit
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _popen(argv: list[str], env: Mapping[str, str], sink: IO[bytes], cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=sink,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def semif_serve(env: Mapping[str, str], api_token: str, ready_timeout: float = 60.0,
+                log_dir: Path | None = None, profile: Path | None = None,
+                checkout: Path = ROOT) -> contextlib.AbstractContextManager[Running]:
+    """Our server with env (SEMIF_SCORER and friends) on a free port; under cProfile when `profile` is set.
+
+    The profile file is written when the server exits, which a SIGTERM drain does cleanly.
+    `checkout` serves another copy of the code (e.g. a `git archive` of an older commit) side
+    by side with this one: it runs there, first on the import path.
+    """
+    port = free_port()
+    settings = {"SEMIF_HOST": HOST, "SEMIF_PORT": str(port), **env}
+    if checkout != ROOT:
+        settings["PYTHONPATH"] = str(checkout)
+    argv = semif_argv()
+    if profile is not None:
+        argv = [sys.executable, "-m", "bench.load.profiled_server", str(profile)]
+    return running(argv, settings, port, api_token, ready_timeout, log_dir, cwd=checkout)
+
+
+def fastapi_baseline(env: Mapping[str, str], api_token: str, ready_timeout: float = 60.0,
+                     log_dir: Path | None = None, access_log: bool = False) -> contextlib.AbstractContextManager[Running]:
+    """The FastAPI + uvicorn baseline over the same stub, on a free port (uvicorn's access log on or off)."""
+    port = free_port()
+    return running(uvicorn_argv(port, access_log), env, port, api_token, ready_timeout, log_dir)
+
+
+def tiny_model(out: Path, timeout: float = 300.0) -> dict[str, str]:
+    """Build the tiny model with `semif-serve tiny-model` in a child process; its settings."""
+    return built_model("tiny-model", out, timeout)
+
+
+def small_model(out: Path | None = None, timeout: float = 900.0) -> dict[str, str]:
+    """Build (or find) SmolLM2 with `semif-serve small-model`; without `out`, in its per-machine cache."""
+    return built_model("small-model", out, timeout)
+
+
+def built_model(command: str, out: Path | None, timeout: float = 300.0) -> dict[str, str]:
+    """Run a model builder (`semif-serve <command> [--out DIR]`) in a child process; its KEY=VALUE settings.
+
+    A child keeps transformers out of this process until HF_HOME is known: the hub
+    cache path is fixed when huggingface_hub is first imported.
+    """
+    where = ["--out", str(out)] if out is not None else []
+    done = subprocess.run([*semif_argv(), command, *where], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RuntimeError(f"{command} build failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    pairs = (line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    return {key: value for key, value in pairs}

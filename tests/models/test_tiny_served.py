@@ -1,0 +1,95 @@
+"""End to end on the real tiny model: the real server, the real engine, real torch.
+
+Each served answer is compared with an in-process call of the same scorer
+package on an independently loaded copy of the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastjev._runtime import direct, shared
+
+from semif_serve import averaging, prefix
+from semif_serve.torch_engine import TorchScorer
+
+from tests.timing import timeless
+from tests.wire_client import request
+
+STATE = {"ticket": "printer on fire", "floor": 3}
+OPTIONS = [{"id": "yes", "description": "Yes, urgent"}, {"id": "no", "description": "No"},
+           {"id": "later", "description": "It can wait a day"}]
+ROW = {"id": "t1", "state": STATE, "question": "Is this urgent?", "options": OPTIONS}
+DECISIONS = [{"id": "d1", "question": "Is this urgent?", "options": OPTIONS[:2]},
+             {"id": "d2", "question": "Who should act?", "options": OPTIONS}]
+
+
+def shared_rows(state: Any) -> list[dict[str, Any]]:
+    return [{**d, "state": state} for d in DECISIONS]
+
+
+def upstream_shared(model: Any, tokenizer: Any, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """score_shared with upstream's own prefix, bypassing the INV-7 wrapper."""
+    wrapper = shared._state_prefix
+    shared._state_prefix = prefix.original_of(wrapper)
+    try:
+        return shared.score_shared(model, tokenizer, rows, metadata, 4096)[0]
+    finally:
+        shared._state_prefix = wrapper
+
+
+def top(result: dict[str, Any]) -> str:
+    return result["option_ids"][result["probabilities"].index(max(result["probabilities"]))]
+
+
+async def test_decide_equals_an_in_process_direct_score(start_server, tiny_settings, tiny_reference, tiny_metadata) -> None:
+    server = await start_server(TorchScorer(tiny_settings))
+    health = (await request(server.port, "GET", "/health", headers=[])).json
+    assert (health["scorer"], health["model"], health["device"]) == ("fastjev", tiny_settings.model, "cpu")
+    model, tokenizer = tiny_reference
+    response = await request(server.port, "POST", "/decide", ROW)
+    assert response.status == 200
+    assert timeless(response.json) == timeless(direct.score(model, tokenizer, ROW, tiny_metadata, 4096))
+
+
+async def test_shared_equals_an_in_process_score_shared(start_server, tiny_settings, tiny_reference, tiny_metadata) -> None:
+    server = await start_server(TorchScorer(tiny_settings))
+    model, tokenizer = tiny_reference
+    response = await request(server.port, "POST", "/decide/shared", {"state": STATE, "decisions": DECISIONS})
+    assert response.status == 200
+    served = response.json["results"]
+    theirs = upstream_shared(model, tokenizer, shared_rows(STATE), tiny_metadata)
+    assert served == theirs
+    for one, many in zip(shared_rows(STATE), served, strict=True):
+        alone = direct.score(model, tokenizer, one, tiny_metadata, 4096)
+        assert max(abs(a - b) for a, b in zip(alone["probabilities"], many["probabilities"])) < 1e-5
+    assert response.json["timing"]["batch_size"] == 2
+
+
+async def test_the_boundary_state_is_answered_like_its_string_form(start_server, tiny_settings, tiny_reference, tiny_metadata) -> None:
+    server = await start_server(TorchScorer(tiny_settings))
+    model, tokenizer = tiny_reference
+    state = {"person_said": "ok :)"}
+    try:
+        upstream_shared(model, tokenizer, shared_rows(state), tiny_metadata)
+    except ValueError as error:
+        assert "fixed state prefix" in str(error)
+    else:
+        raise AssertionError("upstream score_shared accepted the boundary state: INV-7 is not exercised")
+    as_object = await request(server.port, "POST", "/decide/shared", {"state": state, "decisions": DECISIONS})
+    as_text = await request(server.port, "POST", "/decide/shared", {"state": json.dumps(state), "decisions": DECISIONS})
+    assert as_object.status == 200 and as_text.status == 200
+    assert [top(r) for r in as_object.json["results"]] == [top(r) for r in as_text.json["results"]]
+
+
+async def test_rotations_end_to_end(start_server, tiny_settings, tiny_reference, tiny_metadata) -> None:
+    server = await start_server(TorchScorer(tiny_settings))
+    model, tokenizer = tiny_reference
+    response = await request(server.port, "POST", "/decide", {**ROW, "orderings": "rotations"})
+    assert response.status == 200
+    rows = averaging.expand(ROW, "rotations")
+    theirs = upstream_shared(model, tokenizer, rows, tiny_metadata)
+    assert response.json["orderings"] == theirs
+    assert response.json == averaging.combine(ROW, "rotations", theirs)
+    assert response.json["combined"]["orderings"] == 3

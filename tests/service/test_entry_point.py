@@ -1,0 +1,39 @@
+"""The real process: `python -m semif_serve` refuses bad settings with exit status 2.
+
+A few cases only (each is a process start); test_config.py covers every setting
+through `cli.main` in process. `cuda:x` is the form that used to pass
+configuration and fail only at load, with exit status 1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.wire_client import TOKEN
+
+
+def run(**changes: str | None) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SEMIF_")}
+    env["SEMIF_API_TOKEN"] = TOKEN
+    env.update({key: value for key, value in changes.items() if value is not None})
+    if changes.get("SEMIF_API_TOKEN", "") is None:
+        del env["SEMIF_API_TOKEN"]
+    return subprocess.run([sys.executable, "-m", "semif_serve"], env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("SEMIF_DEVICE", "cuda:x"),
+    ("SEMIF_PORT", "0"),
+    ("SEMIF_API_TOKEN", None),
+    ("SEMIF_API_TOKEN", "short"),
+])
+def test_a_bad_setting_exits_2_with_one_line_and_no_traceback(name: str, value: str | None) -> None:
+    done = run(**{name: value})
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.startswith(f"semif-serve: {name}") and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr

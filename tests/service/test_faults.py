@@ -1,0 +1,339 @@
+"""Faults in the scorer and in building its reply, and what error messages may carry.
+
+Each fault is injected through the engine (a scorer given to the server) and must give
+the contract's status in the envelope with a nonempty, short, printable message; the
+server stays up, the admission count returns to 0 and the next request is served. The
+token never reaches a log or a message, and client input is echoed only as a short excerpt.
+The last section drives the Service in process, without sockets, to pin /health's payload
+and the failure table's exact messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any, Callable
+
+import pytest
+
+from semif_serve.engine import Engine
+from semif_serve.errors import ApiError, OutOfMemory, ScoringFailed, excerpt
+from semif_serve.service import Admission, Service, render, route
+
+from tests.bodies import BODY
+from tests.bodies import ROW, SHARED
+from tests.fake_scorer import FakeScorer
+from tests.fakes import settings
+from tests.wire_client import assert_serving
+from tests.wire_client import HEALTH, TOKEN, parse_responses, raw_request, raw_responses, raw_session, request
+
+AVERAGED = {**ROW, "orderings": "rotations"}
+ROUTES = [("/decide", ROW), ("/decide/shared", SHARED), ("/decide", AVERAGED)]
+
+
+def assert_envelope(response, status: int, code: str) -> str:
+    """The contract's envelope with a message a caller can read; returns the message."""
+    assert response.status == status and response.code == code
+    message = response.json["error"]["message"]
+    assert message and message.isprintable() and len(message) <= 320
+    assert "Traceback" not in message
+    return message
+
+
+def errors_logged(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# -- scorer exceptions ----------------------------------------------------------------------------
+
+FAULTS = [
+    (OutOfMemory(""), 503, "out_of_memory", False),
+    (OutOfMemory("CUDA out of memory"), 503, "out_of_memory", False),
+    (OutOfMemory("CUDA out of memory. Tried to allocate 2.00 GiB"), 503, "out_of_memory", False),
+    (ScoringFailed("scoring failed: RuntimeError"), 500, "scoring_failed", False),
+    (ScoringFailed(""), 500, "scoring_failed", False),
+    (RuntimeError("CUDA error: device-side assert triggered"), 500, "scoring_failed", True),
+    (RuntimeError(), 500, "scoring_failed", True),
+    (ValueError("Row r1: 5000 input tokens exceed limit 4096; no truncation allowed"), 422, "invalid_request", False),
+    (ValueError(""), 422, "invalid_request", False),
+    (ValueError("x" * 100_000 + "\x1b[2J\u202e"), 422, "invalid_request", False),
+    (MemoryError(), 500, "scoring_failed", True),
+    (KeyError("option_logits"), 500, "scoring_failed", True),
+]
+
+
+@pytest.mark.parametrize("path,body", ROUTES, ids=["decide", "shared", "averaged"])
+@pytest.mark.parametrize("error,status,code,traceback", FAULTS, ids=lambda v: repr(v)[:40] if isinstance(v, BaseException) else None)
+async def test_a_scorer_fault_gets_its_status_and_the_server_stays_up(start_server, fake, caplog, path, body, error, status, code, traceback) -> None:
+    server = await start_server(fake)
+    fake.raise_ = error
+    message = assert_envelope(await request(server.port, "POST", path, body), status, code)
+    if isinstance(error, OutOfMemory):
+        assert "out of memory" in message
+    assert server.service.admission.in_progress == 0
+    # an unexpected exception is logged once with its traceback; an expected one is not noise
+    logged = errors_logged(caplog)
+    assert [bool(r.exc_info) for r in logged] == ([True] if traceback else [])
+    fake.raise_ = None
+    assert (await request(server.port, "POST", path, body)).status == 200
+    await assert_serving(server.port)
+
+
+# -- failures while building the reply ------------------------------------------------------------
+
+class Mangling(FakeScorer):
+    """A scorer that breaks its contract: `mangle` rewrites the results of every call."""
+
+    def __init__(self, mangle: Callable[[list[dict[str, Any]]], list[Any]]) -> None:
+        super().__init__()
+        self.mangle = mangle
+
+    def score(self, row: dict[str, Any]) -> dict[str, Any]:
+        (result,) = self.mangle([super().score(row)])
+        return result
+
+    def score_shared(self, rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, Any]]:
+        results, timing = super().score_shared(rows)
+        return self.mangle(results), timing
+
+
+def without(key: str) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    return lambda results: [{k: v for k, v in r.items() if k != key} for r in results]
+
+
+def with_logits(value: float) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    return lambda results: [{**r, "option_logits": [value] * len(r["option_logits"])} for r in results]
+
+
+BROKEN = {
+    "nan-logits-shared": (with_logits(math.nan), "/decide/shared", SHARED),
+    "nan-logits-averaged": (with_logits(math.nan), "/decide", AVERAGED),
+    "inf-logits-averaged": (with_logits(math.inf), "/decide", AVERAGED),
+    "no-logits-averaged": (without("option_logits"), "/decide", AVERAGED),
+    "no-option-ids-averaged": (without("option_ids"), "/decide", AVERAGED),
+    "no-logits-calibrated": (without("option_logits"), "/decide", {**ROW, "workload": "triage"}),
+    "one-result-short": (lambda results: results[:-1], "/decide/shared", SHARED),
+    "one-result-extra": (lambda results: results + results[:1], "/decide/shared", SHARED),
+    "none-results-averaged": (lambda results: [None] * len(results), "/decide", AVERAGED),
+}
+
+
+@pytest.mark.parametrize("mangle,path,body", BROKEN.values(), ids=BROKEN.keys())
+async def test_a_failure_while_building_the_reply_is_a_500_envelope(start_server, caplog, mangle, path, body) -> None:
+    scorer = Mangling(mangle)
+    server = await start_server(scorer, calibration={"triage": 2.0})
+    response = await request(server.port, "POST", path, body)
+    assert_envelope(response, 500, "scoring_failed")
+    assert [r.getMessage() for r in errors_logged(caplog)] == ["failed to build a response from a scorer result"]
+    assert server.service.admission.in_progress == 0
+    scorer.mangle = lambda results: results
+    assert (await request(server.port, "POST", path, body)).status == 200
+
+
+# -- what messages and logs may carry -------------------------------------------------------------
+
+async def test_the_token_never_reaches_a_log_or_a_message(start_server, fake, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    server = await start_server(fake, calibration={"triage": 2.0})
+    bodies = []
+    for value in (b"Bearer " + TOKEN.encode() + b"x", b"Bearer " + TOKEN.encode()[:-1], b"Basic " + TOKEN.encode(), TOKEN.encode()):
+        response = await request(server.port, "POST", "/decide", ROW, headers=[(b"authorization", value)])
+        assert response.status == 401
+        bodies.append(response.body)
+    malformed = raw_request(b"GET", b"/health", b"authorization : Bearer " + TOKEN.encode() + b"\r\n", auth=False)
+    bodies.append((await raw_session(server.port, malformed)).data)
+    for error in (RuntimeError("boom"), ScoringFailed("scoring failed"), OutOfMemory(""), ValueError("bad row")):
+        fake.raise_ = error
+        bodies.append((await request(server.port, "POST", "/decide", ROW)).body)
+    fake.raise_ = None
+    fake.logits = lambda row: [math.nan] * len(row["options"])
+    bodies.append((await request(server.port, "POST", "/decide", ROW)).body)
+    assert len(errors_logged(caplog)) == 2  # the run did log: the unexpected failure and the build failure
+    assert TOKEN not in caplog.text
+    assert all(TOKEN not in (record.exc_text or "") + record.getMessage() for record in caplog.records)
+    assert all(TOKEN.encode() not in body for body in bodies)
+
+
+HUGE = "\x1b[31m\u202e" + "x" * 100_000
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/decide", {**ROW, "workload": HUGE}),
+    ("/decide", {**ROW, HUGE: 1}),
+    ("/decide", {**ROW, "id": HUGE + "#o1", "orderings": "rotations"}),
+    ("/decide", {**ROW, "orderings": HUGE}),
+    ("/decide/shared", {**SHARED, "decisions": [{"id": HUGE, "question": "q", "options": ROW["options"]}] * 2}),
+    ("/decide/shared", {**SHARED, "workload": [HUGE]}),
+    ("/decide", json.dumps(ROW).encode()[:-1] + HUGE.encode()),
+    ("/decide", b'{"id": "a", "id": "' + HUGE.encode() + b'"}'),
+], ids=["workload", "field-name", "reserved-id", "orderings", "duplicate-id", "workload-list", "trailing-garbage", "duplicate-key"])
+async def test_a_100_kb_client_value_is_echoed_only_as_a_short_printable_excerpt(start_server, fake, path, body) -> None:
+    server = await start_server(fake, calibration={"triage": 2.0})
+    assert_envelope(await request(server.port, "POST", path, body), 422, "invalid_request")
+    assert fake.calls == []
+
+
+async def test_a_long_scorer_refusal_quoting_the_input_is_cut_short(start_server, fake) -> None:
+    server = await start_server(fake)
+    fake.raise_ = ValueError(f"Row {HUGE}: 99999 input tokens exceed limit 4096; no truncation allowed")
+    assert_envelope(await request(server.port, "POST", "/decide", {**ROW, "id": HUGE}), 422, "invalid_request")
+
+
+@pytest.mark.parametrize("target,status,code", [
+    (b"/" + b"%E2%80%AE" * 1000, 404, "not_found"),
+    (b"/" + b"y" * 100_000, 431, "headers_too_large"),
+])
+async def test_a_long_path_is_echoed_only_as_a_short_printable_excerpt(start_server, fake, target, status, code) -> None:
+    server = await start_server(fake)
+    data = raw_request(b"GET", target, b"connection: close\r\n", auth=False)  # or the 404 keeps the connection open
+    (response,) = parse_responses((await raw_session(server.port, data)).data)
+    assert_envelope(response, status, code)
+
+
+async def test_health_stays_answerable_after_every_kind_of_fault(start_server, fake) -> None:
+    """One server through every fault in turn: nothing accumulates (slots, connections)."""
+    server = await start_server(fake)
+    for error, status, code, _ in FAULTS:
+        fake.raise_ = error
+        assert (await request(server.port, "POST", "/decide", ROW)).status == status
+    fake.raise_ = None
+    exchange = await raw_responses(server.port, HEALTH, 1)
+    assert [r.status for r in parse_responses(exchange.data, strict=True)] == [200]
+    assert server.service.admission.in_progress == 0 and len(fake.calls) == len(FAULTS)
+
+
+# -- the Service in process: exact payloads and messages ------------------------------------------
+
+@pytest.fixture
+async def service(fake: FakeScorer) -> Any:
+    engine = Engine(fake)
+    yield Service(settings(max_queue=3, max_decisions=5, max_tokens=77, vram_cap_gib=2.5,
+                           calibration={"b": 1.0, "a": 2.0}), engine)
+    engine.close()
+
+
+async def test_health_reports_the_engine_facts_and_the_limits(service: Service) -> None:
+    reply = service.health()
+    assert reply.status == 200
+    assert json.loads(reply.body) == {
+        "scorer": "fake", "semif_commit": "fake-commit", "model": "fake-model", "revision": "r" * 40, "device": "none",
+        "status": "ok", "vram_cap_gib": 2.5, "max_tokens": 77, "max_decisions": 5, "max_queue": 3,
+        "in_progress": 0, "workloads": ["a", "b"],
+        "calibration": {"binding": None, "fitted": None, "workloads": {"a": {"none": 2.0}, "b": {"none": 1.0}}},
+    }
+
+
+async def test_health_while_draining_is_503_draining(service: Service) -> None:
+    reply = service.health(draining=True)
+    assert reply.status == 503 and json.loads(reply.body)["status"] == "draining"
+
+
+@pytest.mark.parametrize("error,status,code,message", [
+    (ValueError("v" * 400), 422, "invalid_request", "v" * 300 + "…"),
+    (ValueError(""), 422, "invalid_request", "the scorer refused the input"),
+    (OutOfMemory(""), 503, "out_of_memory", "CUDA out of memory"),
+    (OutOfMemory("CUDA out of memory. Tried to allocate 2 GiB"), 503, "out_of_memory",
+     "CUDA out of memory. Tried to allocate 2 GiB"),
+    (ScoringFailed("s" * 400), 500, "scoring_failed", "s" * 300 + "…"),
+    (ScoringFailed(""), 500, "scoring_failed", "scoring failed"),
+    (RuntimeError("internal detail"), 500, "scoring_failed", "scoring failed"),
+])
+async def test_scorer_failures_give_the_tables_status_and_exact_message(service, fake, caplog, error, status, code,
+                                                                       message) -> None:
+    fake.raise_ = error
+    for name, body in (("decide", BODY), ("shared", json.dumps(SHARED).encode())):
+        reply = await service.post(name, body)
+        assert reply.status == status
+        assert json.loads(reply.body) == {"error": {"code": code, "message": message}}
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    if isinstance(error, RuntimeError):
+        assert [r.getMessage() for r in logged] == ["scorer call failed"] * 2
+        assert all(r.exc_info and r.exc_info[1] is error for r in logged)  # the traceback goes to the log only
+    else:
+        assert logged == []
+
+
+async def test_a_scorer_returning_the_wrong_number_of_results_is_a_logged_500(service, fake, caplog) -> None:
+    original = fake.score_shared
+    fake.score_shared = lambda rows: (original(rows)[0] * 2, {})  # one result too many per row
+    reply = await service.post("shared", json.dumps(SHARED).encode())
+    assert reply.status == 500
+    assert json.loads(reply.body) == {"error": {"code": "scoring_failed", "message": "failed to build the response"}}
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.getMessage() == "failed to build a response from a scorer result"
+    assert str(record.exc_info[1]) == "scorer returned 4 results for 2 rows"
+
+
+async def test_a_refused_body_never_takes_an_admission_slot(service, fake) -> None:
+    reply = await service.post("decide", b"[]")
+    assert reply.status == 422 and service.admission.in_progress == 0 and fake.calls == []
+    assert (await service.post("decide", json.dumps(ROW).encode())).status == 200
+
+
+def test_an_unknown_error_code_is_a_programming_error() -> None:
+    with pytest.raises(KeyError) as refused:
+        ApiError("nope", "message")
+    assert refused.value.args == ("unknown error code 'nope'",)
+
+
+@pytest.mark.parametrize("value,limit,expected", [
+    (5, 80, "5"),
+    (["a"], 80, "['a']"),
+    ("a\x00b\u202ec", 80, "a?b?c"),
+    ("x" * 80, 80, "x" * 80),
+    ("x" * 81, 80, "x" * 80 + "…"),
+    ("x" * 500, 10, "x" * 10 + "…"),
+])
+def test_an_excerpt_is_printable_and_cut_at_its_limit(value: Any, limit: int, expected: str) -> None:
+    assert excerpt(value, limit) == expected
+
+
+def test_an_excerpt_is_cut_at_80_characters_by_default() -> None:
+    assert excerpt("x" * 100) == "x" * 80 + "…" and excerpt("x" * 80) == "x" * 80
+
+
+@pytest.mark.parametrize("method,target,name", [
+    (b"GET", b"/health", "health"),
+    (b"GET", b"/health?verbose=1", "health"),
+    (b"POST", b"/decide?a?b", "decide"),
+    (b"POST", b"/decide/shared", "shared"),
+])
+def test_routing_ignores_the_query(method: bytes, target: bytes, name: str) -> None:
+    assert route(method, target).name == name
+
+
+def test_routing_refusals_are_exact() -> None:
+    with pytest.raises(ApiError) as missing:
+        route(b"GET", b"/" + b"n" * 100 + b"?q")
+    assert (missing.value.code, missing.value.message) == ("not_found", "no endpoint at /" + "n" * 59 + "…")
+    with pytest.raises(ApiError) as wrong:
+        route(b"GET", b"/decide/shared?x")
+    assert (wrong.value.code, wrong.value.message) == ("method_not_allowed", "/decide/shared accepts POST only")
+    assert wrong.value.headers == ((b"allow", b"POST"),)
+
+
+def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
+    admission = Admission(3)
+    for _ in range(3):
+        admission.enter()
+    assert admission.in_progress == 3
+    with pytest.raises(ApiError) as busy:
+        admission.enter()
+    assert (busy.value.code, busy.value.message) == ("busy", "3 requests already in progress; retry later")
+    admission.leave()
+    assert admission.in_progress == 2
+
+
+def test_rendering_keeps_unicode_and_refuses_non_finite_numbers() -> None:
+    assert render({"a": "é\u202e"}) == '{"a": "é\u202e"}'.encode()
+    with pytest.raises(ValueError):
+        render({"a": math.inf})
+
+
+async def test_a_refused_token_says_so_exactly(service: Service) -> None:
+    for header in (None, b"Bearer", b"Bearer wrong", b"Basic " + TOKEN.encode()):
+        with pytest.raises(ApiError) as refused:
+            service.authorize(header)
+        assert (refused.value.code, refused.value.message) == ("unauthorized", "missing or wrong bearer token")
+    service.authorize(b"BEARER " + TOKEN.encode())

@@ -1,0 +1,81 @@
+"""The OpenAPI document ships with the package and describes what the server really sends.
+
+A plain check that it parses and names every error code, explicit cases for each
+result shape (direct, calibrated, averaged, shared), and a short bounded schemathesis
+run (bench/acceptance/schemathesis_run.py's driver) against a live stub server in its own thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+import schemathesis
+from schemathesis import checks
+
+from bench.acceptance.schemathesis_run import document, fuzz
+from semif_serve.errors import STATUS
+
+from tests.bodies import ROW, SHARED
+from tests.service.threaded_server import AUTH, serving
+from tests.wire_client import TOKEN
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with serving() as base:
+        yield base
+
+
+def test_the_document_parses_and_names_every_error_code() -> None:
+    doc = document()
+    assert doc["openapi"] == "3.1.0"
+    assert {label for label in (r.ok().label for r in schemathesis.openapi.from_dict(doc).get_all_operations())} == {
+        "GET /health", "HEAD /health", "GET /metrics", "HEAD /metrics", "POST /decide", "POST /decide/shared"}
+    envelope = doc["components"]["schemas"]["Error"]["properties"]["error"]
+    assert envelope["required"] == ["code", "message"] and envelope["properties"]["code"]["enum"] == sorted(STATUS)
+    for code, status in STATUS.items():
+        (restriction,) = [part for part in doc["components"]["responses"][str(status)]["content"]["application/json"]["schema"]["allOf"]
+                          if "properties" in part]
+        assert code in restriction["properties"]["error"]["properties"]["code"]["enum"], code
+    for path in ("/decide", "/decide/shared"):
+        responses = doc["paths"][path]["post"]["responses"]
+        assert {str(s) for s in (401, 413, 422, 429, 500, 503)} <= set(responses)
+        assert all(ref == {"$ref": f"#/components/responses/{status}"} for status, ref in responses.items() if status != "200")
+    assert doc["paths"]["/health"]["get"]["security"] == [] and doc["security"] == [{"bearer": []}]
+
+
+@pytest.mark.parametrize("label,body", [
+    ("POST /decide", ROW),
+    ("POST /decide", {**ROW, "workload": "triage"}),
+    ("POST /decide", {**ROW, "orderings": "rotations"}),
+    ("POST /decide", {**ROW, "options": ROW["options"] + [{"id": "maybe", "description": "?"}], "orderings": "all"}),
+    ("POST /decide/shared", SHARED),
+    ("POST /decide/shared", {**SHARED, "workload": "triage"}),
+    ("POST /decide/shared", {**SHARED, "decisions": [{**SHARED["decisions"][0], "orderings": "rotations"}, SHARED["decisions"][1]]}),
+    ("GET /health", None),
+])
+def test_every_result_shape_matches_the_document(url: str, label: str, body: Any) -> None:
+    operation = schemathesis.openapi.from_dict(document()).find_operation_by_label(label)
+    case = operation.Case(body=body, media_type="application/json") if body is not None else operation.Case()
+    response = case.call(base_url=url, headers=AUTH, timeout=10)
+    assert response.status_code == 200
+    case.validate_response(response, checks=[checks.response_schema_conformance, checks.content_type_conformance])
+
+
+@pytest.mark.parametrize("label,body,headers,status", [
+    ("POST /decide", ROW, {}, 401),
+    ("POST /decide", {**ROW, "workload": "unknown"}, AUTH, 422),
+    ("POST /decide/shared", {"state": "s", "decisions": []}, AUTH, 422),
+])
+def test_error_envelopes_match_the_document(url: str, label: str, body: Any, headers: dict[str, str], status: int) -> None:
+    operation = schemathesis.openapi.from_dict(document()).find_operation_by_label(label)
+    case = operation.Case(body=body, media_type="application/json")
+    response = case.call(base_url=url, headers=headers, timeout=10)
+    assert response.status_code == status
+    case.validate_response(response, checks=[checks.response_schema_conformance, checks.status_code_conformance])
+
+
+def test_a_bounded_schemathesis_run_finds_nothing(url: str) -> None:
+    sent, findings = fuzz(url, TOKEN, max_examples=25)
+    assert sent >= 50 and findings == []

@@ -1,0 +1,45 @@
+"""A stub server on its own event loop in a thread, for clients that block (schemathesis's
+calls, httpx's sync client) and so cannot share the test's loop; and the header they send.
+
+Rule: it starts and stops the server; what is sent to it and checked stays in the tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Iterator
+
+from semif_serve.engine import Engine
+from semif_serve.server import Server
+from semif_serve.stub import StubScorer
+from tests.fakes import settings as server_settings
+from tests.wire_client import TOKEN
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@contextlib.contextmanager
+def serving() -> Iterator[str]:
+    """A stub server on its own event loop in a thread: schemathesis calls block."""
+    settings = server_settings(calibration={"triage": 1.5})
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> Server:
+        engine = Engine(StubScorer(settings))
+        await engine.start()
+        server = Server(settings, engine)
+        await server.start()
+        return server
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(server.shutdown(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
