@@ -22,7 +22,6 @@ import pytest
 
 from semif_serve.builders import smollm2, snapshot
 from tests.bodies import ROW
-from tests.smollm2_wheel import require_gguf
 
 # tokenizer_config.json of builder version 1 (revision 42c91864842f40b183d5dd301aa314c0936bb981).
 OLD_CONFIG_BLOB = "5a11e2db4c036074e5db0596ca53f73761d4ebc4"
@@ -36,11 +35,10 @@ ROWS = [ROW, {**ROW, "id": "t", "state": "I was charged twice , for one order ."
 
 
 @pytest.fixture(scope="module")
-def snapshot_dir() -> Path:
+def snapshot_dir(smollm2_build: dict[str, str]) -> Path:
     """The snapshot `small-model` builds (or finds) in the per-machine cache."""
-    require_gguf()
-    built = smollm2.build()
-    return snapshot.repo_dir(Path(built["HF_HOME"]), smollm2.REPO_ID) / "snapshots" / built["SEMIF_REVISION"]
+    home = Path(smollm2_build["HF_HOME"])
+    return snapshot.repo_dir(home, smollm2.REPO_ID) / "snapshots" / smollm2_build["SEMIF_REVISION"]
 
 
 @pytest.fixture(scope="module")
