@@ -133,12 +133,14 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     await engine.start()
     server = Server(settings, engine)
     port = await server.start()
-    log.info("semif-serve listening on %s:%d (scorer %s, event loop %s)", settings.host, port, settings.scorer,
-             loop_name(asyncio.get_running_loop()))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # The handlers go in before the listening line: whoever reads that line may send SIGTERM at
+    # once, and it must start a drain, not kill the process (-15) with the default action.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    log.info("semif-serve listening on %s:%d (scorer %s, event loop %s)", settings.host, port, settings.scorer,
+             loop_name(loop))
     flusher = loop.create_task(logs.flush_periodically(settings.log_flush_s)) if settings.log_flush_s > 0 else None
     try:
         await stop.wait()

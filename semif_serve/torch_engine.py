@@ -41,6 +41,15 @@ Loaded = tuple[Any, Any, dict[str, Any]]
 ModelLoader = Callable[[Settings, str, str, ModuleType], Loaded]
 
 
+def _log_through_root(transformers: ModuleType) -> None:
+    """transformers writes to stderr through a handler of its own and draws progress bars;
+    both would break SEMIF_LOG_FORMAT=json's one JSON object per stderr line. Its records
+    go to the process's one handler instead (ops/logs.py), and a bar is not a log line."""
+    transformers.utils.logging.disable_default_handler()
+    transformers.utils.logging.enable_propagation()
+    transformers.utils.logging.disable_progress_bar()
+
+
 def load_model(settings: Settings, device: str, dtype: str, torch: ModuleType) -> Loaded:
     """Load the pinned model from the local HF cache only, the way SemIf does (INV-5),
     once the snapshot has proved itself (issue 10: never a half-loaded model)."""
@@ -51,6 +60,7 @@ def load_model(settings: Settings, device: str, dtype: str, torch: ModuleType) -
     )
     import transformers
 
+    _log_through_root(transformers)
     common = {"revision": settings.revision, "local_files_only": True, "trust_remote_code": False}
     config = transformers.AutoConfig.from_pretrained(settings.model, **common)
     tokenizer = transformers.AutoTokenizer.from_pretrained(settings.model, **common)

@@ -13,20 +13,27 @@ or file descriptors that do not return to their starting count (within --fd-slac
 
     python -m bench soak --seconds 5
     python -m bench soak --out bench/results/soak.json
+    python -m bench soak --seconds 20 --plot bench/evidence/soak/prometheus.png
+
+With --plot, a real Prometheus (bench/common/prometheus.py: the shipped config and
+rules) scrapes the server every --scrape-interval for the whole run, and what it saw,
+queue saturation and refusals over time, is drawn into the PNG (bench/load/soak_plot.py),
+so a soak can be looked at rather than read.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from bench.common import datasets, procs
+from bench.common import datasets, procs, prometheus
 from bench.common.loadgen import Connection, Response, Target, call, encode
 from bench.common.report import Outcome, emit, note
 
@@ -185,13 +192,42 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds one request may take (default 30)")
     parser.add_argument("--fd-slack", type=int, default=4, help="fd growth tolerated as noise (default 4)")
     parser.add_argument("--out", type=Path, help="write the outcome as JSON")
+    parser.add_argument("--plot", type=Path, help="write what a real Prometheus saw (saturation, refusals) as a PNG")
+    parser.add_argument("--scrape-interval", type=float, default=0.5, help="Prometheus' scrape interval with --plot, s (default 0.5)")
     return parser
+
+
+@contextlib.contextmanager
+def watched(server: procs.Running, args: argparse.Namespace) -> Iterator[Callable[[], dict[str, Any]] | None]:
+    """With --plot: Prometheus scraping the server for the whole run; yields what draws its view afterwards."""
+    if args.plot is None:
+        yield None
+        return
+    from bench.load import soak_plot  # matplotlib only when a plot is asked for
+
+    interval = args.scrape_interval
+    with prometheus.running([f"{procs.HOST}:{server.target.port}"], interval=f"{round(interval * 1000)}ms") as prom:
+        prom.wait_scraped(1)
+        began = time.time()
+
+        def plot() -> dict[str, Any]:
+            time.sleep(4 * interval)  # the last samples, and a few of the server at rest
+            seen = soak_plot.seen(prom, began, time.time(), interval)
+            title = (f"soak: {2 * args.max_queue} clients, SEMIF_MAX_QUEUE={args.max_queue}, "
+                     f"{args.delay_ms} ms per call, {args.seconds:g} s (Prometheus every {interval:g} s)")
+            return {"plot": str(soak_plot.draw(seen, args.plot, title)), "peaks": soak_plot.peaks(seen)}
+
+        yield plot
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    env = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": str(args.delay_ms), "SEMIF_MAX_QUEUE": str(args.max_queue)}
-    with procs.semif_serve(env, procs.token()) as server:
+    env = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": str(args.delay_ms), "SEMIF_MAX_QUEUE": str(args.max_queue),
+           **({"SEMIF_METRICS": "on"} if args.plot else {})}
+    with procs.semif_serve(env, procs.token()) as server, watched(server, args) as plot:
         note(f"soak: {2 * args.max_queue} clients against {server.url} for {args.seconds:g} s")
         figures = asyncio.run(soak(server.target, Process(server.process.pid), args))
+        if plot is not None:
+            figures["prometheus"] = plot()
+            note(f"soak: what Prometheus saw is drawn in {figures['prometheus']['plot']}: {figures['prometheus']['peaks']}")
     return emit(verdict(figures, args.fd_slack), args.out)

@@ -9,9 +9,11 @@ peer or header ever becomes a label or a value.
 Theory: one registry per server (tests run several in one process). Per-request
 work is a few increments on label children bound once and cached, all those one
 request (route, status, code) or one scorer call (kind) moves found with one
-dict lookup; gauges that mirror state the server already keeps (in progress,
-open connections, CUDA memory) are read when scraped, so they cost nothing per
-request.
+dict lookup. Every refusal code and scorer kind is exported at 0 from the start,
+so the first `scoring_failed` or out-of-memory refusal is an increase a rule's
+`increase()` can see, not a series that appears already at 1. Gauges that mirror
+state the server already keeps (in progress, open connections, CUDA memory) are
+read when scraped, so they cost nothing per request.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any, Callable, Iterator
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from ..errors import STATUS
 
 # Sub-millisecond HTTP answers up to multi-second scorer calls on a loaded card.
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -32,6 +36,7 @@ CUDA_MEMORY = {
     "max_memory_reserved_bytes": ("semif_cuda_memory_peak_reserved_bytes", "Peak CUDA memory reserved since start."),
 }
 INFO_KEYS = ("scorer", "semif_commit", "model", "revision", "device")
+KINDS = ("direct", "shared")  # engine.CallTiming's kinds of scorer call that metrics count
 
 
 class _CudaMemory(Collector):
@@ -75,6 +80,10 @@ class Metrics:
         registry.register(_CudaMemory(facts))
         self._per_request: dict[tuple[str, int, str | None], tuple[Any, Any, Any]] = {}
         self._per_call: dict[str, tuple[Any, Any]] = {}
+        for code in STATUS:
+            self._refusals.labels(code)
+        for kind in KINDS:
+            self._bind_call(kind)
 
     def request(self, route: str, status: int, code: str | None, seconds: float) -> None:
         children = self._per_request.get((route, status, code))
@@ -89,14 +98,17 @@ class Metrics:
             refusals.inc()
 
     def scorer_call(self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool) -> None:
-        children = self._per_call.get(kind)
-        if children is None:
-            children = self._per_call[kind] = (self._queued.labels(kind), self._scoring.labels(kind))
+        children = self._per_call.get(kind) or self._bind_call(kind)
         children[0].observe(queued)
         children[1].observe(scoring)
         self._rows.inc(rows)
         if out_of_memory:
             self._oom.inc()
+
+    def _bind_call(self, kind: str) -> tuple[Any, Any]:
+        """The queue and call histograms of one kind, bound once."""
+        children = self._per_call[kind] = (self._queued.labels(kind), self._scoring.labels(kind))
+        return children
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,0 +1,92 @@
+"""deploy/container/kube.py: the podman flags the container check runs the image with are
+the ones deploy/kubernetes/deployment.yaml declares, and they agree with the Containerfile.
+
+The flags are derived from the manifest, so these tests hold the translation: what the
+image needs (its uid, port, model path, health route) must be what the manifest asks,
+and a manifest field nobody translated stops the check instead of being dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy.container import kube
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTAINERFILE = (ROOT / "Containerfile").read_text()
+MODELS = Path("/srv/models")
+
+
+@pytest.fixture()
+def pod() -> dict[str, Any]:
+    return kube.load()
+
+
+def pairs(flags: list[str], name: str) -> list[str]:
+    """The values given to each occurrence of a two-word flag."""
+    return [flags[i + 1] for i, flag in enumerate(flags) if flag == name]
+
+
+def image_env(name: str) -> str:
+    (value,) = re.findall(rf"^\s+{name}=(\S+?)\s*\\?$", CONTAINERFILE, re.MULTILINE)
+    return value
+
+
+def test_the_user_is_the_images_non_root_uid(pod: dict[str, Any]) -> None:
+    flags = kube.flags(pod, MODELS, None, cpu=True)
+    (user,) = re.findall(r"^USER (\S+)$", CONTAINERFILE, re.MULTILINE)
+    assert pairs(flags, "--user") == [user] and not user.startswith("0")
+
+
+def test_root_is_read_only_and_only_the_manifests_volumes_are_mounted(pod: dict[str, Any]) -> None:
+    flags = kube.flags(pod, MODELS, None, cpu=True)
+    assert "--read-only" in flags and "--read-only-tmpfs=false" in flags
+    assert pairs(flags, "--volume") == [f"{MODELS}:{image_env('HF_HOME')}:ro"]
+    assert pairs(flags, "--tmpfs") == ["/tmp:rw,mode=1777,size=1g"]
+    assert pairs(flags, "--cap-drop") == ["all"] and pairs(flags, "--security-opt") == ["no-new-privileges"]
+
+
+def test_env_is_the_manifests_and_the_token_goes_by_name(pod: dict[str, Any]) -> None:
+    gpu, cpu = (pairs(kube.flags(pod, MODELS, None, cpu=c), "--env") for c in (False, True))
+    assert "SEMIF_API_TOKEN" in cpu and not any(e.startswith("SEMIF_API_TOKEN=") for e in cpu)
+    assert f"SEMIF_PORT={image_env('SEMIF_PORT')}" in cpu
+    assert set(gpu) - set(cpu) == {"SEMIF_VRAM_CAP_GIB=14"}  # the server refuses it on CPU
+
+
+def test_probes_ask_the_images_port_and_healthcheck_route(pod: dict[str, Any]) -> None:
+    path, port = kube.health_path(pod)
+    assert (path, str(port)) == ("/health", image_env("SEMIF_PORT"))
+    assert re.search(rf"^EXPOSE {port}$", CONTAINERFILE, re.MULTILINE)
+    (healthcheck,) = [line for line in CONTAINERFILE.splitlines() if "urlopen(" in line]
+    assert f"'{path}'" in healthcheck
+    assert kube.liveness(pod)[0] == "python" and f"'{path}'" in kube.liveness(pod)[-1]
+
+
+def test_published_port_and_stop_timeout(pod: dict[str, Any]) -> None:
+    flags = kube.flags(pod, MODELS, "127.0.0.1:18741", cpu=True)
+    assert "--publish=127.0.0.1:18741:8000" in flags
+    assert pairs(flags, "--stop-timeout") == ["40"]  # 45 s grace, less the 5 s preStop podman cannot run
+    assert "--publish" not in " ".join(kube.flags(pod, MODELS, None, cpu=True))
+
+
+@pytest.mark.parametrize("where", ["pod", "container", "container securityContext"])
+def test_an_untranslated_manifest_field_stops_the_check(pod: dict[str, Any], where: str) -> None:
+    changed = copy.deepcopy(pod)
+    section = {"pod": changed, "container": changed["containers"][0],
+               "container securityContext": changed["containers"][0]["securityContext"]}[where]
+    section["procMount"] = "Unmasked"
+    with pytest.raises(ValueError, match="procMount"):
+        kube.checked(changed)
+        kube.flags(changed, MODELS, None, cpu=True)
+
+
+def test_a_root_manifest_is_refused(pod: dict[str, Any]) -> None:
+    changed = copy.deepcopy(pod)
+    changed["securityContext"]["runAsUser"] = 0
+    with pytest.raises(ValueError, match="non-root"):
+        kube.flags(changed, MODELS, None, cpu=True)

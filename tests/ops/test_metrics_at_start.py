@@ -1,0 +1,29 @@
+"""A fresh server's /metrics already carries every refusal code and scorer kind, at 0.
+
+Prometheus' increase() cannot see a series that first appears at 1: without these
+zeros the first `scoring_failed` or out-of-memory refusal after a start would never
+fire its alert (deploy/prometheus/semif-serve.rules.yml). On a real socket, parsed
+with prometheus_client's own parser.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from semif_serve.errors import STATUS
+from semif_serve.ops.metrics import KINDS
+from tests.wire_client import request
+
+
+async def test_a_fresh_server_exports_every_refusal_code_and_scorer_kind_at_zero(start_server, fake) -> None:
+    server = await start_server(fake)
+    response = await request(server.port, "GET", "/metrics", headers=[])
+    assert response.status == 200
+    samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+               for family in text_string_to_metric_families(response.body.decode()) for sample in family.samples}
+    for code in STATUS:
+        assert samples[("semif_refusals_total", (("code", code),))] == 0, code
+    for kind in KINDS:
+        for name in ("semif_scorer_call_duration_seconds_count", "semif_scorer_queue_seconds_count"):
+            assert samples[(name, (("kind", kind),))] == 0, (name, kind)
+    assert fake.calls == []

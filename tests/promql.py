@@ -1,0 +1,106 @@
+"""What the Prometheus, Grafana and soak-plot tests share: the shipped rules and
+dashboard as data, the metric names an expression reads, and the names the server exposes.
+
+Names are read from the expressions with PromQL's own lexical rules (strings,
+label matchers, ranges and grouping lists removed; a name followed by `(` is a
+function), so a typo in a metric name is caught before any Prometheus runs; the
+live test then has Prometheus itself parse and evaluate each expression.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Iterator
+
+import pytest
+
+from bench.common import prometheus
+from semif_serve.ops.metrics import CUDA_MEMORY, Metrics
+
+DASHBOARD = prometheus.procs.ROOT / "deploy" / "grafana" / "semif-serve.json"
+# Grafana's dashboard variables and built-in, as a query against one replica would see them.
+VARIABLES = {"$__rate_interval": "1m", "${job}": "semif-serve", "$job": "semif-serve",
+             "${instance}": ".*", "$instance": ".*"}
+PROMETHEUS_OWN = {"up"}  # written by Prometheus for every target, not by the server
+CUDA_ONLY = {name for name, _ in CUDA_MEMORY.values()}
+
+_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
+             "offset", "bool", "inf", "nan"}
+
+
+def require(name: str) -> str:
+    """The binary's path; without it a skip, or a failure under CI=true (CI installs it)."""
+    found = prometheus.binary(name)
+    if found is None:
+        message = f"{name} is not installed (apt-get install prometheus)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def rules() -> list[dict[str, Any]]:
+    """Every rule of the shipped rules file, recording and alerting."""
+    return [rule for group in prometheus.load_yaml(prometheus.RULES)["groups"] for rule in group["rules"]]
+
+
+def recorded() -> set[str]:
+    return {rule["record"] for rule in rules() if "record" in rule}
+
+
+def alerts() -> dict[str, dict[str, Any]]:
+    return {rule["alert"]: rule for rule in rules() if "alert" in rule}
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text())
+
+
+def panels() -> Iterator[dict[str, Any]]:
+    """Every panel that queries (rows hold none)."""
+    for panel in dashboard()["panels"]:
+        if panel["type"] != "row":
+            yield panel
+
+
+def substitute(expr: str) -> str:
+    """A dashboard expression with its variables filled in (longest names first)."""
+    for name in sorted(VARIABLES, key=len, reverse=True):
+        expr = expr.replace(name, VARIABLES[name])
+    return expr
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric (and recorded series) names an expression selects."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # strings first: they may hold anything
+    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", " ", text)  # ranges and subqueries
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        following = text[match.end():].lstrip()[:1]
+        word = match.group()
+        if following == "(" or word.lower() in _KEYWORDS:
+            continue
+        if not re.match(r"\d", text[max(0, match.start() - 1):match.start()] or " "):  # not the tail of 1e3, 5m
+            names.add(word)
+    return names
+
+
+def selectors(expr: str) -> set[str]:
+    """Each series selector of an expression, with its label matchers (`name{code="busy"}`)."""
+    names = metric_names(expr)
+    return {match.group(1) + (match.group(2) or "")
+            for match in re.finditer(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{[^}]*\})?", expr) if match.group(1) in names}
+
+
+def exposed() -> set[str]:
+    """Every sample name /metrics can carry, CUDA's included: rendered by the server's own
+    Metrics after one request (request counters appear with their first route and status)."""
+    facts = {key: 1.0 for key in CUDA_MEMORY} | {"scorer": "stub"}
+    metrics = Metrics(2, lambda: 0, lambda: 0, lambda: facts)
+    metrics.request("/decide", 200, None, 0.001)
+    text = metrics.render().decode()
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
