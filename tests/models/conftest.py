@@ -1,5 +1,6 @@
 """Fixtures of the real tiny model served through the production path: its settings, a loaded
-scorer, SemIf's own independent load of the same checkpoint, and the metadata SemIf reports.
+scorer, SemIf's own independent load of the same checkpoint, and the metadata SemIf reports;
+and SmolLM2 built (or found) once per session, which the SmolLM2 tests point them at.
 Only the model tests use them; `tiny_built` (the checkpoint itself) stays in tests/conftest.py
 because engine and bench tests build it too. torch is imported only inside these fixtures.
 """
@@ -10,8 +11,17 @@ from typing import Any, Iterator
 
 import pytest
 
+from semif_serve.builders import smollm2
 from semif_serve.config import Settings
 from tests.fakes import settings
+from tests.smollm2_wheel import require_gguf
+
+
+@pytest.fixture(scope="session")
+def smollm2_build() -> dict[str, str]:
+    """Build (or find) SmolLM2 in the per-machine cache; skip, or under CI=true fail, without the wheel."""
+    require_gguf()
+    return smollm2.build()
 
 
 @pytest.fixture(scope="module")

@@ -28,11 +28,10 @@ import pytest
 from semif_serve import averaging, prefix
 from semif_serve.builders import smollm2
 
-from tests.smollm2_wheel import require_gguf
 from tests.timing import timeless
 from tests.wire_client import request
 
-REVISION = "42c91864842f40b183d5dd301aa314c0936bb981"
+REVISION = "16708cffca79e01d1e090d2e12526c31f5cd17ce"
 REFUSAL = "The fixed state prefix does not match every full prompt"
 QUESTION = "In which country is this city?"
 # (city, its country, the other country): each pair appears in both directions.
@@ -57,13 +56,6 @@ def ticket_rows(state: Any) -> list[dict[str, Any]]:
 
 def top(result: dict[str, Any]) -> str:
     return result["option_ids"][result["probabilities"].index(max(result["probabilities"]))]
-
-
-@pytest.fixture(scope="session")
-def smollm2_build() -> dict[str, str]:
-    """Build (or find) SmolLM2 in the per-machine cache; skip, or under CI=true fail, without the wheel."""
-    require_gguf()
-    return smollm2.build()
 
 
 @pytest.fixture(scope="module")

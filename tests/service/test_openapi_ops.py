@@ -26,6 +26,8 @@ def url() -> Iterator[str]:
 
 @pytest.mark.parametrize("label,body,headers,status", [
     ("GET /metrics", None, {}, 200),
+    ("HEAD /metrics", None, {}, 200),
+    ("HEAD /health", None, {"X-Request-Id": "trace-8"}, 200),
     ("GET /health", None, {"X-Request-Id": "trace-7"}, 200),
     ("POST /decide", ROW, AUTH, 200),
     ("POST /decide", ROW, {}, 401),

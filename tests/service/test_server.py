@@ -330,7 +330,7 @@ async def test_unknown_paths_and_wrong_methods_are_enveloped(start_server, fake,
     response = await request(server.port, method, path, headers=[AUTH])
     assert response.status == status and response.code == code
     if status == 405:
-        assert response.headers[b"allow"] == (b"GET" if path == "/health" else b"POST")
+        assert response.headers[b"allow"] == (b"GET, HEAD" if path == "/health" else b"POST")
     await assert_serving(server.port)
 
 
