@@ -230,8 +230,8 @@ def translate(body: bytes, options: Options) -> Plan:
     for name in ("model", "state", "questions"):
         if name not in data:
             raise refuse(f"body is missing field {name}", name)
-    if data["model"] not in options.models:
-        raise refuse(f"unknown model {excerpt(data['model'], 60)!r}; served: {', '.join(sorted(options.models))}", "model")
+    if not isinstance(data["model"], str) or data["model"] not in options.models:  # a list or object: 422, not a crash
+        raise refuse(f"unknown model {excerpt(str(data['model']), 60)!r}; served: {', '.join(sorted(options.models))}", "model")
     with _at("state"):
         state = request_model.checked_state(data["state"])
     orderings, workload = _extension(data.get("semif"), options)

@@ -123,6 +123,8 @@ REFUSALS = [
     ("missing questions", {"model": "served", "state": "s"}, "questions"),
     ("unknown model", {"model": "gpt", "state": "s", "questions": {"q": NOUL}}, "model"),
     ("model not a string", {"model": 3, "state": "s", "questions": {"q": NOUL}}, "model"),
+    ("model an array (unhashable: schemathesis found the crash)", {"model": ["served"], "state": "s", "questions": {"q": NOUL}}, "model"),
+    ("model an object", {"model": {"name": "served"}, "state": "s", "questions": {"q": NOUL}}, "model"),
     ("state of the wrong type", {"model": "served", "state": 5, "questions": {"q": NOUL}}, "state"),
     ("empty state", {"model": "served", "state": "", "questions": {"q": NOUL}}, "state"),
     ("questions of the wrong type", {"model": "served", "state": "s", "questions": [NOUL]}, "questions"),
