@@ -124,8 +124,9 @@ def observed() -> Iterator[dict[str, Any]]:
             yield {"prom": prom, "counts": traffic.counts, "alert_states": alert_states, "elapsed": elapsed}
 
 
-def within(measured: float, count: float, slack: float = 0.15) -> bool:
-    """A 1m rate x 60 against a count: Prometheus extrapolates by at most about one scrape at each end."""
+def within(measured: float, count: float, slack: float = 0.25) -> bool:
+    """A 1m rate x 60 against a count: Prometheus extrapolates by about one scrape at each end, more
+    when a loaded machine delays scrapes (CI saw 11.7 for 10 sent with 15% slack: 25% now)."""
     return count <= measured <= count * (1 + slack) + 0.1
 
 
