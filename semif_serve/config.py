@@ -42,6 +42,9 @@ class Settings:
     stub_delay_ms: int = 0
     host: str = "127.0.0.1"
     port: int = 8000
+    # Extension: a second listener that answers /metrics alone and stays open through a drain,
+    # so Prometheus watches a replica leave (None: /metrics only on `port`, closed at SIGTERM).
+    metrics_port: int | None = None
     # Deadlines and connection limits (seconds / counts): slow clients are cut off
     # before they can pin a connection or a file descriptor indefinitely.
     header_timeout: float = 10.0
@@ -90,11 +93,25 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return int(text)
 
 
-def _port(env: Mapping[str, str]) -> int:
-    port = _positive_int(env, "SEMIF_PORT", 8000)
+def _port(env: Mapping[str, str], name: str = "SEMIF_PORT", default: int = 8000) -> int:
+    port = _positive_int(env, name, default)
     if port > 65535:
-        raise ValueError(f"SEMIF_PORT must be 1..65535, got {port}")
+        raise ValueError(f"{name} must be 1..65535, got {port}")
     return port
+
+
+def _metrics_port(env: Mapping[str, str], port: int, metrics: bool) -> int | None:
+    """SEMIF_METRICS_PORT: unset (default) for none; a port of its own, never SEMIF_PORT's, and only
+    with metrics on: a listener that could answer nothing but 404 would hide the mistake."""
+    if env.get("SEMIF_METRICS_PORT") is None:
+        return None
+    metrics_port = _port(env, "SEMIF_METRICS_PORT")
+    if metrics_port == port:
+        raise ValueError(f"SEMIF_METRICS_PORT must differ from SEMIF_PORT ({port})")
+    if not metrics:
+        raise ValueError("SEMIF_METRICS_PORT needs metrics on (SEMIF_METRICS is off or prometheus_client "
+                         "is not installed: pip install 'semif-serve[metrics]')")
+    return metrics_port
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float | None) -> float | None:
@@ -139,6 +156,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     path = env.get("SEMIF_CALIBRATION")
     calibration_table = calibration.load(path) if path is not None else calibration.Table()
+    port, metrics = _port(env), _metrics(env)
     return Settings(
         api_token=_token(env),
         model=_nonempty(env, "SEMIF_MODEL", DEFAULT_MODEL),
@@ -154,7 +172,8 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         scorer=_choice(env, "SEMIF_SCORER", "semif_phase1", SCORERS),
         stub_delay_ms=_non_negative_int(env, "SEMIF_STUB_DELAY_MS", 0),
         host=_nonempty(env, "SEMIF_HOST", "127.0.0.1"),
-        port=_port(env),
+        port=port,
+        metrics_port=_metrics_port(env, port, metrics),
         header_timeout=_positive_float(env, "SEMIF_HEADER_TIMEOUT_S", 10.0),
         body_timeout=_positive_float(env, "SEMIF_BODY_TIMEOUT_S", 30.0),
         idle_timeout=_positive_float(env, "SEMIF_IDLE_TIMEOUT_S", 60.0),
@@ -162,7 +181,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         shutdown_grace=_positive_float(env, "SEMIF_SHUTDOWN_GRACE_S", 30.0),
         log_format=_choice(env, "SEMIF_LOG_FORMAT", "text", ("text", "json")),
         access_log=_choice(env, "SEMIF_ACCESS_LOG", "on", ("on", "off")) == "on",
-        metrics=_metrics(env),
+        metrics=metrics,
         log_flush_s=_log_flush(env),
         event_loop=_event_loop(env),
         **_systemone(env, calibration_table),

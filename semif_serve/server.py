@@ -6,6 +6,13 @@ within the grace period, answers any still waiting 503, and exits 0. The port
 opens only after the model has loaded and warmed up (`Engine.start`), so a
 connection refused means "not ready yet" and a 503 `draining` means "leaving".
 Every effective setting is logged once at startup, the token redacted.
+
+*Extension:* with SEMIF_METRICS_PORT set, a second listener answers `/metrics` alone
+and stays open through the drain until the process exits, so Prometheus keeps
+scraping a replica while it leaves (semif_drain_elapsed_seconds) and can alert on
+a drain that outlives its grace. Its connections have their own small cap and are
+never counted as clients: a scraper cannot take a caller's slot, nor a caller a
+scraper's.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from typing import Mapping
 
 from . import calibration
 from .channel import Channel
@@ -25,10 +33,12 @@ from .ops.logs import log_settings
 from .ops.operations import Operations, peer_of
 from .ops.retry_after import RetryAfter
 from .scorer import Scorer
-from .service import Reply, Service
+from .service import METRICS_ROUTES, ROUTES, Reply, Route, Service
 from .wire import MAX_BUFFERED, Drain, HttpConnection
 
 log = logging.getLogger("semif_serve.server")
+# Open connections the metrics listener takes: a Prometheus pair (HA) and a person with curl, with room.
+MAX_SCRAPERS = 16
 
 _FULL_ERROR = ApiError("too_many_connections", "too many open connections; retry later")
 _FULL_BODY = envelope(_FULL_ERROR.code, _FULL_ERROR.message)
@@ -57,63 +67,87 @@ def build_scorer(settings: Settings) -> Scorer:
 
 
 class Server:
-    """One listening socket, its connections and the shared drain flag."""
+    """The listening sockets, their connections and the shared drain flag."""
 
     def __init__(self, settings: Settings, engine: Engine) -> None:
         self.settings = settings
         self.engine = engine
         self.service = Service(settings, engine)
         self.drain = Drain()
-        self.connections: dict[asyncio.Task[None], HttpConnection] = {}
-        self.ops = Operations(settings, self.service, lambda: len(self.connections))
+        self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
+        self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
+        self.ops = Operations(settings, self.service, lambda: len(self.connections), self.drain.seconds)
         engine.observers.append(self.ops.scorer_call)
         self._listener: asyncio.base_events.Server | None = None
+        self._metrics_listener: asyncio.base_events.Server | None = None
         self.port = 0
+        self.metrics_port: int | None = None
 
     async def start(self) -> int:
-        """Listen; return the bound port (SEMIF_PORT, or the one the OS chose for 0)."""
-        loop = asyncio.get_running_loop()
-        self._listener = await loop.create_server(
-            lambda: Channel(MAX_BUFFERED, self._accept), self.settings.host, self.settings.port, backlog=1024
-        )
-        self.port = self._listener.sockets[0].getsockname()[1]
+        """Listen; return the bound port (SEMIF_PORT, or the one the OS chose for 0). The
+        metrics listener, when set, binds next (metrics_port)."""
+        self._listener, self.port = await self._listen(
+            self.settings.port, self.connections, self.settings.max_connections, ROUTES)
+        if self.settings.metrics_port is not None:
+            self._metrics_listener, self.metrics_port = await self._listen(
+                self.settings.metrics_port, self.scrapers, MAX_SCRAPERS, METRICS_ROUTES)
         return self.port
 
-    def _accept(self, channel: Channel) -> None:
+    async def _listen(self, port: int, connections: dict[asyncio.Task[None], HttpConnection], cap: int,
+                      routes: Mapping[bytes, Route]) -> tuple[asyncio.base_events.Server, int]:
+        def accept(channel: Channel) -> None:
+            self._accept(channel, connections, cap, routes)
+
+        listener = await asyncio.get_running_loop().create_server(
+            lambda: Channel(MAX_BUFFERED, accept), self.settings.host, port, backlog=1024)
+        return listener, listener.sockets[0].getsockname()[1]
+
+    def _accept(self, channel: Channel, connections: dict[asyncio.Task[None], HttpConnection], cap: int,
+                routes: Mapping[bytes, Route]) -> None:
         """A connection is open: refuse it over the cap (one write, no parsing), else serve it in its own task."""
-        if len(self.connections) >= self.settings.max_connections:
+        if len(connections) >= cap:
             exchange = self.ops.begin(None)
             data = full(exchange.request_id)
             channel.write(data)
             channel.close()
             self.ops.finish(exchange, Reply.error(_FULL_ERROR), peer_of(channel.transport), len(data))
             return
-        connection = HttpConnection(channel, self.service, self.settings, self.drain, self.ops)
+        connection = HttpConnection(channel, self.service, self.settings, self.drain, self.ops, routes)
         task = asyncio.get_running_loop().create_task(connection.run())
-        self.connections[task] = connection
-        task.add_done_callback(self._ended)
+        connections[task] = connection
+        task.add_done_callback(lambda ended: self._ended(ended, connections))
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        del self.connections[task]
+    @staticmethod
+    def _ended(task: asyncio.Task[None], connections: dict[asyncio.Task[None], HttpConnection]) -> None:
+        del connections[task]
         if not task.cancelled() and task.exception() is not None:
             log.error("connection failed", exc_info=task.exception())
 
     async def shutdown(self) -> None:
-        """Drain: refuse new work, let in-flight requests finish within the grace period."""
-        self.drain.active = True
+        """Drain: refuse new work, let in-flight requests finish within the grace period; the
+        metrics listener closes last, once nothing is left to watch."""
+        self.drain.begin()
         if self._listener is not None:
             self._listener.close()
-        for connection in self.connections.values():
+        await self._close_all(self.connections, self.settings.shutdown_grace)
+        self.engine.close()
+        if self._metrics_listener is not None:
+            self._metrics_listener.close()
+        await self._close_all(self.scrapers, 0.0)
+
+    @staticmethod
+    async def _close_all(connections: dict[asyncio.Task[None], HttpConnection], grace: float) -> None:
+        """Close the idle ones at once, give the rest `grace` s, then cancel them (each answers 503)."""
+        for connection in connections.values():
             if connection.closable:
                 connection.channel.close()
-        pending = set(self.connections)
-        if pending:
-            _, pending = await asyncio.wait(pending, timeout=self.settings.shutdown_grace)
+        pending = set(connections)
+        if pending and grace > 0:
+            _, pending = await asyncio.wait(pending, timeout=grace)
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=1.0)
-        self.engine.close()
 
 
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
@@ -139,6 +173,9 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     # once, and it must start a drain, not kill the process (-15) with the default action.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if server.metrics_port is not None:  # before the listening line: whoever reads that one may scrape at once
+        log.info("semif-serve metrics on %s:%d (/metrics only, open until the process exits)", settings.host,
+                 server.metrics_port)
     log.info("semif-serve listening on %s:%d (scorer %s, event loop %s)", settings.host, port, settings.scorer,
              loop_name(loop))
     flusher = loop.create_task(logs.flush_periodically(settings.log_flush_s)) if settings.log_flush_s > 0 else None

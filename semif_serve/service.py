@@ -14,7 +14,7 @@ import hmac
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from . import averaging, calibration, request_model, request_target
 from .systemone import assemble, catalogue, translate
@@ -50,6 +50,8 @@ ROUTES = {
     b"/v1/systemone": Route("systemone", b"POST", protected=True),
     b"/v1/models": Route("models", b"GET", protected=True),
 }
+# Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
+METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
 PARSERS = {"decide": request_model.parse_decide, "shared": request_model.parse_shared}
 # A body coding the service does not decode (the SDK may send zstd); a JSON parser must never see it.
 IDENTITY = (None, b"identity")
@@ -71,13 +73,14 @@ class Reply:
         return cls(error.status, envelope(error.code, error.message, error.param), error.headers, error.code, timing)
 
 
-def route(method: bytes, target: bytes, host: bytes | None = None) -> Route:
-    """The route for a request line and its Host field, or 400 / 404 / 405 in the envelope."""
+def route(method: bytes, target: bytes, host: bytes | None = None, routes: Mapping[bytes, Route] = ROUTES) -> Route:
+    """The route for a request line and its Host field among a listener's `routes`, or 400 / 404 / 405
+    in the envelope."""
     try:
         path = request_target.resolve(target, host)
     except request_target.BadTarget as error:
         raise ApiError("bad_request", str(error)) from None
-    found = ROUTES.get(path)
+    found = routes.get(path)
     if found is None:
         raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
     if method not in found.methods:

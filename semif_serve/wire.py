@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import time
 from http import HTTPStatus
-from typing import Awaitable
+from typing import Awaitable, Mapping
 
 import h11
 
@@ -27,7 +27,7 @@ from .channel import Channel
 from .config import Settings
 from .errors import ApiError, envelope, excerpt
 from .ops.operations import Exchange, Operations, peer_of
-from .service import Reply, Route, Service, route
+from .service import ROUTES, Reply, Route, Service, route
 
 # How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
 LINGER_S = 1.0
@@ -97,17 +97,28 @@ class Fields:
 
 
 class Drain:
-    """Shared shutdown state: once set, new requests are answered 503 and closed."""
+    """Shared shutdown state: once begun, new requests are answered 503 and closed."""
 
     def __init__(self) -> None:
-        self.active = False
+        self.active = False  # a plain attribute: every request reads it
+        self.started = 0.0  # time.monotonic() when it began
+
+    def begin(self) -> None:
+        if not self.active:
+            self.active, self.started = True, time.monotonic()
+
+    def seconds(self) -> float:
+        """How long it has run; 0 while serving (what semif_drain_elapsed_seconds exports)."""
+        return time.monotonic() - self.started if self.active else 0.0
 
 
 class HttpConnection:
     """One client connection: reads events with deadlines, answers through the service."""
 
-    def __init__(self, channel: Channel, service: Service, settings: Settings, drain: Drain, ops: Operations) -> None:
+    def __init__(self, channel: Channel, service: Service, settings: Settings, drain: Drain, ops: Operations,
+                 routes: Mapping[bytes, Route] = ROUTES) -> None:
         self.channel = channel
+        self.routes = routes  # what this connection's listener answers (service.METRICS_ROUTES on the metrics port)
         self.service = service
         self.settings = settings
         self.drain = drain
@@ -302,7 +313,7 @@ class HttpConnection:
             if fields.repeated:
                 unread = True  # the head is ambiguous: close rather than guess where the next request begins
                 raise ApiError("bad_request", f"the {fields.repeated[0].decode()} field appears more than once")
-            found = route(request.method, request.target, fields.get(b"host"))
+            found = route(request.method, request.target, fields.get(b"host"), self.routes)
             if self.drain.active and found.protected:
                 raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
             if found.protected:

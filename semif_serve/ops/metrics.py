@@ -56,7 +56,8 @@ class Metrics:
     """Every semif_ metric of one server, in its own registry."""
 
     def __init__(self, max_queue: int, in_progress: Callable[[], int], open_connections: Callable[[], int],
-                 facts: Callable[[], dict[str, Any]]) -> None:
+                 facts: Callable[[], dict[str, Any]], drain_seconds: Callable[[], float],
+                 shutdown_grace: float) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
         self._requests = Counter("semif_http_requests", "HTTP requests answered, by route and status.",
                                  ("route", "status"), registry=registry)
@@ -74,6 +75,12 @@ class Metrics:
               registry=registry).set_function(in_progress)
         Gauge("semif_max_queue", "SEMIF_MAX_QUEUE: the admission limit.", registry=registry).set(max_queue)
         Gauge("semif_open_connections", "Client connections open now.", registry=registry).set_function(open_connections)
+        # The drain, seen only through SEMIF_METRICS_PORT (the client port closes at SIGTERM): a
+        # drain past the grace means the process did not leave when it should have (an alert).
+        Gauge("semif_drain_elapsed_seconds", "Seconds since SIGTERM began the drain; 0 while serving.",
+              registry=registry).set_function(drain_seconds)
+        Gauge("semif_shutdown_grace_seconds", "SEMIF_SHUTDOWN_GRACE_S: the longest a drain waits for requests.",
+              registry=registry).set(shutdown_grace)
         info = facts()
         Info("semif_build", "What this process serves.", registry=registry).info(
             {key: "" if info.get(key) is None else str(info[key]) for key in INFO_KEYS})

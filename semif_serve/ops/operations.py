@@ -61,11 +61,12 @@ def _printable(value: bytes, limit: int) -> str:
 class Operations:
     """Request ids, Retry-After, the access log and the metrics of one server."""
 
-    def __init__(self, settings: Settings, service: Service, open_connections: Callable[[], int]) -> None:
+    def __init__(self, settings: Settings, service: Service, open_connections: Callable[[], int],
+                 drain_seconds: Callable[[], float]) -> None:
         self.service = service
         self.retry_after = RetryAfter()
         self.access_log = settings.access_log
-        self.metrics = _metrics(settings, service, open_connections) if settings.metrics else None
+        self.metrics = _metrics(settings, service, open_connections, drain_seconds) if settings.metrics else None
 
     # -- the wire's side ------------------------------------------------------------------
 
@@ -127,11 +128,13 @@ def _content_type() -> bytes:
     return CONTENT_TYPE
 
 
-def _metrics(settings: Settings, service: Service, open_connections: Callable[[], int]) -> Any:
+def _metrics(settings: Settings, service: Service, open_connections: Callable[[], int],
+             drain_seconds: Callable[[], float]) -> Any:
     """The metrics, or None (logged once) where prometheus_client is not installed."""
     try:
         from .metrics import Metrics
     except ImportError:
         log.warning("metrics are off: prometheus_client is not installed (pip install 'semif-serve[metrics]')")
         return None
-    return Metrics(settings.max_queue, lambda: service.admission.in_progress, open_connections, service.engine.health)
+    return Metrics(settings.max_queue, lambda: service.admission.in_progress, open_connections, service.engine.health,
+                   drain_seconds, settings.shutdown_grace)

@@ -40,6 +40,7 @@ BAD: dict[str, list[str]] = {
     "SEMIF_STUB_DELAY_MS": ["-1", "+1", " 1", "1.5", "1_0", "\u0665", ""],
     **{name: NOT_A_COUNT for name in POSITIVE_INTS},
     "SEMIF_PORT": NOT_A_COUNT + ["65536", "99999"],
+    "SEMIF_METRICS_PORT": NOT_A_COUNT + ["65536", "8000"],  # 8000: SEMIF_PORT's default, taken
     **{name: NOT_POSITIVE + [""] for name in POSITIVE_FLOATS if name != "SEMIF_VRAM_CAP_GIB"},
     "SEMIF_VRAM_CAP_GIB": NOT_POSITIVE,  # "" means uncapped for the one setting whose default is absent
     "SEMIF_CALIBRATION": ["/nonexistent/semif-calibration.json"],
@@ -61,6 +62,14 @@ def test_load_refuses_each_bad_value_naming_its_variable(case: tuple[str, str]) 
     with pytest.raises(ValueError) as refused:
         config.load(valid_env(**{name: value}))
     assert str(refused.value).startswith(name)
+
+
+def test_the_metrics_port_is_off_unless_set_and_needs_metrics() -> None:
+    assert config.load(valid_env()).metrics_port is None
+    assert config.load(valid_env(SEMIF_METRICS_PORT="9000")).metrics_port == 9000
+    assert config.load(valid_env(SEMIF_METRICS_PORT="8000", SEMIF_PORT="8001")).metrics_port == 8000
+    with pytest.raises(ValueError, match="^SEMIF_METRICS_PORT needs metrics on"):
+        config.load(valid_env(SEMIF_METRICS_PORT="9000", SEMIF_METRICS="off"))
 
 
 @pytest.mark.parametrize("env,message", [
