@@ -104,6 +104,7 @@ mapfile -t KUBE < <("$PY" -m deploy.container.kube flags --models "$models" --pu
 mapfile -t KUBE_OFFLINE < <("$PY" -m deploy.container.kube flags --models "$models" --cpu)
 mapfile -t HEALTH < <("$PY" -m deploy.container.kube health-path)
 mapfile -t LIVENESS < <("$PY" -m deploy.container.kube liveness)
+metrics_port=$("$PY" -m deploy.container.kube metrics-port)
 health_path=${HEALTH[0]}
 [ "${HEALTH[1]}" = 8000 ] || fail "the probes ask port ${HEALTH[1]}, the image listens on 8000"
 printf '%s ' "${KUBE[@]}"; echo
@@ -125,6 +126,10 @@ health=$("${PODMAN[@]}" inspect --format '{{.State.Health.Status}}' semif-check-
 [ "$health" = healthy ] || fail "podman reports the container $health, not healthy"
 echo "HEALTHCHECK: $health"
 "${PODMAN[@]}" exec semif-check-tiny "${LIVENESS[@]}" || fail "the liveness probe's command failed"
+# The manifest's metrics port (SEMIF_METRICS_PORT), scraped from inside like Prometheus in the pod network.
+"${PODMAN[@]}" exec semif-check-tiny python -c "import http.client; c = http.client.HTTPConnection('127.0.0.1', $metrics_port, timeout=4); c.request('GET', '/metrics'); r = c.getresponse(); body = r.read(); assert r.status == 200 and b'semif_drain_elapsed_seconds 0.0' in body, r.status" \
+    || fail "/metrics did not answer on the metrics port $metrics_port"
+echo "metrics port $metrics_port: /metrics 200"
 
 step parity
 probe decide "http://127.0.0.1:$HOST_PORT" --out "$WORK/inside.json" || fail "/decide in the container"

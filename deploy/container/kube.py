@@ -10,6 +10,7 @@ drift apart silently. Needs PyYAML (a dependency of transformers).
 Usage (one argument per line, for bash's `mapfile -t`):
   python -m deploy.container.kube flags --models DIR --publish 127.0.0.1:8001 --cpu
   python -m deploy.container.kube health-path
+  python -m deploy.container.kube metrics-port
   python -m deploy.container.kube liveness
 """
 
@@ -141,7 +142,9 @@ def stop_timeout(pod: dict[str, Any]) -> int:
 def flags(pod: dict[str, Any], models: Path, publish: str | None, cpu: bool) -> list[str]:
     """Every `podman run` argument the manifest implies."""
     container = _container(pod)
-    ports = [] if publish is None else [f"--publish={publish}:{p['containerPort']}" for p in container["ports"]]
+    # `publish` is the Service's way in, the `http` port; the metrics port is Prometheus' inside
+    # the cluster and is not published (the check scrapes it from inside the container).
+    ports = [] if publish is None else [f"--publish={publish}:{container_port(pod, 'http')}"]
     memory = container.get("resources", {}).get("limits", {}).get("memory")
     limits = [] if memory is None else ["--memory", memory.removesuffix("i").lower()]
     return (user_flags(pod) + mount_flags(pod, models) + env_flags(pod, cpu) + ports + limits
@@ -170,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--publish", help="host address:port to publish the container port on")
     run.add_argument("--cpu", action="store_true", help="leave out settings that apply only to CUDA")
     sub.add_parser("health-path", help="path and port of the httpGet probes")
+    sub.add_parser("metrics-port", help="the container port named metrics (SEMIF_METRICS_PORT)")
     sub.add_parser("liveness", help="the liveness probe's command")
     args = parser.parse_args(argv)
     pod = load()
@@ -177,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         lines = flags(pod, args.models, args.publish, args.cpu)
     elif args.what == "health-path":
         lines = [str(part) for part in health_path(pod)]
+    elif args.what == "metrics-port":
+        lines = [str(container_port(pod, "metrics"))]
     else:
         lines = liveness(pod)
     sys.stdout.write("".join(line + "\n" for line in lines))

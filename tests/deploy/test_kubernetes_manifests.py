@@ -131,7 +131,10 @@ def test_token_from_a_secret_and_model_cache_read_only(kinds: dict[str, dict[str
 
 
 def test_probes_ports_and_selectors_line_up(kinds: dict[str, dict[str, Any]], container: dict[str, Any]) -> None:
-    (port,) = container["ports"]
+    ports = {port["name"]: port for port in container["ports"]}
+    port, metrics = ports.pop("http"), ports.pop("metrics")
+    assert not ports  # nothing else is opened
+    assert metrics["containerPort"] == int(env_of(container)["SEMIF_METRICS_PORT"]) != port["containerPort"]
     image_port = re.search(r"SEMIF_PORT=(\d+)", (ROOT / "Containerfile").read_text()).group(1)
     assert port["containerPort"] == int(env_of(container)["SEMIF_PORT"]) == int(image_port)
     for probe in ("startupProbe", "readinessProbe"):
@@ -143,7 +146,8 @@ def test_probes_ports_and_selectors_line_up(kinds: dict[str, dict[str, Any]], co
     for selector in (kinds["Service"]["spec"]["selector"], kinds["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"],
                      kinds["Deployment"]["spec"]["selector"]["matchLabels"]):
         assert selector.items() <= labels.items()
-    assert kinds["Service"]["spec"]["ports"][0]["targetPort"] == port["name"]
+    (service_port,) = kinds["Service"]["spec"]["ports"]  # callers reach http only, never the metrics port
+    assert service_port["targetPort"] == port["name"]
 
 
 def test_disruptions_take_one_pod_at_a_time(kinds: dict[str, dict[str, Any]]) -> None:

@@ -1,6 +1,7 @@
 """A real Prometheus scraping a live semif-serve: the recording rules return what the
 traffic made, every dashboard expression returns data, and the queue-saturated alert
-becomes pending or firing while the queue is held full.
+becomes pending or firing while the queue is held full; then a second server's drain,
+watched through its SEMIF_METRICS_PORT while its client port is closed.
 
 One stub server (`python -m semif_serve`, 0.8 s per scorer call, SEMIF_MAX_QUEUE=2)
 started by bench/common/procs.py and one Prometheus (bench/common/prometheus.py: the shipped config
@@ -13,6 +14,7 @@ Without prometheus this skips, except under CI=true, where it fails.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import Counter
@@ -34,7 +36,10 @@ QUEUE = 2
 HOLD_S = 15.0  # the longest the queue is held full waiting for the alert
 ENV = {**scale.stub_env(int(DELAY_S * 1000), queue=QUEUE), "SEMIF_METRICS": "on", "SEMIF_ACCESS_LOG": "off"}
 SELECT = '{job="semif-serve"}'
-SCORING = ("/decide", "/decide/shared")
+SCORING = ("/decide", "/decide/shared", "/v1/systemone")  # every route that takes an admission slot
+# One noul question: one row, a direct call, like ROW.
+SYSTEMONE = {"model": "jev-latest", "state": ROW["state"],
+             "questions": {"urgent": {"type": "noul", "instructions": ROW["question"]}}}
 
 
 class Traffic:
@@ -93,8 +98,10 @@ def observed() -> Iterator[dict[str, Any]]:
         holders = [pool.submit(warm.send, "POST", "/decide", ROW), pool.submit(warm.send, "POST", "/decide/shared", SHARED)]
         until(lambda: warm.in_progress() == QUEUE, 10.0, "the queue never filled")
         assert warm.send("POST", "/decide", ROW) == 429
+        assert warm.send("POST", "/v1/systemone", SYSTEMONE) == 429
         for holder in holders:
             holder.result()
+        assert warm.send("POST", "/v1/systemone", SYSTEMONE) == 200
         with prometheus.running([f"{procs.HOST}:{server.target.port}"], interval="1s", for_overrides={"SemifQueueSaturated": "1s"}) as prom:
             prom.wait_scraped(1)
             time.sleep(1.5)  # one more scrape: the baseline of every series is in
@@ -109,6 +116,7 @@ def observed() -> Iterator[dict[str, Any]]:
             # of 429s, and as long as a loaded machine's Prometheus needs to evaluate the rule.
             while time.monotonic() - held < 3.0 or "firing" not in alert_states and time.monotonic() - held < HOLD_S:
                 probes.append(pool.submit(traffic.send, "POST", "/decide", ROW))  # one admitted in a gap waits its turn
+                probes.append(pool.submit(traffic.send, "POST", "/v1/systemone", SYSTEMONE))
                 alert_states |= {alert["state"] for alert in prom.alerts()
                                  if alert["labels"]["alertname"] == "SemifQueueSaturated"}
                 time.sleep(0.25)
@@ -116,6 +124,7 @@ def observed() -> Iterator[dict[str, Any]]:
             for future in holders + probes:
                 future.result()
             assert traffic.send("POST", "/decide/shared", SHARED) == 200
+            assert traffic.send("POST", "/v1/systemone", SYSTEMONE) == 200
             assert traffic.send("POST", "/decide", ROW, token="wrong-" + TOKEN) == 401
             assert traffic.send("GET", "/health") == 200
             time.sleep(3.0)  # three scrapes and evaluations after the last request
@@ -132,7 +141,8 @@ def within(measured: float, count: float, slack: float = 0.25) -> bool:
 
 def test_the_request_rate_by_route_and_status_is_what_was_sent(observed) -> None:
     prom, counts = observed["prom"], observed["counts"]
-    assert counts[("/decide", 429)] >= 3 and counts[("/decide", 401)] == 1, counts  # the traffic we meant to send
+    assert counts[("/decide", 429)] >= 3 and counts[("/v1/systemone", 429)] >= 3, counts  # the traffic we meant to send
+    assert counts[("/decide", 401)] == 1, counts
     for sample in prom.query("instance_route_status:semif_http_requests:rate1m" + SELECT):
         labels = sample["metric"]
         key = (labels["route"], int(labels["status"]))
@@ -148,16 +158,21 @@ def test_the_request_rate_by_route_and_status_is_what_was_sent(observed) -> None
 def test_refusals_by_code_count_the_busy_and_the_unauthorized(observed) -> None:
     prom, counts = observed["prom"], observed["counts"]
     rates = values(prom.query("instance_code:semif_refusals:rate1m" + SELECT), "code")
-    assert within(rates.pop("busy") * 60, counts[("/decide", 429)])
+    assert within(rates.pop("busy") * 60, busy(counts))
     assert within(rates.pop("unauthorized") * 60, 1)
     assert rates and set(rates.values()) == {0.0}  # every other code exported, and none happened
 
 
+def busy(counts: Counter[tuple[str, int]]) -> int:
+    return sum(n for (_, status), n in counts.items() if status == 429)
+
+
 def test_the_busy_share_is_429s_over_scoring_requests(observed) -> None:
+    """Every scoring route on both sides of the ratio: /v1/systemone's 429s count as busy refusals too."""
     prom, counts = observed["prom"], observed["counts"]
     scoring = sum(n for (route, _), n in counts.items() if route in SCORING)
     (share,) = values(prom.query("instance:semif_busy_refusals_per_scoring_requests:ratio_rate1m" + SELECT)).values()
-    assert share == pytest.approx(counts[("/decide", 429)] / scoring, abs=0.03)
+    assert share == pytest.approx(busy(counts) / scoring, abs=0.03)
 
 
 def test_queue_saturation_was_full_while_held_and_is_empty_now(observed) -> None:
@@ -169,7 +184,8 @@ def test_queue_saturation_was_full_while_held_and_is_empty_now(observed) -> None
 
 def test_rows_per_second_count_the_rows_scored(observed) -> None:
     prom, counts = observed["prom"], observed["counts"]
-    rows = counts[("/decide", 200)] + len(SHARED["decisions"]) * counts[("/decide/shared", 200)]
+    rows = (counts[("/decide", 200)] + counts[("/v1/systemone", 200)]
+            + len(SHARED["decisions"]) * counts[("/decide/shared", 200)])
     (rate,) = values(prom.query("instance:semif_rows_scored:rate1m" + SELECT)).values()
     assert within(rate * 60, rows)
 
@@ -189,7 +205,9 @@ def test_scorer_call_p50_and_p99_fall_in_the_stub_delays_bucket(observed) -> Non
 def test_queue_wait_p50_and_p99_by_kind(observed) -> None:
     found = quantiles(observed["prom"], "semif_scorer_queue_seconds")
     assert set(found) == {(kind, q) for kind in ("direct", "shared") for q in ("0.5", "0.99")}
-    assert found[("shared", "0.5")] <= 0.01  # it came alone: no wait but the hand-over to the engine thread
+    # it came alone: no wait but the hand-over to the engine thread (within the 25 ms bucket: a
+    # loaded 2-core machine's thread wake-up and GIL switch can pass 10 ms)
+    assert found[("shared", "0.5")] <= 0.025
     # held full, a direct call waited for the one call ahead of it (SEMIF_MAX_QUEUE=2): about one
     # delay, plus the engine thread's wake-up on a loaded machine (the next bucket up, 2.5 s)
     assert BUCKET[0] < found[("direct", "0.99")] <= 2.5 and found[("direct", "0.5")] <= 2.5
@@ -205,8 +223,8 @@ def test_every_rule_evaluated_without_error(observed) -> None:
             assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
 
 
-def test_the_queue_saturated_alert_went_pending_then_firing_while_held_full(observed) -> None:
-    """Pending at the first evaluation that saw the queue full, firing once the test's 1 s `for:` passed."""
+def test_the_queue_saturated_alert_fired_while_held_full(observed) -> None:
+    """Firing once the test's 1 s `for:` passed (pending before it, perhaps between two polls)."""
     assert "firing" in observed["alert_states"]
 
 
@@ -233,3 +251,27 @@ def test_every_series_an_alert_reads_has_data(observed, alert: str) -> None:
     """An alert is silent here, so each series it selects (labels included) is asked on its own."""
     for selector in promql.selectors(promql.alerts()[alert]["expr"]):
         assert observed["prom"].query(f"count({selector})"), f"{alert} reads {selector}, which has no data"
+
+
+def test_prometheus_watches_a_drain_through_the_metrics_port() -> None:
+    """SIGTERM with a call in flight: the client port closes, and Prometheus, scraping
+    SEMIF_METRICS_PORT, still reads the drain's elapsed time and its grace, the two series
+    SemifDrainTooLong compares (its firing is promtool's test: a drain the server itself
+    bounds cannot be made to overrun here)."""
+    promql.require("prometheus")
+    metrics_port = procs.free_port()
+    env = {**ENV, "SEMIF_STUB_DELAY_MS": "8000", "SEMIF_SHUTDOWN_GRACE_S": "20", "SEMIF_METRICS_PORT": str(metrics_port)}
+    with procs.semif_serve(env, TOKEN) as server, ThreadPoolExecutor(max_workers=2) as pool, \
+            prometheus.running([f"{procs.HOST}:{metrics_port}"], interval="1s") as prom:
+        prom.wait_scraped(1)
+        traffic = Traffic(server.url)
+        in_flight = pool.submit(traffic.send, "POST", "/decide", ROW)
+        until(lambda: traffic.in_progress() == 1, 10.0, "the call never started")
+        server.process.send_signal(signal.SIGTERM)
+        drain = "semif_drain_elapsed_seconds" + SELECT
+        seen = until(lambda: values(prom.query(f"{drain} > 0")), 6.0, "Prometheus never saw the drain")
+        assert not in_flight.done()  # seen while the drain still held the call
+        assert 0 < seen[""] < 20
+        assert values(prom.query("semif_shutdown_grace_seconds" + SELECT)) == {"": 20.0}
+        assert values(prom.query("up" + SELECT)) == {"": 1.0}  # scraped all along
+        assert in_flight.result(timeout=30) == 200

@@ -75,20 +75,27 @@ def test_kubernetes_discovery_matches_the_deployment() -> None:
     keep = {tuple(rule["source_labels"]): rule["regex"] for rule in job["relabel_configs"] if rule.get("action") == "keep"}
     assert keep[("__meta_kubernetes_pod_label_" + re.sub(r"[./]", "_", key),)] == value
     port_name = keep[("__meta_kubernetes_pod_container_port_name",)]
-    assert ports[port_name] == int(env["SEMIF_PORT"])
+    assert ports[port_name] == int(env["SEMIF_METRICS_PORT"])  # the port that stays open through a drain
     assert job["metrics_path"] == "/metrics"
 
 
-def test_static_targets_are_the_replicas_never_the_edge() -> None:
-    """The README's nginx example: scrape each --replica, never the --listen address."""
+def test_static_targets_are_the_replicas_metrics_ports_never_the_edge() -> None:
+    """The README's nginx example: scrape the SEMIF_METRICS_PORT of each replica it starts on
+    the --replica hosts, never a client port nor the --listen address."""
     (job,) = prometheus.load_yaml(prometheus.CONFIG)["scrape_configs"]
     (static,) = job["static_configs"]
-    command = re.search(r"python -m deploy\.nginx\.render (.*?)>", README.read_text(), re.S)
-    assert command is not None
+    readme = README.read_text()
+    command = re.search(r"python -m deploy\.nginx\.render (.*?)>", readme, re.S)
+    loop = re.search(r"for card in ([\d ]+); do\n.*?SEMIF_PORT=\$\(\((\d+) \+ card\)\) "
+                     r"SEMIF_METRICS_PORT=\$\(\((\d+) \+ card\)\)", readme, re.S)
+    assert command is not None and loop is not None
+    cards = [int(card) for card in loop.group(1).split()]
     replicas = re.findall(r"--replica (\S+)", command.group(1))
     (listen,) = re.findall(r"--listen (\S+)", command.group(1))
-    assert static["targets"] == replicas and len(replicas) == 3
-    assert all(target.split(":")[1] != listen.split(":")[1] for target in static["targets"])
+    assert replicas == [f"127.0.0.1:{int(loop.group(2)) + card}" for card in cards]  # the loop starts the replicas
+    assert static["targets"] == [f"127.0.0.1:{int(loop.group(3)) + card}" for card in cards] and len(cards) == 3
+    ports = {target.split(":")[1] for target in static["targets"]}
+    assert not ports & {replica.split(":")[1] for replica in replicas} and listen.split(":")[1] not in ports
 
 
 @pytest.mark.parametrize("config", [prometheus.CONFIG, K8S_CONFIG], ids=["static", "kubernetes"])
@@ -128,9 +135,10 @@ def test_every_alert_has_a_for_a_severity_and_what_to_do() -> None:
         assert rule["annotations"]["summary"] and "First" in rule["annotations"]["description"], name
 
 
-def test_the_drain_window_outlasts_the_shutdown_grace() -> None:
-    (window,) = re.findall(r"\[(\d+)s\]", promql.alerts()["SemifDrainWouldNotEnd"]["expr"])
-    assert int(window) > Settings.shutdown_grace
+def test_the_stall_window_outlasts_the_body_deadline() -> None:
+    """A POST still sending its body holds a slot without a scorer call: the body deadline ends it first."""
+    (window,) = re.findall(r"\[(\d+)s\]", promql.alerts()["SemifScorerStalled"]["expr"])
+    assert int(window) > Settings.body_timeout
 
 
 # -- promtool test rules -----------------------------------------------------------------------
@@ -179,7 +187,7 @@ CASES: dict[str, tuple[list[dict[str, str]], str, list[dict[str, str]]]] = {
          series("semif_refusals_total", "0x30", instance="quiet", code="scoring_failed"),
          series("semif_refusals_total", "0+1x30", instance="quiet", code="busy")],
         "3m", [{"instance": "fires", "code": "scoring_failed"}]),
-    "SemifDrainWouldNotEnd": (
+    "SemifScorerStalled": (
         # stuck: requests waiting, no call finishing; busy but moving; idle
         [series("semif_requests_in_progress", "1x30", instance="fires"),
          series("semif_scorer_call_duration_seconds_count", "5x30", instance="fires", kind="direct"),
@@ -187,6 +195,18 @@ CASES: dict[str, tuple[list[dict[str, str]], str, list[dict[str, str]]]] = {
          series("semif_scorer_call_duration_seconds_count", "5+1x30", instance="quiet", kind="direct"),
          series("semif_requests_in_progress", "0x30", instance="idle"),
          series("semif_scorer_call_duration_seconds_count", "5x30", instance="idle", kind="direct")],
+        "2m", [{"instance": "fires"}]),
+    "SemifDrainTooLong": (
+        # draining for 2 min against a 30 s grace; a drain that ended at 30 s; one within its
+        # own longer grace (the bound is each replica's own gauge); one serving
+        [series("semif_drain_elapsed_seconds", "0+15x30", instance="fires"),
+         series("semif_shutdown_grace_seconds", "30x30", instance="fires"),
+         series("semif_drain_elapsed_seconds", "0x4 15 30", instance="quiet"),
+         series("semif_shutdown_grace_seconds", "30x6", instance="quiet"),
+         series("semif_drain_elapsed_seconds", "0+15x30", instance="long_grace"),
+         series("semif_shutdown_grace_seconds", "600x30", instance="long_grace"),
+         series("semif_drain_elapsed_seconds", "0x30", instance="serving"),
+         series("semif_shutdown_grace_seconds", "30x30", instance="serving")],
         "2m", [{"instance": "fires"}]),
 }
 
