@@ -86,7 +86,7 @@ def test_negative_control_fails_on_identical_data(tiny_server: procs.Running, ti
 def test_load_generator_accounts_for_every_request(tmp_path: Path) -> None:
     with procs.semif_serve(STUB, TOKEN, log_dir=tmp_path) as server:
         spec = datasets.load_json(datasets.SPEED21)
-        requests = [encode(server.target, "POST", "/decide", load.first_with(2)),
+        requests = [encode(server.target, "POST", "/decide", datasets.first_with(2)),
                     encode(server.target, "POST", "/decide/shared", datasets.shared_body(spec["state"], spec["decisions"]))]
         tally = asyncio.run(drive(server.target, requests, 4, 0.5, warmup=0.1))
     assert tally.sent == tally.answered > 0
