@@ -107,8 +107,7 @@ def admission_figures(queue: int, offered: int, delay: float, responses: list[Re
 
 
 def admission(args: argparse.Namespace, token: str) -> dict[str, Any]:
-    env = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": str(args.delay_ms), "SEMIF_MAX_QUEUE": str(args.queue)}
-    with procs.semif_serve(env, token) as server:
+    with procs.semif_serve(procs.stub_env(args.delay_ms, args.queue), token) as server:
         note(f"load admission: burst of {3 * args.queue} against SEMIF_MAX_QUEUE={args.queue}, delay {args.delay_ms} ms")
         return asyncio.run(burst(server.target, args.queue, 3 * args.queue, args.delay_ms / 1000))
 

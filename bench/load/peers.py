@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from bench.common import procs
 
 # Every server scores with the stub, no delay, 64 slots: wrk's 32 connections are never refused.
-STUB = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": "0", "SEMIF_MAX_QUEUE": "64"}
+STUB = procs.stub_env(queue=64)
 # Ours as the Containerfile deploys it (metrics, JSON access log) and with both off.
 OPS_ON = {"SEMIF_METRICS": "on", "SEMIF_ACCESS_LOG": "on", "SEMIF_LOG_FORMAT": "json"}
 OPS_METRICS = {"SEMIF_METRICS": "on", "SEMIF_ACCESS_LOG": "off", "SEMIF_LOG_FORMAT": "json"}

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import procs
+from bench.load import peers
 from bench.load.wrk import requests as wrk_requests, run_wrk, script
 
 TOKEN = "t0ken-0123456789abcdef0123456789abcdef"
@@ -31,8 +32,7 @@ CONNECTIONS = 8
 
 def run(label: str, root: Path, access_log: str, seconds: int, request: str, lua: Path) -> dict[str, Any]:
     """One fresh server, one measured wrk run."""
-    env = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": "0", "SEMIF_MAX_QUEUE": "64", "SEMIF_METRICS": "on",
-           "SEMIF_ACCESS_LOG": access_log, "SEMIF_LOG_FORMAT": "json"}
+    env = {**peers.STUB, **peers.OPS_ON, "SEMIF_ACCESS_LOG": access_log}
     path = wrk_requests()[request][1]
     with procs.semif_serve(env, TOKEN, checkout=root) as server:
         run_wrk(server, path, lua, CONNECTIONS, 1, 1)  # warm-up

@@ -31,6 +31,7 @@ import httpx
 
 from bench.common import datasets, procs
 from bench.common.report import note, write_json
+from bench.load import peers
 from bench.load.wrk import run_wrk, script
 from semif_serve import request_model
 from semif_serve.systemone import translate
@@ -60,8 +61,7 @@ def alternated(rounds: int) -> list[str]:
 
 def stub(rounds: int, seconds: int) -> dict[str, Any]:
     """CPU per request of each endpoint on a fresh stub server per run."""
-    env = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": "0", "SEMIF_MAX_QUEUE": "64", "SEMIF_METRICS": "on",
-           "SEMIF_LOG_FORMAT": "json"}
+    env = {**peers.STUB, **peers.OPS_ON}  # as deployed: metrics and the JSON access log on
     runs: dict[str, list[float]] = {"systemone": [], "shared": []}
     made = bodies()
     with tempfile.TemporaryDirectory() as tmp:

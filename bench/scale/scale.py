@@ -34,18 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import datasets, procs
+from bench.common.procs import stub_env  # also what tests/deploy/ start their replicas with, as scale.stub_env
 from bench.common.loadgen import Connection, Response, Target, call, drive, encode
 from bench.common.report import machine, markdown_table, note, write_json
 from bench.scale import edge
 
 HERE = Path(__file__).resolve().parents[1]  # bench/
-STUB = {"SEMIF_SCORER": "stub"}
 ERRORS = (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError)
-
-
-def stub_env(delay_ms: int, queue: int = 32, grace_s: float = 10.0) -> dict[str, str]:
-    return {**STUB, "SEMIF_STUB_DELAY_MS": str(delay_ms), "SEMIF_MAX_QUEUE": str(queue),
-            "SEMIF_SHUTDOWN_GRACE_S": str(grace_s)}
 
 
 def decide(target: Target, request_id: str) -> bytes:
