@@ -49,6 +49,15 @@ def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
 
+def alert(name: str) -> dict[str, Any]:
+    """The shipped alerting rule `name`, as written in the rules file."""
+    for group in load_yaml(RULES)["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") == name:
+                return rule
+    raise KeyError(f"{RULES} has no alert {name}")
+
+
 def rules_with(for_overrides: Mapping[str, str]) -> dict[str, Any]:
     """The shipped rules with the `for:` of the named alerts replaced (a test's copy)."""
     rules = load_yaml(RULES)
