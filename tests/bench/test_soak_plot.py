@@ -3,7 +3,8 @@ what it saw, the queue saturated and busy refusals, with the same numbers in the
 
 Runs the soak's own main (stub server, real Prometheus, matplotlib) for 3 s. Without
 prometheus this skips, except under CI=true, where it fails. The threshold line is the
-shipped alert's own bound, read from the rules file.
+shipped alert's own bound, read from the rules file, and the rules are evaluated at the
+scrape interval asked for.
 """
 
 from __future__ import annotations
@@ -43,3 +44,10 @@ def test_the_threshold_drawn_is_the_one_the_rules_file_sets(tmp_path: Path, monk
     edited.write_text(yaml.safe_dump(rules))
     with pytest.raises(ValueError, match="no longer"):
         soak_plot.threshold()
+
+
+def test_prometheus_evaluates_the_rules_at_the_interval_it_scrapes(tmp_path: Path) -> None:
+    promql.require("prometheus")
+    with prometheus.running(["127.0.0.1:9"], interval="500ms", workdir=tmp_path) as prom:
+        groups = prom.rules()
+    assert groups and {group["interval"] for group in groups} == {0.5}
