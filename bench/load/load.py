@@ -253,7 +253,8 @@ def markdown_sections(results: dict[str, Any]) -> dict[str, str]:
         f"Machine: `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}; run {info['date']} "
         f"with `python -m bench load`, load average {' / '.join(map(str, info.get('loadavg', [])))} (1/5/15 min) "
         f"when it began on this shared machine; thread settings {info.get('threads', {})}. The server under test runs as its own process; the client "
-        "is bench/common/loadgen.py (asyncio over raw keep-alive sockets)."])}
+        "is bench/common/loadgen.py (asyncio over raw keep-alive sockets). The overhead against the peers is the wrk "
+        "section below (`python -m bench wrk`)."])}
     for name, render in (("admission", admission_markdown), ("tiny", tiny_markdown),
                          ("small", small_markdown)):
         if name in results:
