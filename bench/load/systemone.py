@@ -37,8 +37,10 @@ from semif_serve import request_model
 from semif_serve.systemone import translate
 
 CONNECTIONS = 8
-CPU_TARGET = 1.10
-SMALL_TARGET = 1.02
+# /v1/systemone over /decide/shared on the same rows, at most: server CPU per request on the stub,
+# and wall-clock p50 on SmolLM2.
+STUB_CPU_SYSTEMONE_VS_SHARED_MAX = 1.10
+SMALL_P50_SYSTEMONE_VS_SHARED_MAX = 1.02
 
 
 def bodies() -> dict[str, tuple[str, dict[str, Any]]]:
@@ -80,7 +82,8 @@ def stub(rounds: int, seconds: int, token: str) -> dict[str, Any]:
                               "loadavg_1m": round(os.getloadavg()[0], 2)}), flush=True)
     medians = {name: statistics.median(values) for name, values in runs.items()}
     ratio = medians["systemone"] / medians["shared"]
-    return {"runs": runs, "median_cpu_us": medians, "ratio": ratio, "target": CPU_TARGET, "met": ratio <= CPU_TARGET}
+    bound = STUB_CPU_SYSTEMONE_VS_SHARED_MAX
+    return {"runs": runs, "median_cpu_us": medians, "ratio": ratio, "target": bound, "met": ratio <= bound}
 
 
 def small(repeats: int, threads: int, token: str) -> dict[str, Any]:
@@ -114,8 +117,8 @@ def small(repeats: int, threads: int, token: str) -> dict[str, Any]:
             overheads[name].append(outside)
     p50 = {name: statistics.median(values) for name, values in times.items()}
     outside = {name: statistics.median(values) for name, values in overheads.items()}
-    ratio = p50["systemone"] / p50["shared"]
-    return {"seconds": times, "p50_s": p50, "ratio": ratio, "target": SMALL_TARGET, "met": ratio <= SMALL_TARGET,
+    ratio, bound = p50["systemone"] / p50["shared"], SMALL_P50_SYSTEMONE_VS_SHARED_MAX
+    return {"seconds": times, "p50_s": p50, "ratio": ratio, "target": bound, "met": ratio <= bound,
             "outside_scorer_s": overheads, "outside_scorer_p50_s": outside,
             # What /v1/systemone adds beyond the scorer, against /decide/shared's p50: the noise-free part of the ratio.
             "added_outside_scorer_fraction": (outside["systemone"] - outside["shared"]) / p50["shared"],
