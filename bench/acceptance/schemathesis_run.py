@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         sent, findings = fuzz(target.url, target.token, args.max_examples)
     else:
         token = procs.token()
-        with procs.semif_serve({"SEMIF_SCORER": "stub"}, token) as server:
+        with procs.semif_serve(procs.stub_env(), token) as server:
             sent, findings = fuzz(server.url, token, args.max_examples)
     print("\n".join(findings))
     print(f"{'PASS' if not findings else 'FAIL'} schemathesis: {sent} cases, {len(findings)} finding(s)")

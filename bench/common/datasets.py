@@ -36,6 +36,11 @@ def rows(path: Path = ROWS) -> list[Row]:
     return loaded
 
 
+def first_with(count: int) -> Row:
+    """The first bench row with `count` options."""
+    return next(row for row in rows() if len(row["options"]) == count)
+
+
 def load_json(path: Path) -> Any:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)

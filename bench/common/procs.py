@@ -29,6 +29,7 @@ from bench.common.loadgen import TOKEN_ENV, Target, call
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
+STOP_GRACE_S = 10.0  # how long `_stop` waits after SIGTERM before it SIGKILLs
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,13 @@ class Running:
 def token() -> str:
     """SEMIF_API_TOKEN when set, else a fresh one (>= 32 visible ASCII, as the server demands)."""
     return os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+
+
+def stub_env(delay_ms: int = 0, queue: int = 32, grace_s: float = STOP_GRACE_S) -> dict[str, str]:
+    """Our server on the stub scorer: `delay_ms` per call, `queue` admission slots (the server's own
+    defaults, 0 and 32, unless given) and a drain no longer than `_stop` waits before SIGKILL."""
+    return {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": str(delay_ms), "SEMIF_MAX_QUEUE": str(queue),
+            "SEMIF_SHUTDOWN_GRACE_S": str(grace_s)}
 
 
 def free_port() -> int:
@@ -101,7 +109,7 @@ def _wait_ready(target: Target, process: subprocess.Popen[bytes], log: Path, tim
     raise RuntimeError(f"server not ready within {timeout:.0f} s:\n{_log_tail(log)}")
 
 
-def _stop(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+def _stop(process: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None:
     """SIGTERM the server's process group (graceful drain), then SIGKILL if it lingers."""
     if process.poll() is not None:
         return

@@ -49,11 +49,21 @@ def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
 
-def rules_with(for_overrides: Mapping[str, str]) -> dict[str, Any]:
-    """The shipped rules with the `for:` of the named alerts replaced (a test's copy)."""
+def alert(name: str) -> dict[str, Any]:
+    """The shipped alerting rule `name`, as written in the rules file."""
+    for group in load_yaml(RULES)["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") == name:
+                return rule
+    raise KeyError(f"{RULES} has no alert {name}")
+
+
+def rules_with(for_overrides: Mapping[str, str], interval: str) -> dict[str, Any]:
+    """The shipped rules evaluated every `interval` (each group's own interval would override the
+    global one), with the `for:` of the named alerts replaced (a test's copy)."""
     rules = load_yaml(RULES)
     for group in rules["groups"]:
-        group["interval"] = "1s"
+        group["interval"] = interval
         for rule in group["rules"]:
             if rule.get("alert") in for_overrides:
                 rule["for"] = for_overrides[rule["alert"]]
@@ -118,13 +128,13 @@ def _data(response: httpx.Response) -> Any:
 @contextlib.contextmanager
 def running(targets: list[str], interval: str = "1s", for_overrides: Mapping[str, str] | None = None,
             ready_timeout: float = 30.0, workdir: Path | None = None) -> Iterator[Prometheus]:
-    """Prometheus scraping `targets` every `interval`, with the shipped rules (copies, `for:` overridden)."""
+    """Prometheus scraping `targets` and evaluating the shipped rules (copies, `for:` overridden) every `interval`."""
     found = binary()
     if found is None:
         raise FileNotFoundError("prometheus is not installed (apt-get install prometheus, or set SEMIF_PROMETHEUS)")
     directory = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="semif-prometheus-"))
     rules_file = directory / "semif-serve.rules.yml"
-    rules_file.write_text(yaml.safe_dump(rules_with(for_overrides or {})))
+    rules_file.write_text(yaml.safe_dump(rules_with(for_overrides or {}, interval)))
     config_file = directory / "prometheus.yml"
     config_file.write_text(yaml.safe_dump(config_for(targets, interval, rules_file)))
     port = procs.free_port()

@@ -23,18 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import procs
+from bench.load import peers
 from bench.load.wrk import requests as wrk_requests, run_wrk, script
 
-TOKEN = "t0ken-0123456789abcdef0123456789abcdef"
 CONNECTIONS = 8
 
 
-def run(label: str, root: Path, access_log: str, seconds: int, request: str, lua: Path) -> dict[str, Any]:
+def run(label: str, root: Path, access_log: str, seconds: int, request: str, lua: Path, token: str) -> dict[str, Any]:
     """One fresh server, one measured wrk run."""
-    env = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": "0", "SEMIF_MAX_QUEUE": "64", "SEMIF_METRICS": "on",
-           "SEMIF_ACCESS_LOG": access_log, "SEMIF_LOG_FORMAT": "json"}
+    env = {**peers.STUB, **peers.OPS_ON, "SEMIF_ACCESS_LOG": access_log}
     path = wrk_requests()[request][1]
-    with procs.semif_serve(env, TOKEN, checkout=root) as server:
+    with procs.semif_serve(env, token, checkout=root) as server:
         run_wrk(server, path, lua, CONNECTIONS, 1, 1)  # warm-up
         figures = run_wrk(server, path, lua, CONNECTIONS, seconds, 1)
     return {"config": label, "access_log": access_log, "request": request, "requests": figures["requests"],
@@ -58,13 +57,14 @@ def main(argv: list[str] | None = None) -> int:
         root, access_log = rest.rsplit(":", 1)
         configs.append((label, Path(root).resolve(), access_log))
     method, _, body = wrk_requests()[args.request]
+    token = procs.token()
     runs = []
     with tempfile.TemporaryDirectory(prefix="semif-cpu-") as scratch:
         lua = Path(scratch) / "request.lua"
-        lua.write_text(script(method, body, TOKEN))
+        lua.write_text(script(method, body, token))
         for index in range(args.rounds):
             for label, root, access_log in configs if index % 2 == 0 else configs[::-1]:
-                runs.append(run(label, root, access_log, args.seconds, args.request, lua))
+                runs.append(run(label, root, access_log, args.seconds, args.request, lua, token))
                 print(json.dumps(runs[-1]), flush=True)
     for label, _, access_log in configs:
         values = [item["cpu_us_per_request"] for item in runs if (item["config"], item["access_log"]) == (label, access_log)]

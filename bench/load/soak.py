@@ -222,8 +222,7 @@ def watched(server: procs.Running, args: argparse.Namespace) -> Iterator[Callabl
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    env = {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": str(args.delay_ms), "SEMIF_MAX_QUEUE": str(args.max_queue),
-           **({"SEMIF_METRICS": "on"} if args.plot else {})}
+    env = {**procs.stub_env(args.delay_ms, args.max_queue), **({"SEMIF_METRICS": "on"} if args.plot else {})}
     with procs.semif_serve(env, procs.token()) as server, watched(server, args) as plot:
         note(f"soak: {2 * args.max_queue} clients against {server.url} for {args.seconds:g} s")
         figures = asyncio.run(soak(server.target, Process(server.process.pid), args))

@@ -1,14 +1,16 @@
 """What Prometheus saw of a run, drawn: queue saturation and refusals over time (matplotlib).
 
-Rules: reads only through Prometheus' HTTP API (bench/common/prometheus.py) and draws one PNG;
+Rules: reads series only through Prometheus' HTTP API (bench/common/prometheus.py) and draws one PNG;
 it knows nothing of the load that made the series. Saturation is the shipped recording
-rule itself (an instant ratio, no window); the per-second rates are taken from the raw
+rule itself (an instant ratio, no window), drawn against the bound SemifQueueSaturated sets
+on it in the shipped rules file; the per-second rates are taken from the raw
 counters over four scrape intervals, because the rules' 1m windows would smear a run of
 a few seconds into a ramp.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +19,29 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench.common.prometheus import Prometheus  # noqa: E402
+from bench.common import prometheus  # noqa: E402
 
 SATURATION = "instance:semif_requests_in_progress_per_max_queue:ratio"
-THRESHOLD = 0.9  # SemifQueueSaturated's
+SATURATED = "SemifQueueSaturated"
 
 
-def series(prom: Prometheus, expr: str, span: tuple[float, float, float], origin: float,
+def threshold() -> float:
+    """SemifQueueSaturated's bound, read from its rule (`SATURATION >= N`), so the line drawn is the one that fires."""
+    expr = prometheus.alert(SATURATED)["expr"].strip()
+    found = re.fullmatch(rf"{re.escape(SATURATION)}\s*>=?\s*([0-9.]+)", expr)
+    if found is None:
+        raise ValueError(f"{SATURATED} is no longer `{SATURATION} >= N`: {expr}")
+    return float(found.group(1))
+
+
+def series(prom: prometheus.Prometheus, expr: str, span: tuple[float, float, float], origin: float,
            label: str) -> dict[str, list[tuple[float, float]]]:
     """A range query over span (start, end, step) as {legend: [(seconds since origin, value)]}."""
     return {sample["metric"].get(label, label): [(float(t) - origin, float(v)) for t, v in sample["values"]]
             for sample in prom.query_range(expr, *span)}
 
 
-def seen(prom: Prometheus, origin: float, end: float, interval: float) -> dict[str, Any]:
+def seen(prom: prometheus.Prometheus, origin: float, end: float, interval: float) -> dict[str, Any]:
     """Saturation, scored requests per second and refusals per second by code (only codes that occurred),
     from a few scrapes before `origin` (the load's start) to `end`."""
     window = f"{round(max(4 * interval, 2) * 1000)}ms"
@@ -57,7 +68,8 @@ def draw(figures: dict[str, Any], path: Path, title: str) -> Path:
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 6), constrained_layout=True)
     for legend, points in figures["saturation"].items():
         top.plot(*zip(*points), label=f"in progress / SEMIF_MAX_QUEUE ({legend})", color="tab:blue")
-    top.axhline(THRESHOLD, color="tab:red", linestyle="--", linewidth=1, label="SemifQueueSaturated threshold (0.9)")
+    bound = threshold()
+    top.axhline(bound, color="tab:red", linestyle="--", linewidth=1, label=f"{SATURATED} threshold ({bound:g})")
     top.set_ylim(-0.05, 1.1)
     top.set_ylabel("queue saturation")
     top.legend(loc="lower right", fontsize=8)

@@ -42,7 +42,6 @@ from typing import Any
 from bench.common import datasets, procs
 from bench.common.report import machine, note, splice, write_json
 from bench.load import peers
-from bench.load.load import STUB, VARIANTS, first_with, ours_stack, sixteen_options, uvicorn_stack
 from bench.load.wrk_report import NAMES as SERVERS
 from bench.load.wrk_report import markdown, summarise
 
@@ -50,11 +49,18 @@ HERE = Path(__file__).resolve().parents[1]  # bench/
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
+def sixteen_options() -> datasets.Row:
+    """A 16-option row (SemIf's maximum), built from the first row's state."""
+    base = datasets.rows()[0]
+    options = [{"id": f"o{k:02d}", "description": f"Option number {k}"} for k in range(16)]
+    return {"id": "sixteen", "state": base["state"], "question": "Which option fits best?", "options": options}
+
+
 def requests() -> dict[str, tuple[str, str, Any]]:
-    """Each cell's method, path and JSON body: the load bench's own."""
+    """Each cell's method, path and JSON body, built from bench/data (`python -m bench server-cpu` sends them too)."""
     spec = datasets.load_json(datasets.SPEED21)
     return {"health": ("GET", "/health", None),
-            "decide-2": ("POST", "/decide", first_with(2)),
+            "decide-2": ("POST", "/decide", datasets.first_with(2)),
             "decide-16": ("POST", "/decide", sixteen_options()),
             "shared-21": ("POST", "/decide/shared", datasets.shared_body(spec["state"], spec["decisions"]))}
 
@@ -110,7 +116,7 @@ def measure(args: argparse.Namespace, token: str) -> dict[str, Any]:
     cells: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with contextlib.ExitStack() as stack:
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="semif-wrk-"))
-        servers = peers.start(stack, token, STUB, VARIANTS)
+        servers = peers.start(stack, token)
         for endpoint, (method, path, body) in requests().items():
             lua = Path(scratch) / f"{endpoint}.lua"
             lua.write_text(script(method, body, token))
@@ -142,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         print("wrk is not installed: apt-get install -y wrk (Debian)", file=sys.stderr)
         return 2
     version = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
-    uvicorn, ours = uvicorn_stack(), ours_stack()
-    result = {"machine": machine(), "uvicorn": uvicorn, "ours": ours, "stacks": peers.stacks(VARIANTS, uvicorn, ours),
+    uvicorn, ours = peers.uvicorn_stack(), peers.ours_stack()
+    result = {"machine": machine(), "uvicorn": uvicorn, "ours": ours, "stacks": peers.stacks(peers.VARIANTS, uvicorn, ours),
               "rounds": args.rounds, "duration_s": args.duration,
               "threads": args.threads, "wrk_version": (version.stdout + version.stderr).split()[1] if version.stdout + version.stderr else "?",
               **measure(args, procs.token())}

@@ -34,24 +34,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import datasets, procs
+from bench.common.procs import stub_env  # also what tests/deploy/ start their replicas with, as scale.stub_env
 from bench.common.loadgen import Connection, Response, Target, call, drive, encode
 from bench.common.report import machine, markdown_table, note, write_json
 from bench.scale import edge
 
 HERE = Path(__file__).resolve().parents[1]  # bench/
-STUB = {"SEMIF_SCORER": "stub"}
 ERRORS = (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError)
-
-
-def stub_env(delay_ms: int, queue: int = 32, grace_s: float = 10.0) -> dict[str, str]:
-    return {**STUB, "SEMIF_STUB_DELAY_MS": str(delay_ms), "SEMIF_MAX_QUEUE": str(queue),
-            "SEMIF_SHUTDOWN_GRACE_S": str(grace_s)}
 
 
 def decide(target: Target, request_id: str) -> bytes:
     """POST /decide whose row id and X-Request-Id are both `request_id`."""
-    row = next(row for row in datasets.rows() if len(row["options"]) == 2)
-    raw = encode(target, "POST", "/decide", {**row, "id": request_id})
+    raw = encode(target, "POST", "/decide", {**datasets.first_with(2), "id": request_id})
     return raw.replace(b"\r\n", f"\r\nx-request-id: {request_id}".encode() + b"\r\n", 1)
 
 
@@ -293,7 +287,7 @@ def kill_mid_request(replicas: list[edge.Replica], nginx: edge.Nginx | None, per
 def throughput(env_delay: dict[str, str], token: str, log_dir: Path, counts: list[int], concurrency: int,
                duration: float, rounds: int) -> dict[str, Any]:
     """rps with 1..N replicas behind nginx and one direct; rounds alternate the order."""
-    requests = lambda target: [encode(target, "POST", "/decide", next(r for r in datasets.rows() if len(r["options"]) == 2))]  # noqa: E731
+    requests = lambda target: [encode(target, "POST", "/decide", datasets.first_with(2))]  # noqa: E731
     cells: dict[str, list[dict[str, Any]]] = {}
     with edge.fleet(max(counts), env_delay, token, log_dir) as replicas:
         for round_ in range(rounds):

@@ -31,7 +31,7 @@ from tests.timing import timeless
 TOKEN = "bench-token-" + "0123456789abcdef" * 2
 # One torch thread: on 2 cores the other one is the client's; competing OpenMP threads cost seconds.
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
-STUB = {"SEMIF_SCORER": "stub"}
+STUB = procs.stub_env()
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_negative_control_fails_on_identical_data(tiny_server: procs.Running, ti
 def test_load_generator_accounts_for_every_request(tmp_path: Path) -> None:
     with procs.semif_serve(STUB, TOKEN, log_dir=tmp_path) as server:
         spec = datasets.load_json(datasets.SPEED21)
-        requests = [encode(server.target, "POST", "/decide", load.first_with(2)),
+        requests = [encode(server.target, "POST", "/decide", datasets.first_with(2)),
                     encode(server.target, "POST", "/decide/shared", datasets.shared_body(spec["state"], spec["decisions"]))]
         tally = asyncio.run(drive(server.target, requests, 4, 0.5, warmup=0.1))
     assert tally.sent == tally.answered > 0
@@ -94,8 +94,7 @@ def test_load_generator_accounts_for_every_request(tmp_path: Path) -> None:
 
 
 def test_admission_burst_refuses_past_max_queue(tmp_path: Path) -> None:
-    env = {**STUB, "SEMIF_STUB_DELAY_MS": "200", "SEMIF_MAX_QUEUE": "2"}
-    with procs.semif_serve(env, TOKEN, log_dir=tmp_path) as server:
+    with procs.semif_serve(procs.stub_env(delay_ms=200, queue=2), TOKEN, log_dir=tmp_path) as server:
         figures = asyncio.run(load.burst(server.target, 2, 6, 0.2))
     assert figures["passed"], figures["checks"]
     assert (figures["ok_200"], figures["refused_429"], figures["peak_in_progress"]) == (2, 4, 2)
@@ -159,7 +158,7 @@ def test_a_temporary_log_folder_goes_after_a_clean_exit_and_stays_after_a_failur
         assert folder.name.startswith("semif-bench-") and server.log.exists()
     assert not folder.exists()
     with pytest.raises(RuntimeError, match="exited with 2"):
-        with procs.semif_serve({**STUB, "SEMIF_MAX_QUEUE": "0"}, TOKEN):
+        with procs.semif_serve(procs.stub_env(queue=0), TOKEN):
             pass
     recent = [p for p in Path(tempfile.gettempdir()).glob("semif-bench-*") if p.stat().st_mtime > time.time() - 60]
     kept = [f for f in recent if any("SEMIF_MAX_QUEUE" in log.read_text() for log in f.glob("server-*.log"))]

@@ -12,7 +12,6 @@ from bench.common.loadgen import call
 from bench.load.peers import BASELINES, stacks
 
 TOKEN = "t" * 40
-STUB = {"SEMIF_SCORER": "stub"}
 ACCESS_LINE = '"POST /decide HTTP/1.1" 200'
 
 
@@ -43,7 +42,7 @@ def test_the_logged_baseline_writes_an_access_line_per_request_and_the_quiet_one
     for name, access_log in BASELINES.items():
         folder = tmp_path / name
         folder.mkdir()
-        with procs.fastapi_baseline(STUB, TOKEN, log_dir=folder, access_log=access_log) as server:
+        with procs.fastapi_baseline(procs.stub_env(), TOKEN, log_dir=folder, access_log=access_log) as server:
             assert asyncio.run(_decide_twice(server)) == [200, 200]
             log = server.log
         logs[name] = log.read_text(errors="replace")

@@ -29,7 +29,8 @@ def test_a_load_run_keeps_the_sections_it_does_not_own() -> None:
     assert section(new, "load-tiny") == "## Tiny model\nold tiny figures"  # not measured: kept
     admission = section(new, "load-admission")
     assert admission is not None and "old admission" not in admission and "Burst of 24 /decide" in admission
-    assert "load average" in (section(new, "load-machine") or "")
+    machine_line = section(new, "load-machine") or ""
+    assert "load average" in machine_line and "the wrk section below (`python -m bench wrk`)" in machine_line
     assert new.startswith(TITLE) and new.count(TITLE) == 1
 
 

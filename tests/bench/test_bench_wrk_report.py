@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bench.load import wrk_report
-from bench.load.peers import BASELINES, LABELS, stacks
+from bench.load.peers import BASELINES, LABELS, VARIANTS, stacks
 from bench.load.wrk_report import (NAMES, lowest, markdown, per_request_us, pooled_us, summarise, verdict, verdicts,
                               wrk_load)
 
@@ -117,8 +117,6 @@ def test_wrk_is_judged_by_its_busiest_run() -> None:
 
 def test_the_section_names_every_stack_and_shows_both_measures() -> None:
     uvicorn = {"loop": "uvloop", "http": "httptools", "uvicorn": "0.54.0", "fastapi": "0.163.2"}
-    from bench.load.load import VARIANTS
-
     result = {"machine": {"uname_m": "x86_64", "nproc": 2, "loadavg": [0.5, 0.6, 0.7], "threads": {}},
               "loadavg_after": [0.8, 0.7, 0.7], "wrk_version": "4.1.0", "threads": 1, "rounds": 2, "duration_s": 2.0,
               "stacks": stacks(VARIANTS, uvicorn, {"event_loop": "uvloop", "log_flush_s": 0.5}),

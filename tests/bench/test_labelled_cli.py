@@ -29,7 +29,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[procs.Running]:
-    with procs.semif_serve({"SEMIF_SCORER": "stub"}, TOKEN, log_dir=tmp_path_factory.mktemp("logs")) as running:
+    with procs.semif_serve(procs.stub_env(), TOKEN, log_dir=tmp_path_factory.mktemp("logs")) as running:
         yield running
 
 

@@ -11,32 +11,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
+from bench.common.procs import free_port
+from deploy.container.probe import status
 from tests.wire_client import TOKEN
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=4) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def test_every_stderr_line_is_json_through_a_model_load(tiny_built: dict[str, str], tmp_path: Path) -> None:
     port = free_port()
+    health = f"http://127.0.0.1:{port}/health"
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SEMIF_", "HF_", "TRANSFORMERS_"))}
     env.update({key: tiny_built[key] for key in ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "SEMIF_MODEL", "SEMIF_REVISION")})
     env.update(SEMIF_API_TOKEN=TOKEN, SEMIF_LOG_FORMAT="json", SEMIF_SCORER="fastjev", SEMIF_DEVICE="cpu",
@@ -46,9 +33,9 @@ def test_every_stderr_line_is_json_through_a_model_load(tiny_built: dict[str, st
         process = subprocess.Popen([sys.executable, "-m", "semif_serve"], env=env, stderr=sink)
     try:
         deadline = time.monotonic() + 240
-        while not healthy(port) and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert healthy(port), stderr.read_text()
+        while status(health) != 200 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)  # not probe.wait: it would poll on for 240 s after the server died
+        assert status(health) == 200, stderr.read_text()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, stderr.read_text()
     finally:
