@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import datasets, procs
-from bench.common.procs import stub_env  # also what tests/deploy/ start their replicas with, as scale.stub_env
 from bench.common.loadgen import Connection, Response, Target, call, drive, encode
 from bench.common.report import machine, markdown_table, note, write_json
 from bench.scale import edge
@@ -337,22 +336,22 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     token = procs.token()
     log_dir = Path(tempfile.mkdtemp(prefix="semif-scale-"))
     results: dict[str, Any] = {"conditions": conditions()}
-    env = stub_env(args.delay_ms, args.queue)
+    env = procs.stub_env(args.delay_ms, args.queue)
     with edge.fleet(3, env, token, log_dir) as replicas, edge.nginx(replicas, token) as front:
         note("scale: spread"); results["spread"] = spread(replicas, front, args.concurrency, args.duration)
         note("scale: rolling restart"); results["rolling_restart"] = rolling_restart(replicas, front, args.concurrency, args.pause)
     # Queues that stay full long enough to route around, and calls long enough to kill mid-way.
     slow = args.slow_delay_ms / 1000
-    with edge.fleet(3, stub_env(args.slow_delay_ms, args.queue), token, log_dir) as replicas, \
+    with edge.fleet(3, procs.stub_env(args.slow_delay_ms, args.queue), token, log_dir) as replicas, \
             edge.nginx(replicas, token) as front:
         note("scale: full queues"); results["full_queues"] = full_queues(replicas, front, args.queue)
         note("scale: burst 429s"); results["burst_429s"] = burst_429s(replicas, front, 3 * args.queue)
         note("scale: kill")
         results["kill"] = [kill_mid_request(replicas, front, 2, slow), kill_mid_request(replicas, None, 2, slow)]
     note("scale: throughput")
-    results["throughput_delay"] = throughput(stub_env(args.delay_ms, 64), token, log_dir, [1, 2, 3], args.concurrency,
+    results["throughput_delay"] = throughput(procs.stub_env(args.delay_ms, 64), token, log_dir, [1, 2, 3], args.concurrency,
                                              args.duration, args.rounds)
-    results["throughput_no_delay"] = throughput(stub_env(0, 64), token, log_dir, [1], args.concurrency,
+    results["throughput_no_delay"] = throughput(procs.stub_env(0, 64), token, log_dir, [1], args.concurrency,
                                                 args.duration, args.rounds)
     bare = results["throughput_no_delay"]
     results["proxy_cost_no_delay"] = proxy_cost(bare["direct-1"]["rps_rounds"], bare["nginx-1"]["rps_rounds"])

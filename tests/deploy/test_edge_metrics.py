@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.scale import edge, scale
+from bench.common import procs
+from bench.scale import edge
 
 TOKEN = "edge-metrics-token-" + "0123456789abcdef" * 2
 
@@ -24,7 +25,7 @@ def test_the_edge_refuses_metrics_and_the_replica_serves_them(tmp_path: Path) ->
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    with edge.fleet(1, {**scale.stub_env(0), "SEMIF_METRICS": "on"}, TOKEN, tmp_path) as replicas, \
+    with edge.fleet(1, {**procs.stub_env(0), "SEMIF_METRICS": "on"}, TOKEN, tmp_path) as replicas, \
             edge.nginx(replicas, TOKEN) as front:
         (replica,) = replicas
         through = httpx.get(f"http://{front.target.host}:{front.target.port}/metrics", timeout=10.0)

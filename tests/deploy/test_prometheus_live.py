@@ -25,7 +25,6 @@ import httpx
 import pytest
 
 from bench.common import procs, prometheus
-from bench.scale import scale
 from tests.bodies import ROW, SHARED
 from tests import promql
 
@@ -34,7 +33,7 @@ DELAY_S = 0.8
 BUCKET = (0.5, 1.0)  # the histogram bucket (DURATION_BUCKETS) a 0.8 s call falls in
 QUEUE = 2
 HOLD_S = 15.0  # the longest the queue is held full waiting for the alert
-ENV = {**scale.stub_env(int(DELAY_S * 1000), queue=QUEUE), "SEMIF_METRICS": "on", "SEMIF_ACCESS_LOG": "off"}
+ENV = {**procs.stub_env(int(DELAY_S * 1000), queue=QUEUE), "SEMIF_METRICS": "on", "SEMIF_ACCESS_LOG": "off"}
 SELECT = '{job="semif-serve"}'
 SCORING = ("/decide", "/decide/shared", "/v1/systemone")  # every route that takes an admission slot
 # One noul question: one row, a direct call, like ROW.

@@ -17,6 +17,7 @@ from typing import Iterator
 
 import pytest
 
+from bench.common import procs
 from bench.scale import edge, scale
 from deploy.nginx.render import Edge, render
 from semif_serve.errors import STATUS
@@ -42,14 +43,14 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def fast(log_dir: Path) -> Iterator[tuple[list[edge.Replica], edge.Nginx]]:
     """Three replicas of 10 ms per call behind one nginx."""
-    with edge.fleet(3, scale.stub_env(10, queue=8), TOKEN, log_dir) as replicas, edge.nginx(replicas, TOKEN) as front:
+    with edge.fleet(3, procs.stub_env(10, queue=8), TOKEN, log_dir) as replicas, edge.nginx(replicas, TOKEN) as front:
         yield replicas, front
 
 
 @pytest.fixture(scope="module")
 def slow(log_dir: Path) -> Iterator[tuple[list[edge.Replica], edge.Nginx]]:
     """Three replicas of 600 ms per call and SEMIF_MAX_QUEUE=2: queues that stay full."""
-    with edge.fleet(3, scale.stub_env(600, queue=QUEUE), TOKEN, log_dir) as replicas, \
+    with edge.fleet(3, procs.stub_env(600, queue=QUEUE), TOKEN, log_dir) as replicas, \
             edge.nginx(replicas, TOKEN) as front:
         yield replicas, front
 
@@ -126,7 +127,7 @@ def test_rolling_restart_loses_and_duplicates_nothing(fast) -> None:
 def test_edge_errors_use_the_contract_envelope(log_dir: Path) -> None:
     """What nginx answers itself: 413 over SEMIF_MAX_BODY_BYTES (the server's code) and,
     with no replica listening, 503 `no_replica` (the edge's own code) - JSON envelopes."""
-    with edge.fleet(1, scale.stub_env(0), TOKEN, log_dir) as replicas, \
+    with edge.fleet(1, procs.stub_env(0), TOKEN, log_dir) as replicas, \
             edge.nginx(replicas, TOKEN, max_body_bytes=4096) as front:
         exact = scale.run_async(scale.call(front.target, "POST", "/decide", b"x" * 4096))
         assert exact.status == 422  # at the limit: passed on, and the replica judged it
