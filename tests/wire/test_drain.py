@@ -57,7 +57,7 @@ async def test_the_balancers_kept_connection_is_closed_and_its_next_one_refused(
 
 
 async def test_on_sigterm_the_process_does_what_the_readme_says_a_balancer_sees() -> None:
-    process = await Process.start(SEMIF_STUB_DELAY_MS="1500")
+    process = await Process.start(SEMIF_STUB_DELAY_MS="3000")
     in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
     await asyncio.wait_for(process.in_flight(), 5)
     balancer = await kept_alive(process.port)

@@ -159,7 +159,7 @@ async def test_when_the_grace_runs_out_work_in_progress_gets_503_not_silence(sta
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_a_signal_drains_the_process_and_it_exits_0(sig) -> None:
-    process = await Process.start(SEMIF_STUB_DELAY_MS="1500")
+    process = await Process.start(SEMIF_STUB_DELAY_MS="3000")
     in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
     await asyncio.wait_for(process.in_flight(), 5)
     process.proc.send_signal(sig)
