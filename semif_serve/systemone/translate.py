@@ -188,9 +188,10 @@ def _question(key: str, item: Any, state: Any, orderings: str) -> tuple[Decision
     if not isinstance(item, dict):
         raise refuse(f"{param} must be an object", param)
     kind = item.get("type")
-    if kind in REFUSED_TYPES:
+    named = isinstance(kind, str)  # an array or object is unhashable: only a string meets the tables
+    if named and kind in REFUSED_TYPES:
         raise refuse(f"{param}: {REFUSED_TYPES[kind]}", f"{param}.type")
-    if kind not in OPTIONS:
+    if not named or kind not in OPTIONS:
         raise refuse(f"{param}.type must be one of {', '.join(OPTIONS)}, got {excerpt(kind, 40)!r}", f"{param}.type")
     if kind != "noul" and "criteria" not in item:
         raise refuse(f"{param}.criteria is required for a {kind} question", f"{param}.criteria")
