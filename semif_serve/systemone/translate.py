@@ -111,21 +111,19 @@ def _parse(body: bytes) -> Any:
 
     data = request_model.parse_json(body, pairs)
     if seen:
-        path, key = _repeated_path(data, "")
+        path, key = next(_repeats(data, ""))
         raise refuse(f"duplicate key {excerpt(key, 40)!r}", path or None)
     return data
 
 
-def _repeated_path(value: Any, path: str) -> tuple[str, str]:
-    """The path of the first object that repeated a key, and the key (only walked after one did)."""
+def _repeats(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """The path of each object that repeated a key, and the key, outermost first (walked only after one did).
+    "Not found" is the generator's end, never a value: the repeated key may itself be ""."""
     if isinstance(value, _Repeated):
-        return path, value.repeated
+        yield path, value.repeated
     children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for name, child in children:
-        found = _repeated_path(child, f"{path}[{name}]" if isinstance(name, int) else f"{path}.{name}" if path else name)
-        if found[1]:
-            return found
-    return path, ""
+        yield from _repeats(child, f"{path}[{name}]" if isinstance(name, int) else f"{path}.{name}" if path else name)
 
 
 def _text(value: Any, param: str) -> str:

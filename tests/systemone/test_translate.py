@@ -205,6 +205,12 @@ def test_a_repeated_key_deeper_down_is_named_by_its_path() -> None:
     assert refused(b'{"model": "served", "model": "served"}').param is None  # the body itself
 
 
+def test_a_repeated_empty_key_is_named_by_its_path_too() -> None:
+    body = b'{"model": "served", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"": 1, "": 2}}}}'
+    error = refused(body)
+    assert (error.param, error.message) == ("questions.q.criteria", "duplicate key ''")
+
+
 def test_a_body_that_is_not_json_is_refused_as_on_every_endpoint() -> None:
     assert "not valid JSON" in refused(b"{nope").message
 
