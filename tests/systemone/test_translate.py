@@ -181,7 +181,10 @@ REFUSALS = [
     ("an unknown extension field", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"order": "all"}}, "semif"),
     ("orderings all over 4 options", {"model": "served", "state": "s", "semif": {"orderings": "all"},
                                       "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(5)}}}},
-     "questions.q.criteria"),
+     "semif.orderings"),
+    ("a workload without a temperature for the orderings sent", {"model": "served", "state": "s", "questions": {"q": NOUL},
+                                                                 "semif": {"orderings": "all", "workload": "triage"}},
+     "semif.workload"),
     ("more rows than the cap after expansion", {"model": "served", "state": "s", "semif": {"orderings": "rotations"},
                                                 "questions": {f"q{i}": {"type": "score", "criteria": [str(j) for j in range(10)]}
                                                               for i in range(7)}}, "questions"),
@@ -191,6 +194,31 @@ REFUSALS = [
 @pytest.mark.parametrize(("case", "body", "param"), REFUSALS, ids=[case for case, _, _ in REFUSALS])
 def test_each_refusal_names_its_field(case: str, body: Any, param: str | None) -> None:
     assert refused(body).param == param
+
+
+FIVE = {"type": "choice", "criteria": {f"o{i}": None for i in range(5)}}
+
+
+def test_orderings_all_over_4_options_blames_what_chose_all_and_says_which_question() -> None:
+    sent = refused({"model": "served", "state": "s", "questions": {"q": NOUL, "k": FIVE}, "semif": {"orderings": "all"}})
+    assert (sent.param, sent.message) == ("semif.orderings", 'questions.k: semif.orderings "all" allows at most 4 options, got 5')
+    body = json.dumps({"model": "served", "state": "s", "questions": {"k": FIVE}}).encode()
+    with pytest.raises(ApiError) as caught:  # the server's default is sound for 2..4 options: the caller's 5 are to blame
+        translate.translate(body, translate.Options(LIMITS, OPTIONS.models, "all", None))
+    assert (caught.value.param, caught.value.message) == (
+        "questions.k.criteria", 'questions.k: the server\'s default orderings "all" allows at most 4 options, got 5')
+
+
+@pytest.mark.parametrize(("orderings", "workload", "semif", "param"), [
+    ("none", "triage", {"orderings": "all"}, "semif.orderings"),  # the default workload has no "all"
+    ("all", None, {"workload": "triage"}, "semif.workload"),  # the workload sent has no temperature for the default
+])
+def test_a_workload_and_method_mismatch_blames_the_field_the_request_sent(orderings: str, workload: str | None,
+                                                                        semif: dict[str, str], param: str) -> None:
+    body = json.dumps({"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": semif}).encode()
+    with pytest.raises(ApiError) as caught:
+        translate.translate(body, translate.Options(LIMITS, OPTIONS.models, orderings, workload))
+    assert caught.value.param == param and "has no temperature for method 'all'" in caught.value.message
 
 
 def test_a_repeated_question_key_is_refused_naming_the_questions_object() -> None:
