@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fake_scorer import FakeScorer
-from tests.systemone.test_translate import REFUSALS
+from tests.systemone_cases import REFUSALS
 from tests.wire_client import AUTH, TOKEN, parse_responses, raw_request, raw_session, request
 
 STATE = {"ticket": "Help! My payouts have been failing for 3 days."}

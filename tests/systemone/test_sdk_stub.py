@@ -9,23 +9,19 @@ counts of what was scored come from the server's scorer, never from the client.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from typing import Any
 
 import pytest
 from typesafe_sdk import (
-    AsyncTypeSafeClient,
     Box,
     Choice,
     Image,
     Noul,
     RetryPolicy,
-    Score,
     SystemOneResponse,
     TypeSafeAuthenticationError,
-    TypeSafeClient,
     TypeSafeInternalServerError,
     TypeSafeRateLimitError,
     TypeSafeUnprocessableEntityError,
@@ -35,96 +31,14 @@ from semif_serve import calibration
 from semif_serve.stub import StubScorer
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
-from tests.wire_client import TOKEN, Connection, request
+from tests.systemone_cases import QUESTIONS, ROWS, STATE, async_sdk, check_answers, native_hashes, sdk, shared_views, view_hashes
+from tests.wire_client import request
 
-STATE = {"message": "Help! My payouts have been failing for 3 days.", "plan": "pro"}
-QUESTIONS = {
-    "is_urgent": Noul(instructions="Does this convey urgency?",
-                      criteria={"true": "Explicitly time-sensitive", "false": "No urgency expressed"}),
-    "spam": Noul(criteria={"true": "The message is unsolicited advertising."}),
-    "department": Choice(instructions="Which team should handle this?",
-                         criteria={"billing": "Payments, invoicing, refunds", "technical": None, "sales": "Pricing"}),
-    "frustration": Score(instructions={"task": "Rate the frustration", "scale": "low to high"},
-                         criteria=["Calm", "Frustrated", "Very angry"]),
-}
 NO_RETRY = RetryPolicy(max_retries=0)
-# The rows SemIf's mapping gives QUESTIONS (tests/systemone/test_translate.py pins the mapping itself).
-ROWS = [
-    {"id": "is_urgent", "question": "Does this convey urgency?",
-     "options": [{"id": "true", "description": "Explicitly time-sensitive"}, {"id": "false", "description": "No urgency expressed"}]},
-    {"id": "spam", "question": "Which of the two options holds for the state?",
-     "options": [{"id": "true", "description": "The message is unsolicited advertising."},
-                 {"id": "false", "description": "The answer to the question is no."}]},
-    {"id": "department", "question": "Which team should handle this?",
-     "options": [{"id": "billing", "description": "Payments, invoicing, refunds"}, {"id": "technical", "description": "technical"},
-                 {"id": "sales", "description": "Pricing"}]},
-    {"id": "frustration", "question": '{"task": "Rate the frustration", "scale": "low to high"}',
-     "options": [{"id": str(i), "description": level} for i, level in enumerate(["Calm", "Frustrated", "Very angry"])]},
-]
-
-
-def url(port: int) -> str:
-    return f"http://127.0.0.1:{port}"
-
-
-def sdk(port: int, **options: Any) -> TypeSafeClient:
-    return TypeSafeClient(**{"api_key": TOKEN, "base_url": url(port), "compression": False, **options})
-
-
-def async_sdk(port: int, **options: Any) -> AsyncTypeSafeClient:
-    return AsyncTypeSafeClient(**{"api_key": TOKEN, "base_url": url(port), "compression": False, **options})
 
 
 async def stub(start_server: Any, **overrides: Any) -> Any:
     return await start_server(StubScorer(settings()), **overrides)
-
-
-async def shared_views(port: int, orderings: str | None = None, workload: str | None = None) -> list[dict[str, Any]]:
-    """What /decide/shared returns for ROWS, with the same orderings and workload."""
-    each = {} if orderings is None else {"orderings": orderings}
-    payload = {"state": STATE, "decisions": [{**row, **each} for row in ROWS], **({} if workload is None else {"workload": workload})}
-    connection = await Connection.open(port)
-    try:  # a real model on a loaded machine may take a while: the client waits as long as the SDK does
-        connection.send_request("POST", "/decide/shared", json.dumps(payload).encode())
-        response = await connection.read_response(timeout=120.0)
-    finally:
-        await connection.close()
-    assert response.status == 200, response.body
-    return response.json["results"]
-
-
-def expected(kind: str, ids: list[str], p: list[float]) -> dict[str, Any]:
-    """The API's answer fields for a distribution, computed here from the issue's formulas."""
-    if kind == "noul":
-        return {"noul": p[0]}
-    confidence = (len(p) * max(p) - 1) / (len(p) - 1)
-    if kind == "choice":
-        return {"choice": ids[p.index(max(p))], "probabilities": dict(zip(ids, p)), "confidence": confidence}
-    return {"score": sum(i * v for i, v in enumerate(p)), "probabilities": dict(enumerate(p)), "confidence": confidence}
-
-
-def check_answers(result: SystemOneResponse, views: list[dict[str, Any]], path: tuple[str, ...] = (),
-                  keys: list[str] | None = None) -> None:
-    """Each typed answer equals the formulas over the /decide/shared view (at `path` within it)."""
-    assert list(result.answers) == (list(QUESTIONS) if keys is None else keys)
-    for (key, answer), view in zip(result.answers.items(), views):
-        source = view
-        for step in path:
-            source = source[step]
-        want = expected(answer.type, list(view["option_ids"]), source["probabilities"])
-        for name, value in want.items():
-            got = getattr(answer, name)
-            assert got == (pytest.approx(value) if isinstance(value, float) else value), (key, name)
-
-
-def native_hashes(result: SystemOneResponse) -> list[str]:
-    """The prompt hash of every row a response scored (from its `semif` blocks): the stub's is of the whole row."""
-    answers = result.raw_http_response.json()["answers"]
-    return [r["prompt_sha256"] for a in answers.values() for r in (a["semif"].get("orderings") or [a["semif"]])]
-
-
-def view_hashes(views: list[dict[str, Any]]) -> list[str]:
-    return [r["prompt_sha256"] for v in views for r in (v.get("orderings") or [v])]
 
 
 async def test_every_type_round_trips_through_both_clients_and_equals_decide_shared(start_server) -> None:
@@ -286,19 +200,3 @@ async def test_the_sdks_retry_waits_our_retry_after_and_nothing_is_scored_twice(
     assert len(refusals) == 1 and answered - refusals[0] >= 0.95
     assert [kind for kind, _ in fake.calls] == ["direct", "shared"]  # the holder once, the SDK's rows once
     assert [row["id"] for row in fake.calls[1][1]] == list(QUESTIONS) and set(result.answers) == set(QUESTIONS)
-
-
-async def both_clients_on_a_model(port: int, model: str) -> tuple[SystemOneResponse, list[dict[str, Any]]]:
-    """The real-model check: every type through both clients equals /decide/shared, and models.list
-    names the model; a loaded machine may take a while per call. The async answer and the views."""
-    async with async_sdk(port, timeout=120.0) as client:
-        asynchronous = await client.system_one(STATE, QUESTIONS)
-        listed = await client.models.list()
-    synchronous = await asyncio.to_thread(lambda: sdk(port, timeout=120.0).system_one(STATE, QUESTIONS))
-    views = await shared_views(port)
-    for result in (asynchronous, synchronous):
-        assert result.model == model
-        assert native_hashes(result) == view_hashes(views)
-        check_answers(result, views)
-    assert [m.name for m in listed.models] == [model, "jev-latest"]
-    return asynchronous, views

@@ -21,6 +21,7 @@ import pytest
 from semif_serve import request_model
 from semif_serve.errors import ApiError
 from semif_serve.systemone import translate
+from tests.systemone_cases import NOUL, REFUSALS
 
 LIMITS = request_model.Limits(max_decisions=64, workloads=frozenset({"triage"}),
                               methods={"triage": frozenset({"none", "rotations"})})
@@ -117,78 +118,6 @@ def test_the_extension_object_overrides_orderings_and_workload() -> None:
     assert (overridden.decisions[0].orderings, overridden.workload) == ("none", None)
 
 
-NOUL = {"type": "noul", "instructions": "Urgent?"}
-REFUSALS = [
-    ("wrong body type", ["x"], None),
-    ("missing questions", {"model": "served", "state": "s"}, "questions"),
-    ("unknown model", {"model": "gpt", "state": "s", "questions": {"q": NOUL}}, "model"),
-    ("model not a string", {"model": 3, "state": "s", "questions": {"q": NOUL}}, "model"),
-    ("model an array (unhashable: schemathesis found the crash)", {"model": ["served"], "state": "s", "questions": {"q": NOUL}}, "model"),
-    ("model an object", {"model": {"name": "served"}, "state": "s", "questions": {"q": NOUL}}, "model"),
-    ("state of the wrong type", {"model": "served", "state": 5, "questions": {"q": NOUL}}, "state"),
-    ("empty state", {"model": "served", "state": "", "questions": {"q": NOUL}}, "state"),
-    ("questions of the wrong type", {"model": "served", "state": "s", "questions": [NOUL]}, "questions"),
-    ("empty questions", {"model": "served", "state": "s", "questions": {}}, "questions"),
-    ("a question of the wrong type", {"model": "served", "state": "s", "questions": {"q": "noul"}}, "questions.q"),
-    ("1 option", {"model": "served", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": None}}}},
-     "questions.q.criteria"),
-    ("17 options", {"model": "served", "state": "s",
-                    "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(17)}}}}, "questions.q.criteria"),
-    ("choice criteria as an array", {"model": "served", "state": "s", "questions": {"q": {"type": "choice", "criteria": ["a", "b"]}}},
-     "questions.q.criteria"),
-    ("a score with 1 level", {"model": "served", "state": "s", "questions": {"q": {"type": "score", "criteria": ["low"]}}},
-     "questions.q.criteria"),
-    ("a score with 11 levels", {"model": "served", "state": "s",
-                                "questions": {"q": {"type": "score", "criteria": [str(i) for i in range(11)]}}}, "questions.q.criteria"),
-    ("a score level of the wrong type", {"model": "served", "state": "s", "questions": {"q": {"type": "score", "criteria": ["a", 2]}}},
-     "questions.q.criteria[1]"),
-    ("a score without criteria", {"model": "served", "state": "s", "questions": {"q": {"type": "score"}}}, "questions.q.criteria"),
-    ("noul criteria with another key", {"model": "served", "state": "s",
-                                        "questions": {"q": {"type": "noul", "criteria": {"true": "y", "maybe": "m"}}}}, "questions.q.criteria"),
-    ("noul criteria not an object", {"model": "served", "state": "s", "questions": {"q": {"type": "noul", "criteria": "yes"}}},
-     "questions.q.criteria"),
-    ("empty string instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": ""}}},
-     "questions.q.instructions"),
-    ("blank instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": "  "}}},
-     "questions.q.instructions"),
-    ("empty object instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": {}}}},
-     "questions.q.instructions"),
-    ("empty array instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": []}}},
-     "questions.q.instructions"),
-    ("instructions of the wrong type", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": 4}}},
-     "questions.q.instructions"),
-    ("an empty noul criterion", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "criteria": {"true": []}}}},
-     "questions.q.criteria.true"),
-    ("an unknown type", {"model": "served", "state": "s", "questions": {"q": {"type": "rank", "criteria": ["a", "b"]}}},
-     "questions.q.type"),
-    ("no type", {"model": "served", "state": "s", "questions": {"q": {"instructions": "A?"}}}, "questions.q.type"),
-    ("a type given as an array (unhashable)", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "type": ["noul"]}}},
-     "questions.q.type"),
-    ("a type given as an object", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "type": {"box": 1}}}},
-     "questions.q.type"),
-    ("a box question", {"model": "served", "state": "s", "questions": {"q": {"type": "box", "instructions": "Find the dog"}}},
-     "questions.q.type"),
-    ("image assets", {"model": "served", "state": "s", "questions": {"q": NOUL},
-                      "assets": {"img": {"type": "image", "format": "png", "data_base64": "AA=="}}}, "assets"),
-    ("an unknown orderings method", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": "some"}},
-     "semif.orderings"),
-    ("orderings given as an array", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": ["all"]}},
-     "semif.orderings"),
-    ("a workload given as an object", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"workload": {"triage": 1}}},
-     "semif.workload"),
-    ("an unknown workload", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"workload": "other"}},
-     "semif.workload"),
-    ("an unknown extension field", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"order": "all"}}, "semif"),
-    ("orderings all over 4 options", {"model": "served", "state": "s", "semif": {"orderings": "all"},
-                                      "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(5)}}}},
-     "semif.orderings"),
-    ("a workload without a temperature for the orderings sent", {"model": "served", "state": "s", "questions": {"q": NOUL},
-                                                                 "semif": {"orderings": "all", "workload": "triage"}},
-     "semif.workload"),
-    ("more rows than the cap after expansion", {"model": "served", "state": "s", "semif": {"orderings": "rotations"},
-                                                "questions": {f"q{i}": {"type": "score", "criteria": [str(j) for j in range(10)]}
-                                                              for i in range(7)}}, "questions"),
-]
 
 
 @pytest.mark.parametrize(("case", "body", "param"), REFUSALS, ids=[case for case, _, _ in REFUSALS])
