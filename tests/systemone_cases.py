@@ -178,13 +178,22 @@ def view_hashes(views: list[dict[str, Any]]) -> list[str]:
     return [r["prompt_sha256"] for v in views for r in (v.get("orderings") or [v])]
 
 
+async def synchronous_answer(port: int, **options: Any) -> SystemOneResponse:
+    """QUESTIONS through the sync client, in a worker thread so the loop keeps serving; the client is closed after."""
+    def ask() -> SystemOneResponse:
+        with sdk(port, **options) as client:
+            return client.system_one(STATE, QUESTIONS)
+
+    return await asyncio.to_thread(ask)
+
+
 async def both_clients_on_a_model(port: int, model: str) -> tuple[SystemOneResponse, list[dict[str, Any]]]:
     """The real-model check: every type through both clients equals /decide/shared, and models.list
     names the model; a loaded machine may take a while per call. The async answer and the views."""
     async with async_sdk(port, timeout=120.0) as client:
         asynchronous = await client.system_one(STATE, QUESTIONS)
         listed = await client.models.list()
-    synchronous = await asyncio.to_thread(lambda: sdk(port, timeout=120.0).system_one(STATE, QUESTIONS))
+    synchronous = await synchronous_answer(port, timeout=120.0)
     views = await shared_views(port)
     for result in (asynchronous, synchronous):
         assert result.model == model

@@ -20,7 +20,6 @@ from typesafe_sdk import (
     Image,
     Noul,
     RetryPolicy,
-    SystemOneResponse,
     TypeSafeAuthenticationError,
     TypeSafeInternalServerError,
     TypeSafeRateLimitError,
@@ -31,7 +30,8 @@ from semif_serve import calibration
 from semif_serve.stub import StubScorer
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
-from tests.systemone_cases import QUESTIONS, ROWS, STATE, async_sdk, check_answers, native_hashes, sdk, shared_views, view_hashes
+from tests.systemone_cases import (QUESTIONS, ROWS, STATE, async_sdk, check_answers, native_hashes, sdk, shared_views,
+                                   synchronous_answer, view_hashes)
 from tests.wire_client import request
 
 NO_RETRY = RetryPolicy(max_retries=0)
@@ -45,12 +45,7 @@ async def test_every_type_round_trips_through_both_clients_and_equals_decide_sha
     server = await stub(start_server)
     async with async_sdk(server.port) as client:
         asynchronous = await client.system_one(STATE, QUESTIONS)
-
-    def ask() -> SystemOneResponse:
-        with sdk(server.port) as client:
-            return client.system_one(STATE, QUESTIONS)
-
-    synchronous = await asyncio.to_thread(ask)
+    synchronous = await synchronous_answer(server.port)
     views = await shared_views(server.port)
     for result in (asynchronous, synchronous):
         assert native_hashes(result) == view_hashes(views)  # the same rows were scored
@@ -119,6 +114,7 @@ async def test_each_refusal_is_the_sdks_typed_exception_with_our_message_and_req
     fake = FakeScorer()
     server = await start_server(fake)
     client = async_sdk(server.port, retry=NO_RETRY)
+    intruder = async_sdk(server.port, api_key="wrong-key", retry=NO_RETRY)
     cases = [
         (TypeSafeUnprocessableEntityError, "questions.find.type",
          client.system_one(STATE, {"find": Box(instructions="Find the dog")}, extra_headers={"x-request-id": "req-box"}), "req-box"),
@@ -131,10 +127,9 @@ async def test_each_refusal_is_the_sdks_typed_exception_with_our_message_and_req
         (TypeSafeUnprocessableEntityError, "model",
          client.system_one(STATE, QUESTIONS, model="jev-1.13.0", extra_headers={"x-request-id": "req-model"}), "req-model"),
         (TypeSafeAuthenticationError, None,
-         async_sdk(server.port, api_key="wrong-key", retry=NO_RETRY).system_one(
-             STATE, QUESTIONS, extra_headers={"x-request-id": "req-auth"}), "req-auth"),
+         intruder.system_one(STATE, QUESTIONS, extra_headers={"x-request-id": "req-auth"}), "req-auth"),
     ]
-    async with client:
+    async with client, intruder:
         for kind, param, call, request_id in cases:
             with pytest.raises(kind) as caught:
                 await call
@@ -149,7 +144,7 @@ async def test_a_scorer_failure_is_the_sdks_server_error(start_server) -> None:
     fake.raise_ = RuntimeError("boom")
     server = await start_server(fake)
     with pytest.raises(TypeSafeInternalServerError) as caught:
-        await asyncio.to_thread(lambda: sdk(server.port, retry=NO_RETRY).system_one(STATE, QUESTIONS))
+        await synchronous_answer(server.port, retry=NO_RETRY)
     assert caught.value.status == 500 and "scoring failed" in str(caught.value)
     assert caught.value.request_id == caught.value.headers["x-request-id"]
 
