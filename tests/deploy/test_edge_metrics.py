@@ -15,6 +15,7 @@ import pytest
 
 from bench.common import procs
 from bench.scale import edge
+from semif_serve.errors import CODES
 
 TOKEN = "edge-metrics-token-" + "0123456789abcdef" * 2
 
@@ -30,6 +31,7 @@ def test_the_edge_refuses_metrics_and_the_replica_serves_them(tmp_path: Path) ->
         (replica,) = replicas
         through = httpx.get(f"http://{front.target.host}:{front.target.port}/metrics", timeout=10.0)
         assert through.status_code == 404 and through.json()["error"]["code"] == "not_found"
+        assert through.json()["error"]["type"] == CODES["not_found"][1]
         assert through.headers["x-request-id"]
         assert "semif_" not in through.text
         direct = httpx.get(f"http://{replica.address}/metrics", timeout=10.0)

@@ -1,16 +1,21 @@
 """deploy/nginx's renderer, without nginx: every placeholder filled, each replica a primary
-and a never-down backup, retries bounded by the replica count, limits from the settings."""
+and a never-down backup, retries bounded by the replica count, limits from the settings,
+and every body the edge answers itself in the envelope semif_serve/errors.py renders."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
 
 from deploy.nginx.render import Edge, render
 from semif_serve.config import Settings
+from semif_serve.errors import CODES
 
 REPLICAS = ("127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003")
+RETURN = re.compile(r"return (\d{3}) '(.*)';")
 
 
 def test_each_replica_is_a_primary_and_a_backup() -> None:
@@ -36,3 +41,16 @@ def test_an_unknown_placeholder_or_no_replica_is_refused() -> None:
         render(Edge("127.0.0.1:8000", REPLICAS, Path("/run/x")), template="listen {{lisen}};")
     with pytest.raises(ValueError):
         Edge("127.0.0.1:8000", (), Path("/run/x"))
+
+
+def test_every_body_the_edge_answers_itself_carries_the_type_errors_py_gives_it() -> None:
+    """CODES' status and type for a code it has; for the edge's own code, the one type CODES gives its status."""
+    bodies = RETURN.findall(render(Edge("127.0.0.1:8000", REPLICAS, Path("/run/x"))))
+    assert len(bodies) == 3  # /metrics 404, 413, 503 no_replica
+    for status, text in bodies:
+        error = json.loads(text)["error"]
+        assert set(error) == {"code", "message", "type"} and error["message"]
+        if error["code"] in CODES:
+            assert CODES[error["code"]] == (int(status), error["type"]), text
+        else:
+            assert {kind for code_status, kind in CODES.values() if code_status == int(status)} == {error["type"]}, text

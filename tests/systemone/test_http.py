@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fake_scorer import FakeScorer
-from tests.systemone.test_translate import REFUSALS
+from tests.systemone_cases import REFUSALS
 from tests.wire_client import AUTH, TOKEN, parse_responses, raw_request, raw_session, request
 
 STATE = {"ticket": "Help! My payouts have been failing for 3 days."}
@@ -148,8 +148,9 @@ async def test_an_alias_is_served_and_the_response_names_the_served_model(start_
 
 
 async def test_the_bearer_is_checked_before_anything_else(start_server, fake: FakeScorer) -> None:
+    """A body that would be a 422 (an unknown model) with a wrong token: the 401 comes first."""
     server = await start_server(fake)
-    response = await request(server.port, "POST", "/v1/systemone", body({"u": NOUL}),
+    response = await request(server.port, "POST", "/v1/systemone", {**body({"u": NOUL}), "model": "gpt"},
                              headers=[(b"authorization", b"Bearer " + TOKEN.encode() + b"x")])
     assert response.status == 401 and response.json["error"]["type"] == "authentication_error"
     assert fake.calls == []

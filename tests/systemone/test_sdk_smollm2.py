@@ -3,31 +3,20 @@
 One server start (the model loads in about ten seconds): every type through both
 clients, each answer equal to what the same rows give through /decide/shared, and
 one averaged request equal to the combined view. The model comes from the wheel
-exactly as in tests/models/test_smollm2_model.py (skipped without it, a failure under CI=true).
+exactly as in tests/models/test_smollm2_model.py, through tests/conftest.py's
+`smollm2_settings` (skipped without the wheel, a failure under CI=true).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
-from semif_serve.builders import smollm2
+from semif_serve.config import Settings
 from semif_serve.torch_engine import TorchScorer
-from tests.smollm2_wheel import require_gguf
-from tests.systemone.test_sdk_stub import QUESTIONS, STATE, async_sdk, both_clients_on_a_model, check_answers, native_hashes, shared_views, view_hashes
+from tests.systemone_cases import QUESTIONS, STATE, async_sdk, both_clients_on_a_model, check_answers, native_hashes, shared_views, view_hashes
 
 
-@pytest.fixture(scope="module")
-def tiny_built() -> dict[str, str]:
-    """Points the conftest's model fixtures (tiny_settings) at SmolLM2 for this module."""
-    require_gguf()
-    return smollm2.build()
-
-
-async def test_every_type_and_an_averaged_request_through_both_clients(start_server, tiny_settings: Any) -> None:
-    server = await start_server(TorchScorer(tiny_settings))
-    await both_clients_on_a_model(server.port, tiny_settings.model)
+async def test_every_type_and_an_averaged_request_through_both_clients(start_server, smollm2_settings: Settings) -> None:
+    server = await start_server(TorchScorer(smollm2_settings))
+    await both_clients_on_a_model(server.port, smollm2_settings.model)
     async with async_sdk(server.port, timeout=120.0) as client:
         averaged = await client.system_one(STATE, QUESTIONS, extra_body={"semif": {"orderings": "rotations"}})
     rotated = await shared_views(server.port, "rotations")

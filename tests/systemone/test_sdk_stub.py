@@ -9,23 +9,18 @@ counts of what was scored come from the server's scorer, never from the client.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from typing import Any
 
 import pytest
 from typesafe_sdk import (
-    AsyncTypeSafeClient,
     Box,
     Choice,
     Image,
     Noul,
     RetryPolicy,
-    Score,
-    SystemOneResponse,
     TypeSafeAuthenticationError,
-    TypeSafeClient,
     TypeSafeInternalServerError,
     TypeSafeRateLimitError,
     TypeSafeUnprocessableEntityError,
@@ -35,108 +30,22 @@ from semif_serve import calibration
 from semif_serve.stub import StubScorer
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
-from tests.wire_client import TOKEN, Connection, request
+from tests.systemone_cases import (QUESTIONS, ROWS, STATE, async_sdk, check_answers, native_hashes, sdk, shared_views,
+                                   synchronous_answer, view_hashes)
+from tests.wire_client import request
 
-STATE = {"message": "Help! My payouts have been failing for 3 days.", "plan": "pro"}
-QUESTIONS = {
-    "is_urgent": Noul(instructions="Does this convey urgency?",
-                      criteria={"true": "Explicitly time-sensitive", "false": "No urgency expressed"}),
-    "spam": Noul(criteria={"true": "The message is unsolicited advertising."}),
-    "department": Choice(instructions="Which team should handle this?",
-                         criteria={"billing": "Payments, invoicing, refunds", "technical": None, "sales": "Pricing"}),
-    "frustration": Score(instructions={"task": "Rate the frustration", "scale": "low to high"},
-                         criteria=["Calm", "Frustrated", "Very angry"]),
-}
 NO_RETRY = RetryPolicy(max_retries=0)
-# The rows SemIf's mapping gives QUESTIONS (tests/systemone/test_translate.py pins the mapping itself).
-ROWS = [
-    {"id": "is_urgent", "question": "Does this convey urgency?",
-     "options": [{"id": "true", "description": "Explicitly time-sensitive"}, {"id": "false", "description": "No urgency expressed"}]},
-    {"id": "spam", "question": "Which of the two options holds for the state?",
-     "options": [{"id": "true", "description": "The message is unsolicited advertising."},
-                 {"id": "false", "description": "The answer to the question is no."}]},
-    {"id": "department", "question": "Which team should handle this?",
-     "options": [{"id": "billing", "description": "Payments, invoicing, refunds"}, {"id": "technical", "description": "technical"},
-                 {"id": "sales", "description": "Pricing"}]},
-    {"id": "frustration", "question": '{"task": "Rate the frustration", "scale": "low to high"}',
-     "options": [{"id": str(i), "description": level} for i, level in enumerate(["Calm", "Frustrated", "Very angry"])]},
-]
-
-
-def url(port: int) -> str:
-    return f"http://127.0.0.1:{port}"
-
-
-def sdk(port: int, **options: Any) -> TypeSafeClient:
-    return TypeSafeClient(**{"api_key": TOKEN, "base_url": url(port), "compression": False, **options})
-
-
-def async_sdk(port: int, **options: Any) -> AsyncTypeSafeClient:
-    return AsyncTypeSafeClient(**{"api_key": TOKEN, "base_url": url(port), "compression": False, **options})
 
 
 async def stub(start_server: Any, **overrides: Any) -> Any:
     return await start_server(StubScorer(settings()), **overrides)
 
 
-async def shared_views(port: int, orderings: str | None = None, workload: str | None = None) -> list[dict[str, Any]]:
-    """What /decide/shared returns for ROWS, with the same orderings and workload."""
-    each = {} if orderings is None else {"orderings": orderings}
-    payload = {"state": STATE, "decisions": [{**row, **each} for row in ROWS], **({} if workload is None else {"workload": workload})}
-    connection = await Connection.open(port)
-    try:  # a real model on a loaded machine may take a while: the client waits as long as the SDK does
-        connection.send_request("POST", "/decide/shared", json.dumps(payload).encode())
-        response = await connection.read_response(timeout=120.0)
-    finally:
-        await connection.close()
-    assert response.status == 200, response.body
-    return response.json["results"]
-
-
-def expected(kind: str, ids: list[str], p: list[float]) -> dict[str, Any]:
-    """The API's answer fields for a distribution, computed here from the issue's formulas."""
-    if kind == "noul":
-        return {"noul": p[0]}
-    confidence = (len(p) * max(p) - 1) / (len(p) - 1)
-    if kind == "choice":
-        return {"choice": ids[p.index(max(p))], "probabilities": dict(zip(ids, p)), "confidence": confidence}
-    return {"score": sum(i * v for i, v in enumerate(p)), "probabilities": dict(enumerate(p)), "confidence": confidence}
-
-
-def check_answers(result: SystemOneResponse, views: list[dict[str, Any]], path: tuple[str, ...] = (),
-                  keys: list[str] | None = None) -> None:
-    """Each typed answer equals the formulas over the /decide/shared view (at `path` within it)."""
-    assert list(result.answers) == (list(QUESTIONS) if keys is None else keys)
-    for (key, answer), view in zip(result.answers.items(), views):
-        source = view
-        for step in path:
-            source = source[step]
-        want = expected(answer.type, list(view["option_ids"]), source["probabilities"])
-        for name, value in want.items():
-            got = getattr(answer, name)
-            assert got == (pytest.approx(value) if isinstance(value, float) else value), (key, name)
-
-
-def native_hashes(result: SystemOneResponse) -> list[str]:
-    """The prompt hash of every row a response scored (from its `semif` blocks): the stub's is of the whole row."""
-    answers = result.raw_http_response.json()["answers"]
-    return [r["prompt_sha256"] for a in answers.values() for r in (a["semif"].get("orderings") or [a["semif"]])]
-
-
-def view_hashes(views: list[dict[str, Any]]) -> list[str]:
-    return [r["prompt_sha256"] for v in views for r in (v.get("orderings") or [v])]
-
-
 async def test_every_type_round_trips_through_both_clients_and_equals_decide_shared(start_server) -> None:
     server = await stub(start_server)
     async with async_sdk(server.port) as client:
         asynchronous = await client.system_one(STATE, QUESTIONS)
-
-    def ask() -> SystemOneResponse:
-        with sdk(server.port) as client:
-            return client.system_one(STATE, QUESTIONS)
-
-    synchronous = await asyncio.to_thread(ask)
+    synchronous = await synchronous_answer(server.port)
     views = await shared_views(server.port)
     for result in (asynchronous, synchronous):
         assert native_hashes(result) == view_hashes(views)  # the same rows were scored
@@ -205,6 +114,7 @@ async def test_each_refusal_is_the_sdks_typed_exception_with_our_message_and_req
     fake = FakeScorer()
     server = await start_server(fake)
     client = async_sdk(server.port, retry=NO_RETRY)
+    intruder = async_sdk(server.port, api_key="wrong-key", retry=NO_RETRY)
     cases = [
         (TypeSafeUnprocessableEntityError, "questions.find.type",
          client.system_one(STATE, {"find": Box(instructions="Find the dog")}, extra_headers={"x-request-id": "req-box"}), "req-box"),
@@ -217,10 +127,9 @@ async def test_each_refusal_is_the_sdks_typed_exception_with_our_message_and_req
         (TypeSafeUnprocessableEntityError, "model",
          client.system_one(STATE, QUESTIONS, model="jev-1.13.0", extra_headers={"x-request-id": "req-model"}), "req-model"),
         (TypeSafeAuthenticationError, None,
-         async_sdk(server.port, api_key="wrong-key", retry=NO_RETRY).system_one(
-             STATE, QUESTIONS, extra_headers={"x-request-id": "req-auth"}), "req-auth"),
+         intruder.system_one(STATE, QUESTIONS, extra_headers={"x-request-id": "req-auth"}), "req-auth"),
     ]
-    async with client:
+    async with client, intruder:
         for kind, param, call, request_id in cases:
             with pytest.raises(kind) as caught:
                 await call
@@ -235,7 +144,7 @@ async def test_a_scorer_failure_is_the_sdks_server_error(start_server) -> None:
     fake.raise_ = RuntimeError("boom")
     server = await start_server(fake)
     with pytest.raises(TypeSafeInternalServerError) as caught:
-        await asyncio.to_thread(lambda: sdk(server.port, retry=NO_RETRY).system_one(STATE, QUESTIONS))
+        await synchronous_answer(server.port, retry=NO_RETRY)
     assert caught.value.status == 500 and "scoring failed" in str(caught.value)
     assert caught.value.request_id == caught.value.headers["x-request-id"]
 
@@ -286,19 +195,3 @@ async def test_the_sdks_retry_waits_our_retry_after_and_nothing_is_scored_twice(
     assert len(refusals) == 1 and answered - refusals[0] >= 0.95
     assert [kind for kind, _ in fake.calls] == ["direct", "shared"]  # the holder once, the SDK's rows once
     assert [row["id"] for row in fake.calls[1][1]] == list(QUESTIONS) and set(result.answers) == set(QUESTIONS)
-
-
-async def both_clients_on_a_model(port: int, model: str) -> tuple[SystemOneResponse, list[dict[str, Any]]]:
-    """The real-model check: every type through both clients equals /decide/shared, and models.list
-    names the model; a loaded machine may take a while per call. The async answer and the views."""
-    async with async_sdk(port, timeout=120.0) as client:
-        asynchronous = await client.system_one(STATE, QUESTIONS)
-        listed = await client.models.list()
-    synchronous = await asyncio.to_thread(lambda: sdk(port, timeout=120.0).system_one(STATE, QUESTIONS))
-    views = await shared_views(port)
-    for result in (asynchronous, synchronous):
-        assert result.model == model
-        assert native_hashes(result) == view_hashes(views)
-        check_answers(result, views)
-    assert [m.name for m in listed.models] == [model, "jev-latest"]
-    return asynchronous, views

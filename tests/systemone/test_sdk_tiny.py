@@ -7,7 +7,7 @@ one score_shared call each way) or /decide (one question: direct.score each way)
 from __future__ import annotations
 
 from semif_serve.torch_engine import TorchScorer
-from tests.systemone.test_sdk_stub import QUESTIONS, ROWS, STATE, async_sdk, both_clients_on_a_model, check_answers, native_hashes
+from tests.systemone_cases import QUESTIONS, ROWS, STATE, async_sdk, both_clients_on_a_model, check_answers, native_hashes
 from tests.wire_client import request
 
 

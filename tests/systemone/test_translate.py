@@ -21,6 +21,7 @@ import pytest
 from semif_serve import request_model
 from semif_serve.errors import ApiError
 from semif_serve.systemone import translate
+from tests.systemone_cases import NOUL, REFUSALS
 
 LIMITS = request_model.Limits(max_decisions=64, workloads=frozenset({"triage"}),
                               methods={"triage": frozenset({"none", "rotations"})})
@@ -117,72 +118,36 @@ def test_the_extension_object_overrides_orderings_and_workload() -> None:
     assert (overridden.decisions[0].orderings, overridden.workload) == ("none", None)
 
 
-NOUL = {"type": "noul", "instructions": "Urgent?"}
-REFUSALS = [
-    ("wrong body type", ["x"], None),
-    ("missing questions", {"model": "served", "state": "s"}, "questions"),
-    ("unknown model", {"model": "gpt", "state": "s", "questions": {"q": NOUL}}, "model"),
-    ("model not a string", {"model": 3, "state": "s", "questions": {"q": NOUL}}, "model"),
-    ("model an array (unhashable: schemathesis found the crash)", {"model": ["served"], "state": "s", "questions": {"q": NOUL}}, "model"),
-    ("model an object", {"model": {"name": "served"}, "state": "s", "questions": {"q": NOUL}}, "model"),
-    ("state of the wrong type", {"model": "served", "state": 5, "questions": {"q": NOUL}}, "state"),
-    ("empty state", {"model": "served", "state": "", "questions": {"q": NOUL}}, "state"),
-    ("questions of the wrong type", {"model": "served", "state": "s", "questions": [NOUL]}, "questions"),
-    ("empty questions", {"model": "served", "state": "s", "questions": {}}, "questions"),
-    ("a question of the wrong type", {"model": "served", "state": "s", "questions": {"q": "noul"}}, "questions.q"),
-    ("1 option", {"model": "served", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": None}}}},
-     "questions.q.criteria"),
-    ("17 options", {"model": "served", "state": "s",
-                    "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(17)}}}}, "questions.q.criteria"),
-    ("choice criteria as an array", {"model": "served", "state": "s", "questions": {"q": {"type": "choice", "criteria": ["a", "b"]}}},
-     "questions.q.criteria"),
-    ("a score with 1 level", {"model": "served", "state": "s", "questions": {"q": {"type": "score", "criteria": ["low"]}}},
-     "questions.q.criteria"),
-    ("a score with 11 levels", {"model": "served", "state": "s",
-                                "questions": {"q": {"type": "score", "criteria": [str(i) for i in range(11)]}}}, "questions.q.criteria"),
-    ("a score level of the wrong type", {"model": "served", "state": "s", "questions": {"q": {"type": "score", "criteria": ["a", 2]}}},
-     "questions.q.criteria[1]"),
-    ("a score without criteria", {"model": "served", "state": "s", "questions": {"q": {"type": "score"}}}, "questions.q.criteria"),
-    ("noul criteria with another key", {"model": "served", "state": "s",
-                                        "questions": {"q": {"type": "noul", "criteria": {"true": "y", "maybe": "m"}}}}, "questions.q.criteria"),
-    ("noul criteria not an object", {"model": "served", "state": "s", "questions": {"q": {"type": "noul", "criteria": "yes"}}},
-     "questions.q.criteria"),
-    ("empty string instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": ""}}},
-     "questions.q.instructions"),
-    ("blank instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": "  "}}},
-     "questions.q.instructions"),
-    ("empty object instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": {}}}},
-     "questions.q.instructions"),
-    ("empty array instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": []}}},
-     "questions.q.instructions"),
-    ("instructions of the wrong type", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": 4}}},
-     "questions.q.instructions"),
-    ("an empty noul criterion", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "criteria": {"true": []}}}},
-     "questions.q.criteria.true"),
-    ("an unknown type", {"model": "served", "state": "s", "questions": {"q": {"type": "rank", "criteria": ["a", "b"]}}},
-     "questions.q.type"),
-    ("no type", {"model": "served", "state": "s", "questions": {"q": {"instructions": "A?"}}}, "questions.q.type"),
-    ("a box question", {"model": "served", "state": "s", "questions": {"q": {"type": "box", "instructions": "Find the dog"}}},
-     "questions.q.type"),
-    ("image assets", {"model": "served", "state": "s", "questions": {"q": NOUL},
-                      "assets": {"img": {"type": "image", "format": "png", "data_base64": "AA=="}}}, "assets"),
-    ("an unknown orderings method", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": "some"}},
-     "semif.orderings"),
-    ("an unknown workload", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"workload": "other"}},
-     "semif.workload"),
-    ("an unknown extension field", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"order": "all"}}, "semif"),
-    ("orderings all over 4 options", {"model": "served", "state": "s", "semif": {"orderings": "all"},
-                                      "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(5)}}}},
-     "questions.q.criteria"),
-    ("more rows than the cap after expansion", {"model": "served", "state": "s", "semif": {"orderings": "rotations"},
-                                                "questions": {f"q{i}": {"type": "score", "criteria": [str(j) for j in range(10)]}
-                                                              for i in range(7)}}, "questions"),
-]
 
 
 @pytest.mark.parametrize(("case", "body", "param"), REFUSALS, ids=[case for case, _, _ in REFUSALS])
 def test_each_refusal_names_its_field(case: str, body: Any, param: str | None) -> None:
     assert refused(body).param == param
+
+
+FIVE = {"type": "choice", "criteria": {f"o{i}": None for i in range(5)}}
+
+
+def test_orderings_all_over_4_options_blames_what_chose_all_and_says_which_question() -> None:
+    sent = refused({"model": "served", "state": "s", "questions": {"q": NOUL, "k": FIVE}, "semif": {"orderings": "all"}})
+    assert (sent.param, sent.message) == ("semif.orderings", 'questions.k: semif.orderings "all" allows at most 4 options, got 5')
+    body = json.dumps({"model": "served", "state": "s", "questions": {"k": FIVE}}).encode()
+    with pytest.raises(ApiError) as caught:  # the server's default is sound for 2..4 options: the caller's 5 are to blame
+        translate.translate(body, translate.Options(LIMITS, OPTIONS.models, "all", None))
+    assert (caught.value.param, caught.value.message) == (
+        "questions.k.criteria", 'questions.k: the server\'s default orderings "all" allows at most 4 options, got 5')
+
+
+@pytest.mark.parametrize(("orderings", "workload", "semif", "param"), [
+    ("none", "triage", {"orderings": "all"}, "semif.orderings"),  # the default workload has no "all"
+    ("all", None, {"workload": "triage"}, "semif.workload"),  # the workload sent has no temperature for the default
+])
+def test_a_workload_and_method_mismatch_blames_the_field_the_request_sent(orderings: str, workload: str | None,
+                                                                        semif: dict[str, str], param: str) -> None:
+    body = json.dumps({"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": semif}).encode()
+    with pytest.raises(ApiError) as caught:
+        translate.translate(body, translate.Options(LIMITS, OPTIONS.models, orderings, workload))
+    assert caught.value.param == param and "has no temperature for method 'all'" in caught.value.message
 
 
 def test_a_repeated_question_key_is_refused_naming_the_questions_object() -> None:
@@ -195,6 +160,12 @@ def test_a_repeated_key_deeper_down_is_named_by_its_path() -> None:
     body = b'{"model": "served", "state": {"a": [1, {"x": 1, "x": 2}]}, "questions": {"q": {"type": "noul", "instructions": "A?"}}}'
     assert refused(body).param == "state.a[1]"
     assert refused(b'{"model": "served", "model": "served"}').param is None  # the body itself
+
+
+def test_a_repeated_empty_key_is_named_by_its_path_too() -> None:
+    body = b'{"model": "served", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"": 1, "": 2}}}}'
+    error = refused(body)
+    assert (error.param, error.message) == ("questions.q.criteria", "duplicate key ''")
 
 
 def test_a_body_that_is_not_json_is_refused_as_on_every_endpoint() -> None:

@@ -21,6 +21,7 @@ from tests.wire_client import (
     eventually,
     no_error_logs,  # noqa: F401 - fixture
     parse_responses,
+    raw_request,
     request,
 )
 
@@ -87,13 +88,15 @@ async def test_in_flight_calls_finish_and_idle_connections_close(start_server, f
     assert not server.connections and server.service.admission.in_progress == 0
 
 
-async def test_a_request_begun_before_the_drain_and_finished_after_gets_503(start_server, fake) -> None:
+@pytest.mark.parametrize("sent", [POST, raw_request(b"GET", b"/v1/models")], ids=["POST /decide", "GET /v1/models"])
+async def test_a_request_begun_before_the_drain_and_finished_after_gets_503(start_server, fake, sent) -> None:
+    """Every route behind the bearer: a POST, and the System One model list."""
     server = await start_server(fake, shutdown_grace=5.0)
     connection = await Connection.open(server.port)
-    connection.writer.write(POST[:10])  # a head in progress keeps the connection through the drain
+    connection.writer.write(sent[:10])  # a head in progress keeps the connection through the drain
     await eventually(lambda: any(not c.closable for c in server.connections.values()))
     stopping = await begin_shutdown(server)
-    connection.writer.write(POST[10:])
+    connection.writer.write(sent[10:])
     response = await connection.read_response()
     assert response.status == 503 and response.code == "shutting_down"
     assert response.headers[b"connection"] == b"close" and await connection.closed_by_peer()

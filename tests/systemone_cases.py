@@ -1,0 +1,203 @@
+"""What the System One tests share: the refusal list, run in process (tests/systemone/test_translate.py)
+and on a socket (test_http.py); and the SDK's requests, the rows SemIf's mapping gives them and the
+checks of its answers against /decide/shared, run on the stub (test_sdk_stub.py), the tiny model
+(test_sdk_tiny.py) and SmolLM2 (test_sdk_smollm2.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from typesafe_sdk import AsyncTypeSafeClient, Choice, Noul, Score, SystemOneResponse, TypeSafeClient
+
+from tests.wire_client import TOKEN, Connection
+
+# -- refusals: (case, body, the param the 422 names); a "served" model is the served id or an alias --
+
+NOUL = {"type": "noul", "instructions": "Urgent?"}
+REFUSALS = [
+    ("wrong body type", ["x"], None),
+    ("missing questions", {"model": "served", "state": "s"}, "questions"),
+    ("unknown model", {"model": "gpt", "state": "s", "questions": {"q": NOUL}}, "model"),
+    ("model not a string", {"model": 3, "state": "s", "questions": {"q": NOUL}}, "model"),
+    ("model an array (unhashable: schemathesis found the crash)", {"model": ["served"], "state": "s", "questions": {"q": NOUL}}, "model"),
+    ("model an object", {"model": {"name": "served"}, "state": "s", "questions": {"q": NOUL}}, "model"),
+    ("state of the wrong type", {"model": "served", "state": 5, "questions": {"q": NOUL}}, "state"),
+    ("empty state", {"model": "served", "state": "", "questions": {"q": NOUL}}, "state"),
+    ("questions of the wrong type", {"model": "served", "state": "s", "questions": [NOUL]}, "questions"),
+    ("empty questions", {"model": "served", "state": "s", "questions": {}}, "questions"),
+    ("a question of the wrong type", {"model": "served", "state": "s", "questions": {"q": "noul"}}, "questions.q"),
+    ("1 option", {"model": "served", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": None}}}},
+     "questions.q.criteria"),
+    ("17 options", {"model": "served", "state": "s",
+                    "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(17)}}}}, "questions.q.criteria"),
+    ("choice criteria as an array", {"model": "served", "state": "s", "questions": {"q": {"type": "choice", "criteria": ["a", "b"]}}},
+     "questions.q.criteria"),
+    ("a score with 1 level", {"model": "served", "state": "s", "questions": {"q": {"type": "score", "criteria": ["low"]}}},
+     "questions.q.criteria"),
+    ("a score with 11 levels", {"model": "served", "state": "s",
+                                "questions": {"q": {"type": "score", "criteria": [str(i) for i in range(11)]}}}, "questions.q.criteria"),
+    ("a score level of the wrong type", {"model": "served", "state": "s", "questions": {"q": {"type": "score", "criteria": ["a", 2]}}},
+     "questions.q.criteria[1]"),
+    ("a score without criteria", {"model": "served", "state": "s", "questions": {"q": {"type": "score"}}}, "questions.q.criteria"),
+    ("noul criteria with another key", {"model": "served", "state": "s",
+                                        "questions": {"q": {"type": "noul", "criteria": {"true": "y", "maybe": "m"}}}}, "questions.q.criteria"),
+    ("noul criteria not an object", {"model": "served", "state": "s", "questions": {"q": {"type": "noul", "criteria": "yes"}}},
+     "questions.q.criteria"),
+    ("empty string instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": ""}}},
+     "questions.q.instructions"),
+    ("blank instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": "  "}}},
+     "questions.q.instructions"),
+    ("empty object instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": {}}}},
+     "questions.q.instructions"),
+    ("empty array instructions", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": []}}},
+     "questions.q.instructions"),
+    ("instructions of the wrong type", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "instructions": 4}}},
+     "questions.q.instructions"),
+    ("an empty noul criterion", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "criteria": {"true": []}}}},
+     "questions.q.criteria.true"),
+    ("an unknown type", {"model": "served", "state": "s", "questions": {"q": {"type": "rank", "criteria": ["a", "b"]}}},
+     "questions.q.type"),
+    ("no type", {"model": "served", "state": "s", "questions": {"q": {"instructions": "A?"}}}, "questions.q.type"),
+    ("a type given as an array (unhashable)", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "type": ["noul"]}}},
+     "questions.q.type"),
+    ("a type given as an object", {"model": "served", "state": "s", "questions": {"q": {**NOUL, "type": {"box": 1}}}},
+     "questions.q.type"),
+    ("a box question", {"model": "served", "state": "s", "questions": {"q": {"type": "box", "instructions": "Find the dog"}}},
+     "questions.q.type"),
+    ("image assets", {"model": "served", "state": "s", "questions": {"q": NOUL},
+                      "assets": {"img": {"type": "image", "format": "png", "data_base64": "AA=="}}}, "assets"),
+    ("an unknown orderings method", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": "some"}},
+     "semif.orderings"),
+    ("orderings given as an array", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": ["all"]}},
+     "semif.orderings"),
+    ("a workload given as an object", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"workload": {"triage": 1}}},
+     "semif.workload"),
+    ("an unknown workload", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"workload": "other"}},
+     "semif.workload"),
+    ("an unknown extension field", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"order": "all"}}, "semif"),
+    ("orderings all over 4 options", {"model": "served", "state": "s", "semif": {"orderings": "all"},
+                                      "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(5)}}}},
+     "semif.orderings"),
+    ("a workload without a temperature for the orderings sent", {"model": "served", "state": "s", "questions": {"q": NOUL},
+                                                                 "semif": {"orderings": "all", "workload": "triage"}},
+     "semif.workload"),
+    ("more rows than the cap after expansion", {"model": "served", "state": "s", "semif": {"orderings": "rotations"},
+                                                "questions": {f"q{i}": {"type": "score", "criteria": [str(j) for j in range(10)]}
+                                                              for i in range(7)}}, "questions"),
+]
+
+
+# -- the SDK's requests and their checks ---------------------------------------------------------
+
+STATE = {"message": "Help! My payouts have been failing for 3 days.", "plan": "pro"}
+QUESTIONS = {
+    "is_urgent": Noul(instructions="Does this convey urgency?",
+                      criteria={"true": "Explicitly time-sensitive", "false": "No urgency expressed"}),
+    "spam": Noul(criteria={"true": "The message is unsolicited advertising."}),
+    "department": Choice(instructions="Which team should handle this?",
+                         criteria={"billing": "Payments, invoicing, refunds", "technical": None, "sales": "Pricing"}),
+    "frustration": Score(instructions={"task": "Rate the frustration", "scale": "low to high"},
+                         criteria=["Calm", "Frustrated", "Very angry"]),
+}
+# The rows SemIf's mapping gives QUESTIONS (tests/systemone/test_translate.py pins the mapping itself).
+ROWS = [
+    {"id": "is_urgent", "question": "Does this convey urgency?",
+     "options": [{"id": "true", "description": "Explicitly time-sensitive"}, {"id": "false", "description": "No urgency expressed"}]},
+    {"id": "spam", "question": "Which of the two options holds for the state?",
+     "options": [{"id": "true", "description": "The message is unsolicited advertising."},
+                 {"id": "false", "description": "The answer to the question is no."}]},
+    {"id": "department", "question": "Which team should handle this?",
+     "options": [{"id": "billing", "description": "Payments, invoicing, refunds"}, {"id": "technical", "description": "technical"},
+                 {"id": "sales", "description": "Pricing"}]},
+    {"id": "frustration", "question": '{"task": "Rate the frustration", "scale": "low to high"}',
+     "options": [{"id": str(i), "description": level} for i, level in enumerate(["Calm", "Frustrated", "Very angry"])]},
+]
+
+
+def url(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
+def sdk(port: int, **options: Any) -> TypeSafeClient:
+    return TypeSafeClient(**{"api_key": TOKEN, "base_url": url(port), "compression": False, **options})
+
+
+def async_sdk(port: int, **options: Any) -> AsyncTypeSafeClient:
+    return AsyncTypeSafeClient(**{"api_key": TOKEN, "base_url": url(port), "compression": False, **options})
+
+
+async def shared_views(port: int, orderings: str | None = None, workload: str | None = None) -> list[dict[str, Any]]:
+    """What /decide/shared returns for ROWS, with the same orderings and workload."""
+    each = {} if orderings is None else {"orderings": orderings}
+    payload = {"state": STATE, "decisions": [{**row, **each} for row in ROWS], **({} if workload is None else {"workload": workload})}
+    connection = await Connection.open(port)
+    try:  # a real model on a loaded machine may take a while: the client waits as long as the SDK does
+        connection.send_request("POST", "/decide/shared", json.dumps(payload).encode())
+        response = await connection.read_response(timeout=120.0)
+    finally:
+        await connection.close()
+    assert response.status == 200, response.body
+    return response.json["results"]
+
+
+def expected(kind: str, ids: list[str], p: list[float]) -> dict[str, Any]:
+    """The API's answer fields for a distribution, computed here from the issue's formulas."""
+    if kind == "noul":
+        return {"noul": p[0]}
+    confidence = (len(p) * max(p) - 1) / (len(p) - 1)
+    if kind == "choice":
+        return {"choice": ids[p.index(max(p))], "probabilities": dict(zip(ids, p)), "confidence": confidence}
+    return {"score": sum(i * v for i, v in enumerate(p)), "probabilities": dict(enumerate(p)), "confidence": confidence}
+
+
+def check_answers(result: SystemOneResponse, views: list[dict[str, Any]], path: tuple[str, ...] = (),
+                  keys: list[str] | None = None) -> None:
+    """Each typed answer equals the formulas over the /decide/shared view (at `path` within it)."""
+    assert list(result.answers) == (list(QUESTIONS) if keys is None else keys)
+    for (key, answer), view in zip(result.answers.items(), views):
+        source = view
+        for step in path:
+            source = source[step]
+        want = expected(answer.type, list(view["option_ids"]), source["probabilities"])
+        for name, value in want.items():
+            got = getattr(answer, name)
+            assert got == (pytest.approx(value) if isinstance(value, float) else value), (key, name)
+
+
+def native_hashes(result: SystemOneResponse) -> list[str]:
+    """The prompt hash of every row a response scored (from its `semif` blocks): the stub's is of the whole row."""
+    answers = result.raw_http_response.json()["answers"]
+    return [r["prompt_sha256"] for a in answers.values() for r in (a["semif"].get("orderings") or [a["semif"]])]
+
+
+def view_hashes(views: list[dict[str, Any]]) -> list[str]:
+    return [r["prompt_sha256"] for v in views for r in (v.get("orderings") or [v])]
+
+
+async def synchronous_answer(port: int, **options: Any) -> SystemOneResponse:
+    """QUESTIONS through the sync client, in a worker thread so the loop keeps serving; the client is closed after."""
+    def ask() -> SystemOneResponse:
+        with sdk(port, **options) as client:
+            return client.system_one(STATE, QUESTIONS)
+
+    return await asyncio.to_thread(ask)
+
+
+async def both_clients_on_a_model(port: int, model: str) -> tuple[SystemOneResponse, list[dict[str, Any]]]:
+    """The real-model check: every type through both clients equals /decide/shared, and models.list
+    names the model; a loaded machine may take a while per call. The async answer and the views."""
+    async with async_sdk(port, timeout=120.0) as client:
+        asynchronous = await client.system_one(STATE, QUESTIONS)
+        listed = await client.models.list()
+    synchronous = await synchronous_answer(port, timeout=120.0)
+    views = await shared_views(port)
+    for result in (asynchronous, synchronous):
+        assert result.model == model
+        assert native_hashes(result) == view_hashes(views)
+        check_answers(result, views)
+    assert [m.name for m in listed.models] == [model, "jev-latest"]
+    return asynchronous, views
