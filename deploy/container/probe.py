@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-# The tiny model's parity request (tests/test_tiny_served.py asks the same row).
+# The tiny model's parity request (tests/models/test_tiny_served.py asks the same row).
 ROW = {"id": "t1", "state": {"ticket": "printer on fire", "floor": 3}, "question": "Is this urgent?",
        "options": [{"id": "yes", "description": "Yes, urgent"}, {"id": "no", "description": "No"},
                    {"id": "later", "description": "It can wait a day"}]}

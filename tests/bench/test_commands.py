@@ -15,10 +15,9 @@ import pytest
 from bench.__main__ import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
-# deploy/'s sources name paths in their comments. deploy/container/ is left out until probe.py's
-# stale `tests/test_tiny_served.py` (now tests/models/) is fixed there: that folder is being changed elsewhere.
+# deploy/'s sources name paths in their comments.
 DEPLOY = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "deploy").rglob("*")
-                if path.suffix in {".py", ".sh", ".yaml", ".yml", ".json", ".template"} and "container" not in path.parts)
+                if path.suffix in {".py", ".sh", ".yaml", ".yml", ".json", ".template"})
 DOCS = ["README.md", "TESTING.md", "contract.md", "bench/README.md", "bench/RESULTS.md", "bench/gpu/gpu_check.sh", ".ci/run",
         "pyproject.toml", *DEPLOY]  # pyproject: the mutation-testing selection names test files
 
