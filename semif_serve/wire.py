@@ -335,6 +335,7 @@ class HttpConnection:
             self.service.admission.leave()
 
     def _get(self, name: str) -> Reply:
+        """A GET route's reply: nothing to read, no admission slot (HEAD shares it, without the body)."""
         if name == "metrics":
             return self.ops.metrics_reply()
         return self.service.models() if name == "models" else self.service.health(draining=self.drain.active)

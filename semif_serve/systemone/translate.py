@@ -1,5 +1,8 @@
 """A System One request body in, SemIf rows and what assembly needs out, before any scoring.
 
+Rules: the package's (systemone/__init__.py): a pure function of the body and the
+server's Options; it knows no HTTP, no engine and no envelope, only ApiError values.
+
 What the API promises (TypeSafe's reference; SemIf's docs/JEV_API_COMPAT.md 4):
 `{model, state, questions: {key: {type, instructions, criteria}}}`; each question
 becomes exactly one SemIf row `{id: key, state, question, options}`, in the
