@@ -58,15 +58,16 @@ async def test_answers_equal_what_the_same_rows_give_through_decide_shared(start
     assert answered["usage"] == {"input_tokens": 3 * 17, "output_tokens": 0}
 
 
-@pytest.mark.parametrize(("case", "payload", "param"), REFUSALS, ids=[case for case, _, _ in REFUSALS])
+@pytest.mark.parametrize(("case", "payload", "param", "says"), REFUSALS, ids=[case for case, *_ in REFUSALS])
 async def test_each_refusal_is_a_422_naming_its_field_and_never_reaches_the_scorer(
-        start_server, fake: FakeScorer, case: str, payload: Any, param: str | None) -> None:
+        start_server, fake: FakeScorer, case: str, payload: Any, param: str | None, says: str) -> None:
     server = await start_server(fake, calibration={"triage": 1.5}, max_decisions=64)
     fixed = json.loads(json.dumps(payload).replace('"served"', '"jev-latest"'))
     response = await request(server.port, "POST", "/v1/systemone", fixed)
     assert response.status == 422, response.body
     assert response.json["error"]["code"] == "invalid_request" and response.json["error"]["type"] == "invalid_request_error"
     assert response.json["error"].get("param") == param
+    assert says in response.json["error"]["message"], response.json["error"]["message"]
     assert fake.calls == []
     assert (await request(server.port, "GET", "/health", headers=[])).status == 200  # and the server keeps serving
 

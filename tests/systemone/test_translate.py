@@ -120,9 +120,11 @@ def test_the_extension_object_overrides_orderings_and_workload() -> None:
 
 
 
-@pytest.mark.parametrize(("case", "body", "param"), REFUSALS, ids=[case for case, _, _ in REFUSALS])
-def test_each_refusal_names_its_field(case: str, body: Any, param: str | None) -> None:
-    assert refused(body).param == param
+@pytest.mark.parametrize(("case", "body", "param", "says"), REFUSALS, ids=[case for case, *_ in REFUSALS])
+def test_each_refusal_names_its_field_and_says_why(case: str, body: Any, param: str | None, says: str) -> None:
+    error = refused(body)
+    assert error.param == param
+    assert says in error.message, error.message
 
 
 FIVE = {"type": "choice", "criteria": {f"o{i}": None for i in range(5)}}
@@ -175,3 +177,28 @@ def test_a_body_that_is_not_json_is_refused_as_on_every_endpoint() -> None:
 def test_a_box_question_is_refused_as_what_it_is_not_as_an_unknown_type() -> None:
     error = refused({"model": "served", "state": "s", "questions": {"dog": {"type": "box", "instructions": "Find the dog"}}})
     assert "box" in error.message and "text only" in error.message
+
+
+def test_an_unknown_model_is_told_every_served_name_sorted() -> None:
+    assert refused({"model": "gpt", "state": "s", "questions": {"q": NOUL}}).message == "unknown model 'gpt'; served: jev-latest, served"
+
+
+def test_unknown_extension_fields_name_at_most_five() -> None:
+    error = refused({"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {key: 1 for key in "fedcba"}})
+    assert (error.param, error.message) == ("semif", "semif has unknown field(s): a, b, c, d, e")
+
+
+def test_exactly_the_cap_of_questions_is_accepted() -> None:
+    assert len(rows({f"q{i}": NOUL for i in range(LIMITS.max_decisions)})) == 64
+
+
+@pytest.mark.parametrize(("body", "param", "message"), [
+    (b'{"model": "served", "model": "served"}', None, "duplicate key 'model'"),  # top level: no path to name
+    (b'{"model": "served", "state": "s", "questions": {"q": {"type": "noul", "criteria": {"true": "y", "false": "n", "false": "m"}}}}',
+     "questions.q.criteria", "duplicate key 'false'"),  # the key repeated, not the object's first
+    (b'[{"a": 1, "a": 2}]', "[0]", "duplicate key 'a'"),  # inside an array
+    (b'{"' + b"k" * 50 + b'": 1, "' + b"k" * 50 + b'": 2}', None, "duplicate key '" + "k" * 40 + "\u2026'"),
+])
+def test_a_duplicate_key_is_named_with_where_it_was_repeated(body: bytes, param: str | None, message: str) -> None:
+    error = refused(body)
+    assert (error.param, error.message) == (param, message)
