@@ -70,3 +70,73 @@ def test_a_shared_call_counts_its_state_once() -> None:
     assert assemble.input_tokens(results, {"prefix_tokens": 90}) == 90 + 10 + 20 + 15
     assert assemble.input_tokens(results, None) == 315
     assert assemble.input_tokens(results, {"prefix_tokens": 0}) == 315
+
+
+def plan(workload: str | None, orderings: str) -> translate.Plan:
+    """Three questions (noul, choice over 3, score over 4) as translation builds them."""
+    limits = translate.request_model.Limits(max_decisions=64, workloads=frozenset({"triage"}),
+                                            methods={"triage": frozenset({"none", "rotations"})})
+    body = {"model": "served", "state": "s", "semif": {"orderings": orderings, **({} if workload is None else {"workload": workload})},
+            "questions": {"u": {"type": "noul"}, "d": {"type": "choice", "criteria": {"a": None, "b": None, "c": None}},
+                          "f": {"type": "score", "criteria": ["Calm", "Tense", "Angry", "Furious"]}}}
+    return translate.translate(json.dumps(body).encode(), translate.Options(limits, frozenset({"served"}), "none", None))
+
+
+NATIVE = {"u": [0.7, 0.3], "d": [0.1, 0.6, 0.3], "f": [0.1, 0.2, 0.3, 0.4]}
+TEMPERED = {"u": [0.6, 0.4], "d": [0.2, 0.5, 0.3], "f": [0.4, 0.3, 0.2, 0.1]}
+COMBINED = {"u": [0.8, 0.2], "d": [0.05, 0.15, 0.8], "f": [0.0, 0.0, 0.5, 0.5]}
+COMBINED_TEMPERED = {"u": [0.55, 0.45], "d": [0.7, 0.2, 0.1], "f": [0.25, 0.25, 0.25, 0.25]}
+IDS = {"u": ["true", "false"], "d": ["a", "b", "c"], "f": ["0", "1", "2", "3"]}
+
+
+def view(key: str, averaged: bool) -> dict[str, object]:
+    """A service view: each table a different distribution, so the answer shows which one it read."""
+    if averaged:
+        return {"option_ids": IDS[key], "probabilities": NATIVE[key], "calibrated": {"probabilities": TEMPERED[key]},
+                "combined": {"probabilities": COMBINED[key], "calibrated": {"probabilities": COMBINED_TEMPERED[key]}}}
+    return {"option_ids": IDS[key], "probabilities": NATIVE[key], "calibrated": {"probabilities": TEMPERED[key]}}
+
+
+# (workload, orderings, the table every answer must be read from)
+READS = [(None, "none", NATIVE), ("triage", "none", TEMPERED), (None, "rotations", COMBINED), ("triage", "rotations", COMBINED_TEMPERED)]
+
+
+@pytest.mark.parametrize(("workload", "orderings", "table"), READS, ids=["native", "calibrated", "combined", "combined-calibrated"])
+def test_each_answer_is_read_from_the_view_the_request_chose_with_its_exact_figures(workload, orderings, table) -> None:
+    built = plan(workload, orderings)
+    views = [view(key, orderings != "none") for key in ("u", "d", "f")]
+    results = [{"input_tokens": 50}, {"input_tokens": 60}, {"input_tokens": 70}]
+    body = assemble.response(built, "served", views, results, "shared", {"prefix_tokens": 40})
+    assert list(body["answers"]) == ["u", "d", "f"]
+    assert body["usage"] == {"input_tokens": 40 + 10 + 20 + 30, "output_tokens": 0}
+    assert body["semif"] == {"mode": "shared", "timing": {"prefix_tokens": 40}}
+    # The figures below are worked out by hand from the tables (confidence = (n * max - 1) / (n - 1)).
+    expected = {
+        id(NATIVE): (0.7, "b", 0.4, 2.0, 0.2),  # d: (3*0.6-1)/2; f: 0.2+0.6+1.2, (4*0.4-1)/3
+        id(TEMPERED): (0.6, "b", 0.25, 1.0, 0.2),  # d: (3*0.5-1)/2; f: 0.3+0.4+0.3, (4*0.4-1)/3
+        id(COMBINED): (0.8, "c", 0.7, 2.5, 1 / 3),  # d: (3*0.8-1)/2; f: 1.0+1.5, (4*0.5-1)/3
+        id(COMBINED_TEMPERED): (0.55, "a", 0.55, 1.5, 0.0),  # d: (3*0.7-1)/2; f: an even split
+    }[id(table)]
+    noul, choice, choice_confidence, score, score_confidence = expected
+    u, d, f = body["answers"]["u"], body["answers"]["d"], body["answers"]["f"]
+    assert u == {"type": "noul", "noul": noul, "semif": views[0]}
+    assert set(d) == {"type", "choice", "probabilities", "confidence", "semif"} and d["semif"] is views[1]
+    assert (d["type"], d["choice"]) == ("choice", choice)
+    assert d["probabilities"] == dict(zip(["a", "b", "c"], table["d"]))
+    assert d["confidence"] == pytest.approx(choice_confidence)
+    assert set(f) == {"type", "score", "legend", "probabilities", "confidence", "semif"} and f["semif"] is views[2]
+    assert f["type"] == "score" and f["score"] == pytest.approx(score)
+    assert f["legend"] == {"0": "Calm", "1": "Tense", "2": "Angry", "3": "Furious"}
+    assert f["probabilities"] == dict(zip(["0", "1", "2", "3"], table["f"]))
+    assert f["confidence"] == pytest.approx(score_confidence)
+
+
+def test_a_response_refuses_fewer_views_than_questions() -> None:
+    """Assembly pairs each question with its view: a missing view is the service's bug, never a shorter answer."""
+    with pytest.raises(ValueError):
+        assemble.response(plan(None, "none"), "served", [view("u", False), view("d", False)], [], "shared", None)
+
+
+def test_confidence_never_exceeds_one_even_when_a_distribution_overshoots() -> None:
+    """The clamp: float sums can put a peak a hair over 1.0; the published range is [0, 1]."""
+    assert assemble.confidence([1.0 + 1e-9, 0.0]) == 1.0
