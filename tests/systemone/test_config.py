@@ -78,3 +78,27 @@ def test_the_entry_point_exits_2_naming_the_variable(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(name, value)
     assert cli.main([]) == 2
     assert capsys.readouterr().err.startswith(f"semif-serve: {name}")
+
+
+@pytest.mark.parametrize(("aliases", "names"), [
+    ("!" + "a" * 98 + "~", ("!" + "a" * 98 + "~",)),  # the visible-ASCII ends ('!' 33, '~' 126) at the 100-character cap
+])
+def test_an_alias_at_each_bound_is_accepted(tmp_path: Path, aliases: str, names: tuple[str, ...]) -> None:
+    assert load(tmp_path, SEMIF_MODEL_ALIASES=aliases).model_aliases == names
+
+
+def test_an_alias_with_a_delete_character_is_refused(tmp_path: Path) -> None:
+    """DEL (127) is just past the visible ASCII range."""
+    with pytest.raises(ValueError, match="SEMIF_MODEL_ALIASES must be comma-separated names of 1..100 visible ASCII characters"):
+        load(tmp_path, SEMIF_MODEL_ALIASES="jev\x7flatest")
+
+
+def test_an_unknown_default_workload_is_told_what_the_table_holds(tmp_path: Path) -> None:
+    table = tmp_path / "two.json"
+    table.write_text(json.dumps({"triage": 1.5, "billing": 2.0}))
+    with pytest.raises(ValueError) as caught:
+        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": str(table), "SEMIF_SYSTEMONE_WORKLOAD": "other"})
+    assert str(caught.value) == "SEMIF_SYSTEMONE_WORKLOAD names 'other', which SEMIF_CALIBRATION does not hold (it holds: billing, triage)"
+    with pytest.raises(ValueError) as caught:
+        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_SYSTEMONE_WORKLOAD": "other"})
+    assert str(caught.value) == "SEMIF_SYSTEMONE_WORKLOAD names 'other', which SEMIF_CALIBRATION does not hold (it holds: none)"
