@@ -15,7 +15,7 @@ from typesafe_sdk import AsyncTypeSafeClient, Choice, Noul, Score, SystemOneResp
 
 from tests.wire_client import TOKEN, Connection
 
-# -- refusals: (case, body, the param the 422 names, what its message says); a "served" model is the served id or an alias --
+# -- refusals: (case, body, the param the 422 names, what its message opens with); a "served" model is the served id or an alias --
 
 NOUL = {"type": "noul", "instructions": "Urgent?"}
 REFUSALS = [
