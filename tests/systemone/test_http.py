@@ -80,10 +80,19 @@ async def test_a_repeated_question_key_is_a_422_naming_questions(start_server, f
     assert fake.calls == []
 
 
-@pytest.mark.parametrize(("path", "coding"), [("/v1/systemone", b"zstd"), ("/decide", b"zstd"), ("/decide/shared", b"zstd"),
-                                               ("/v1/systemone", b"gzip"), ("/decide", b"identity, zstd")])
+REFUSED_CODING = " is not supported; send the body uncompressed (identity)"
+
+
+@pytest.mark.parametrize(("path", "coding", "message"), [
+    ("/v1/systemone", b"zstd", "Content-Encoding 'zstd'" + REFUSED_CODING),
+    ("/decide", b"zstd", "Content-Encoding 'zstd'" + REFUSED_CODING),
+    ("/decide/shared", b"zstd", "Content-Encoding 'zstd'" + REFUSED_CODING),
+    ("/v1/systemone", b"gzip", "Content-Encoding 'gzip'" + REFUSED_CODING),
+    ("/decide", b"identity, zstd", "Content-Encoding 'identity, zstd'" + REFUSED_CODING),
+    ("/decide", b"x" * 50, "Content-Encoding '" + "x" * 40 + "\u2026'" + REFUSED_CODING),  # a long value, cut to its excerpt
+])
 async def test_a_compressed_body_is_a_415_on_every_post_before_the_body_is_read(
-        start_server, fake: FakeScorer, path: str, coding: bytes) -> None:
+        start_server, fake: FakeScorer, path: str, coding: bytes, message: str) -> None:
     server = await start_server(fake)
     # The head declares a body that never comes: the answer cannot have waited for it.
     head = raw_request(target=path.encode(), fields=b"content-encoding: " + coding + b"\r\ncontent-length: 500\r\n")
@@ -91,7 +100,7 @@ async def test_a_compressed_body_is_a_415_on_every_post_before_the_body_is_read(
     (response,) = parse_responses(exchange.data)
     assert exchange.closed
     assert response.status == 415 and response.json["error"]["code"] == "unsupported_media_type"
-    assert coding.decode() in response.json["error"]["message"]
+    assert response.json["error"]["message"] == message
     assert fake.calls == []
 
 
@@ -110,7 +119,7 @@ async def test_a_multipart_asset_upload_is_refused_naming_assets(start_server, f
     response = await request(server.port, "POST", "/v1/systemone", parts,
                              headers=[AUTH, (b"content-type", b"multipart/form-data; boundary=b")])
     assert response.status == 422 and response.json["error"]["param"] == "assets"
-    assert "text only" in response.json["error"]["message"]
+    assert response.json["error"]["message"] == "image assets are refused: this service scores text only"
     assert fake.calls == []
 
 
@@ -165,3 +174,12 @@ async def test_the_body_limit_and_the_metrics_cover_system_one_like_the_other_po
     exposition = (await request(server.port, "GET", "/metrics", headers=[])).body.decode()
     assert 'semif_http_requests_total{route="/v1/systemone",status="413"} 1.0' in exposition
     assert 'semif_http_requests_total{route="/v1/systemone",status="200"} 1.0' in exposition
+
+
+async def test_the_servers_default_workload_applies_to_a_request_that_sends_none(start_server, fake: FakeScorer) -> None:
+    """SEMIF_SYSTEMONE_WORKLOAD holds only a `none` temperature: averaging this request could not be calibrated."""
+    server = await start_server(fake, calibration={"triage": 1.5}, systemone_workload="triage")
+    response = await request(server.port, "POST", "/v1/systemone", body({"u": NOUL}, semif={"orderings": "rotations"}))
+    assert (response.status, response.json["error"]["param"]) == (422, "semif.orderings"), response.body
+    assert response.json["error"]["message"].startswith("workload 'triage' has no temperature for method 'rotations'")
+    assert fake.calls == []
