@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata as metadata
+import importlib.util
 import os
 import re
 import shlex
@@ -137,6 +138,8 @@ class Installs:
         if top in OWN_PACKAGES:
             if not self.project:
                 raise DocsError(f"{where}: uses {module}, but no install line before it installs the project")
+            for imported in _third_party_imports(module):
+                self.check_import(imported, where)
             for prefix, extra in OWN_EXTRAS.items():
                 if module == prefix or module.startswith(prefix + "."):
                     needed = {canonicalize_name(Requirement(line).name) for line in metadata.requires("semif-serve") or []
@@ -148,6 +151,28 @@ class Installs:
         providers = {canonicalize_name(name) for name in metadata.packages_distributions().get(top, [])}
         if not providers & have:
             raise DocsError(f"{where}: imports {top}, which no install line before it installs ({sorted(providers)})")
+
+
+def _third_party_imports(module: str) -> list[str]:
+    """What the module's own file imports at its top level from outside this repository (one level
+    deep: a package's `__main__` too, as `python -m` runs it; lazily imported modules are the
+    OWN_EXTRAS' job)."""
+    files = []
+    for name in (module, f"{module}.__main__"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except ModuleNotFoundError:
+            continue
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            files.append(Path(spec.origin))
+    imported = []
+    for path in files:
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import):
+                imported += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.append(node.module)
+    return [name for name in imported if name.split(".")[0] not in OWN_PACKAGES | {"__future__"}]
 
 
 def modules_used(block_text: str, language: str) -> list[str]:
