@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from .clients import TOKEN_ENV, Client
 from .errors import SemifError
-from .results import Averaged, Decided, Result
+from .results import Averaged, Decided
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_FAILED = 1
@@ -79,12 +79,13 @@ def table(result: Decided) -> str:
     """option, probability, calibrated, combined, agreement: one row per option, the caller's order.
 
     `probability` is SemIf's native one; for an averaged decision it is the first
-    ordering's, which is the caller's order. `agreement` is the decision's, on the
-    row of the combined top option.
+    ordering's, which is the caller's order. `calibrated` is where the server puts it:
+    on a plain result, and on the combined view of an averaged one (its orderings carry
+    none). `agreement` is the decision's, on the row of the combined top option.
     """
     plain = result.orderings[0] if isinstance(result, Averaged) else result
     combined = result.combined if isinstance(result, Averaged) else None
-    calibrated = plain.calibrated if isinstance(plain, Result) else None
+    calibrated = combined.calibrated if combined is not None else plain.calibrated
     rows = [("option", "probability", "calibrated", "combined", "agreement")]
     for index, option_id in enumerate(result.option_ids):
         rows.append((

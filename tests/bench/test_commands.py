@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # deploy/'s sources name paths in their comments.
 DEPLOY = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "deploy").rglob("*")
                 if path.suffix in {".py", ".sh", ".yaml", ".yml", ".json", ".template"})
-DOCS = ["README.md", "TESTING.md", "contract.md", "bench/README.md", "bench/RESULTS.md", "bench/gpu/gpu_check.sh", ".ci/run",
+GUIDES = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs").glob("*.md"))
+DOCS = ["README.md", *GUIDES, "TESTING.md", "contract.md", "bench/README.md", "bench/RESULTS.md", "bench/gpu/gpu_check.sh", ".ci/run",
         "pyproject.toml", *DEPLOY]  # pyproject: the mutation-testing selection names test files
 
 

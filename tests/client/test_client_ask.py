@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from semif_serve.calibration import Table
 from semif_serve.client import ask
 from semif_serve.stub import StubScorer
 
@@ -32,7 +33,7 @@ ROW = {"id": "ask", "state": {"ticket": "printer on fire"}, "question": "Is this
 @pytest.fixture
 async def live(start_server: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("SEMIF_API_TOKEN", TOKEN)
-    return await start_server(StubScorer(server_settings()), calibration={"triage": 1.5})
+    return await start_server(StubScorer(server_settings()), calibration=Table({"triage": {"none": 1.5, "rotations": 2.5}}))
 
 
 async def run_ask(server: Any, *extra: str) -> int:
@@ -65,6 +66,17 @@ async def test_a_workload_fills_the_calibrated_column(live, capsys) -> None:
     wire = (await request(live.port, "POST", "/decide", {**ROW, "workload": "triage"})).json
     assert [row[1] for row in table.values()] == [f"{p:.4f}" for p in wire["calibrated"]["probabilities"]]
     assert [row[2] for row in table.values()] == ["-", "-"]
+
+
+async def test_an_averaged_decision_with_a_workload_fills_the_calibrated_column_from_the_combined_view(live, capsys) -> None:
+    """The server puts an averaged decision's calibration in combined.calibrated (no ordering carries one)."""
+    assert await run_ask(live, "--orderings", "rotations", "--workload", "triage") == 0
+    table = columns(capsys.readouterr().out)
+    wire = (await request(live.port, "POST", "/decide", {**ROW, "orderings": "rotations", "workload": "triage"})).json
+    calibrated = wire["combined"]["calibrated"]
+    assert calibrated["method"] == "rotations" and calibrated["temperature"] == 2.5
+    assert [row[1] for row in table.values()] == [f"{p:.4f}" for p in calibrated["probabilities"]]
+    assert [row[2] for row in table.values()] == [f"{p:.4f}" for p in wire["combined"]["probabilities"]]
 
 
 async def test_json_prints_the_servers_answer(live, capsys) -> None:

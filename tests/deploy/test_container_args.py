@@ -1,5 +1,5 @@
 """The Containerfile's build arguments: defaults are the production build, and every
-`--build-arg` the container check and the README pass is one the file declares (podman
+`--build-arg` the container check and docs/operating.md pass is one the file declares (podman
 only warns about an undeclared one and builds the defaults)."""
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ def test_defaults_are_the_production_build() -> None:
     assert args["PIP_CERT"] == ""
 
 
-def test_the_check_and_the_readme_pass_only_declared_arguments() -> None:
+def test_the_check_and_the_operating_guide_pass_only_declared_arguments() -> None:
     check = passed((ROOT / "deploy" / "container" / "check.sh").read_text().replace("\\\n", " "))
-    readme = passed((ROOT / "README.md").read_text())
+    guide = passed((ROOT / "docs" / "operating.md").read_text())
     assert check == {"BASE_IMAGE", "TORCH_VERSION", "TORCH_INDEX", "SCORER", "SCORER_EXTRA", "PIP_CERT"}
-    assert readme == check
+    assert guide == check
     assert check <= set(declared())
 
 

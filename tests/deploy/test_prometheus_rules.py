@@ -24,7 +24,7 @@ from tests import promql
 
 K8S_CONFIG = prometheus.DEPLOY / "prometheus-kubernetes.yml"
 DEPLOYMENT = prometheus.procs.ROOT / "deploy" / "kubernetes" / "deployment.yaml"
-README = prometheus.procs.ROOT / "README.md"
+OPERATING = prometheus.procs.ROOT / "docs" / "operating.md"
 SERIES = {"job": "semif-serve"}
 
 
@@ -80,14 +80,14 @@ def test_kubernetes_discovery_matches_the_deployment() -> None:
 
 
 def test_static_targets_are_the_replicas_metrics_ports_never_the_edge() -> None:
-    """The README's nginx example: scrape the SEMIF_METRICS_PORT of each replica it starts on
+    """The operating guide's nginx example: scrape the SEMIF_METRICS_PORT of each replica it starts on
     the --replica hosts, never a client port nor the --listen address."""
     (job,) = prometheus.load_yaml(prometheus.CONFIG)["scrape_configs"]
     (static,) = job["static_configs"]
-    readme = README.read_text()
-    command = re.search(r"python -m deploy\.nginx\.render (.*?)>", readme, re.S)
+    guide = OPERATING.read_text()
+    command = re.search(r"python -m deploy\.nginx\.render (.*?)>", guide, re.S)
     loop = re.search(r"for card in ([\d ]+); do\n.*?SEMIF_PORT=\$\(\((\d+) \+ card\)\) "
-                     r"SEMIF_METRICS_PORT=\$\(\((\d+) \+ card\)\)", readme, re.S)
+                     r"SEMIF_METRICS_PORT=\$\(\((\d+) \+ card\)\)", guide, re.S)
     assert command is not None and loop is not None
     cards = [int(card) for card in loop.group(1).split()]
     replicas = re.findall(r"--replica (\S+)", command.group(1))

@@ -162,8 +162,8 @@ def test_a_full_disk_is_one_line_and_leaves_no_snapshot(tmp_path, capsys, fake_s
 
 
 def test_the_committed_calibration_file_loads_beside_the_build_small_model_makes(smollm2_build: dict[str, str]) -> None:
-    """bench/evidence/smollm2/calibration.json is what the README offers to serve with the
-    first command's build: bound to exactly that model, revision and prompt version (a new
+    """bench/evidence/smollm2/calibration.json is what docs/models.md offers to serve with the
+    README's first command's build: bound to exactly that model, revision and prompt version (a new
     builder version that changes the revision must refit or rebind it, never leave it refused)."""
     table = calibration.load(str(EVIDENCE))
     assert table.binding is not None

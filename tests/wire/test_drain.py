@@ -1,4 +1,4 @@
-"""What a load balancer sees when an instance drains (README, "Shutdown"), with a client that
+"""What a load balancer sees when an instance drains (docs/operating.md, "Shutdown: the drain"), with a client that
 behaves like one: it probes `/health` over one kept-alive connection, and opens a new one only
 when that one is gone.
 
