@@ -33,7 +33,8 @@ from .ops.logs import log_settings
 from .ops.operations import Operations, peer_of
 from .ops.retry_after import RetryAfter
 from .scorer import Scorer
-from .service import METRICS_ROUTES, ROUTES, Reply, Route, Service
+from .routes import METRICS_ROUTES, ROUTES, Reply, Route
+from .service import Service
 from .wire import MAX_BUFFERED, Drain, HttpConnection
 
 log = logging.getLogger("semif_serve.server")

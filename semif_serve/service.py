@@ -13,80 +13,20 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from . import averaging, calibration, request_model, request_target
+from . import averaging, calibration, request_model
 from .systemone import assemble, catalogue, translate
 from .config import Settings
 from .engine import CallTiming, Engine
-from .errors import ApiError, OutOfMemory, ScoringFailed, envelope, excerpt
+from .errors import ApiError, OutOfMemory, ScoringFailed, excerpt
 from .request_model import DecideRequest, Decision
+from .routes import Reply
 
 log = logging.getLogger("semif_serve.service")
-
-
-@dataclass(frozen=True)
-class Route:
-    """One endpoint: its handler name, method, and whether it needs the bearer (a POST also takes an admission slot)."""
-
-    name: str
-    method: bytes
-    protected: bool
-
-    @property
-    def methods(self) -> tuple[bytes, ...]:
-        """What it answers: a GET route answers HEAD too, the same head without the content (RFC 9110 9.1, 9.3.2)."""
-        return (b"GET", b"HEAD") if self.method == b"GET" else (self.method,)
-
-
-ROUTES = {
-    b"/health": Route("health", b"GET", protected=False),
-    b"/decide": Route("decide", b"POST", protected=True),
-    b"/decide/shared": Route("shared", b"POST", protected=True),
-    # Extension: Prometheus metrics (semif_serve/ops). Like /health: no token, no admission slot.
-    b"/metrics": Route("metrics", b"GET", protected=False),
-    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
-    b"/v1/systemone": Route("systemone", b"POST", protected=True),
-    b"/v1/models": Route("models", b"GET", protected=True),
-}
-# Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
-METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
 PARSERS = {"decide": request_model.parse_decide, "shared": request_model.parse_shared}
 # A body coding the service does not decode (the SDK may send zstd); a JSON parser must never see it.
 IDENTITY = (None, b"identity")
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A status and a rendered body; an error's code and a scorer call's timing for the access log and metrics."""
-
-    status: int
-    body: bytes
-    headers: tuple[tuple[bytes, bytes], ...] = ()
-    code: str | None = None
-    timing: CallTiming | None = None
-    content_type: bytes = b"application/json"
-
-    @classmethod
-    def error(cls, error: ApiError, timing: CallTiming | None = None) -> "Reply":
-        return cls(error.status, envelope(error.code, error.message, error.param), error.headers, error.code, timing)
-
-
-def route(method: bytes, target: bytes, host: bytes | None = None, routes: Mapping[bytes, Route] = ROUTES) -> Route:
-    """The route for a request line and its Host field among a listener's `routes`, or 400 / 404 / 405
-    in the envelope."""
-    try:
-        path = request_target.resolve(target, host)
-    except request_target.BadTarget as error:
-        raise ApiError("bad_request", str(error)) from None
-    found = routes.get(path)
-    if found is None:
-        raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
-    if method not in found.methods:
-        allow = b", ".join(found.methods)
-        raise ApiError("method_not_allowed", f"{path.decode()} accepts {allow.decode()} only", ((b"allow", allow),))
-    return found
 
 
 class Admission:

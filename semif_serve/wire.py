@@ -27,7 +27,8 @@ from .channel import Channel
 from .config import Settings
 from .errors import ApiError, envelope, excerpt
 from .ops.operations import Exchange, Operations, peer_of
-from .service import ROUTES, Reply, Route, Service, route
+from .routes import ROUTES, Reply, Route, route
+from .service import Service
 
 # How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
 LINGER_S = 1.0

@@ -21,7 +21,8 @@ from semif_serve.config import Settings
 from semif_serve.engine import CallTiming, Engine
 from semif_serve.ops.logs import configure
 from semif_serve.ops.operations import Operations
-from semif_serve.service import Reply, Service
+from semif_serve.routes import Reply
+from semif_serve.service import Service
 from semif_serve.stub import StubScorer
 
 from bench.common.report import machine, splice

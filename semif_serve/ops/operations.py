@@ -21,7 +21,8 @@ from .. import request_target
 from ..config import Settings
 from ..engine import CallTiming
 from ..errors import ApiError, excerpt
-from ..service import ROUTES, Reply, Service
+from ..routes import ROUTES, Reply
+from ..service import Service
 from . import access_log, request_ids
 from .retry_after import RetryAfter
 
