@@ -60,14 +60,6 @@ def envelope(code: str, message: str, param: str | None = None) -> bytes:
     return json.dumps({"error": error}).encode()
 
 
-class OutOfMemory(Exception):
-    """The accelerator ran out of memory during a scorer call (503, retry later)."""
-
-
-class ScoringFailed(Exception):
-    """The scorer failed for a reason other than bad input or memory (500)."""
-
-
 def excerpt(value: object, limit: int = 80) -> str:
     """A short, printable excerpt of client input, safe to echo in a message."""
     text = value if isinstance(value, str) else repr(value)

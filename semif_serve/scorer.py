@@ -15,11 +15,19 @@ Row = dict[str, Any]
 SharedResult = tuple[list[dict[str, Any]], dict[str, Any]]
 
 
+class OutOfMemory(Exception):
+    """The accelerator ran out of memory during a scorer call (503, retry later)."""
+
+
+class ScoringFailed(Exception):
+    """The scorer failed for a reason other than bad input or memory (500)."""
+
+
 class Scorer(Protocol):
     """What the engine thread drives (the stub and the torch engine implement it).
 
     `score` and `score_shared` raise ValueError for input the scorer refuses
-    (422), errors.OutOfMemory (503) and errors.ScoringFailed (500).
+    (422), OutOfMemory (503) and ScoringFailed (500).
     """
 
     def load(self) -> None:

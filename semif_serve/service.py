@@ -19,9 +19,10 @@ from . import averaging, calibration, request_model
 from .systemone import assemble, catalogue, translate
 from .config import Settings
 from .engine import CallTiming, Engine
-from .errors import ApiError, OutOfMemory, ScoringFailed, excerpt
+from .errors import ApiError, excerpt
 from .request_model import DecideRequest, Decision
 from .routes import Reply
+from .scorer import OutOfMemory, ScoringFailed
 
 log = logging.getLogger("semif_serve.service")
 PARSERS = {"decide": request_model.parse_decide, "shared": request_model.parse_shared}

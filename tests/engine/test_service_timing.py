@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from semif_serve.engine import Engine
-from semif_serve.errors import OutOfMemory
+from semif_serve.scorer import OutOfMemory
 from semif_serve.routes import Reply
 from semif_serve.service import Service
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from semif_serve.errors import OutOfMemory
+from semif_serve.scorer import OutOfMemory
 from semif_serve.ops.retry_after import MAX_SECONDS, RetryAfter
 
 from tests.bodies import ROW

@@ -19,8 +19,9 @@ import pytest
 
 from semif_serve import service as service_module
 from semif_serve.engine import Engine
-from semif_serve.errors import CODES, ApiError, OutOfMemory, ScoringFailed, excerpt
+from semif_serve.errors import CODES, ApiError, excerpt
 from semif_serve.routes import route
+from semif_serve.scorer import OutOfMemory, ScoringFailed
 from semif_serve.service import Admission, Service, render
 
 from tests.bodies import BODY
