@@ -77,7 +77,9 @@ class Server:
         self.drain = Drain()
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
-        self.ops = Operations(settings, self.service, lambda: len(self.connections), self.drain.seconds)
+        admission = self.service.admission
+        self.ops = Operations(settings, lambda: admission.in_progress, engine.health, lambda: len(self.connections),
+                              self.drain.seconds)
         engine.observers.append(self.ops.scorer_call)
         self._listener: asyncio.base_events.Server | None = None
         self._metrics_listener: asyncio.base_events.Server | None = None
