@@ -10,10 +10,11 @@ the same request model, engine call and views as /decide and /decide/shared.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from . import averaging, calibration, request_model
 from .systemone import assemble, catalogue, translate
@@ -26,6 +27,10 @@ from .scorer import OutOfMemory, ScoringFailed
 
 log = logging.getLogger("semif_serve.service")
 PARSERS = {"decide": request_model.parse_decide, "shared": request_model.parse_shared}
+# What one engine call gives back: SemIf's results, and SemIf's own timing dict (None for a direct call).
+Scored = tuple[list[dict[str, Any]], dict[str, Any] | None]
+# How a route's response body is built from the scores and the engine call's kind (direct or shared).
+Respond = Callable[[Scored, str], Any]
 # A body coding the service does not decode (the SDK may send zstd); a JSON parser must never see it.
 IDENTITY = (None, b"identity")
 
@@ -67,8 +72,8 @@ class Service:
         self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods())
         self._token = settings.api_token.encode()
         self.served_model = engine.health()["model"]
-        self.systemone = translate.Options(self.limits, frozenset({self.served_model, *settings.model_aliases}),
-                                           settings.systemone_orderings, settings.systemone_workload)
+        self.systemone_policy = translate.Policy(self.limits, frozenset({self.served_model, *settings.model_aliases}),
+                                                 settings.systemone_orderings, settings.systemone_workload)
 
     def authorize(self, header: bytes | None) -> None:
         """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or
@@ -114,28 +119,28 @@ class Service:
 
     async def post(self, name: str, body: bytes) -> Reply:
         """Parse, score and build the reply for /decide, /decide/shared or /v1/systemone."""
-        timing = None
+        call = None
         try:
-            request, plan = self._read(name, body)
-            timing, rows = self._plan(request)
-            scored = await self._score(rows, timing)
+            request, respond = self._read(name, body)
+            call, rows = self._engine_call(request)
+            scored = await self._score(rows, call)
         except ApiError as error:
-            return Reply.error(error, timing)
+            return Reply.error(error, call)
         try:
-            built = self._build(request, scored) if plan is None else self._answers(plan, scored, timing.kind)
-            return Reply(200, render(built), timing=timing)
+            return Reply(200, render(respond(scored, call.kind)), timing=call)
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
-            return Reply.error(ApiError("scoring_failed", "failed to build the response"), timing)
+            return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
 
-    def _read(self, name: str, body: bytes) -> tuple[DecideRequest, translate.Plan | None]:
-        """The body as a request (and, for System One, its plan). A parser's own bug is a 500 in
-        the envelope (C3), never a dropped connection with no answer and no access line."""
+    def _read(self, name: str, body: bytes) -> tuple[DecideRequest, Respond]:
+        """The body as a request, and how this route's response is built from its scores. A parser's
+        own bug is a 500 in the envelope (C3), never a dropped connection with no answer and no access line."""
         try:
             if name == "systemone":
-                plan = translate.translate(body, self.systemone)
-                return plan.request, plan
-            return PARSERS[name](body, self.limits), None
+                plan = translate.translate(body, self.systemone_policy)
+                return plan.request, functools.partial(self._answers, plan)
+            request = PARSERS[name](body, self.limits)
+            return request, lambda scored, _kind: self._build(request, scored)
         except ApiError:
             raise
         except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
@@ -143,19 +148,19 @@ class Service:
             raise ApiError("scoring_failed", "failed to read the request") from None
 
     @staticmethod
-    def _plan(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
+    def _engine_call(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
         """The one engine call a request makes: direct for a plain /decide, else shared over all rows."""
         if not request.shared and not request.averaged:
             return CallTiming("direct", 1), [request.decisions[0].row]
         rows = [row for d in request.decisions for row in _rows(d)]
         return CallTiming("shared", len(rows)), rows
 
-    async def _score(self, rows: list[dict[str, Any]], timing: CallTiming) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        """One engine call per request, timed."""
+    async def _score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
+        """One engine call per request, timed in `call`."""
         try:
-            if timing.kind == "direct":
-                return [await self.engine.score(rows[0], timing)], None
-            return await self.engine.score_shared(rows, timing)
+            if call.kind == "direct":
+                return [await self.engine.score(rows[0], call)], None
+            return await self.engine.score_shared(rows, call)
         except ValueError as error:
             raise ApiError("invalid_request", excerpt(str(error), 300) or "the scorer refused the input") from None
         except OutOfMemory as error:
@@ -166,15 +171,16 @@ class Service:
             log.exception("scorer call failed")
             raise ApiError("scoring_failed", "scoring failed") from None
 
-    def _build(self, request: DecideRequest, scored: tuple[list[dict[str, Any]], dict[str, Any] | None]) -> Any:
-        results, timing = scored
+    def _build(self, request: DecideRequest, scored: Scored) -> Any:
+        """A /decide or /decide/shared response: the views, and for shared SemIf's own timing beside them."""
+        results, semif_timing = scored
         built = self._views(request, results)
-        return {"results": built, "timing": timing} if request.shared else built[0]
+        return {"results": built, "timing": semif_timing} if request.shared else built[0]
 
-    def _answers(self, plan: translate.Plan, scored: tuple[list[dict[str, Any]], dict[str, Any] | None], kind: str) -> Any:
+    def _answers(self, plan: translate.Plan, scored: Scored, kind: str) -> Any:
         """A System One response from the same views /decide/shared would return for the rows."""
-        results, timing = scored
-        return assemble.response(plan, self.served_model, self._views(plan.request, results), results, kind, timing)
+        results, semif_timing = scored
+        return assemble.response(plan, self.served_model, self._views(plan.request, results), results, kind, semif_timing)
 
     def _views(self, request: DecideRequest, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Each decision's view of its results: native, calibrated, or combined over its orderings."""
