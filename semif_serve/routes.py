@@ -1,17 +1,27 @@
 """Routes and replies: what the wire and the application both speak, and nothing else.
 
 Rule 1: data and one lookup. This module holds the route table (which paths exist,
-their method, whether they need the bearer), the Reply every answer is, and
-`route`, which finds a request line's route or refuses it; it runs no handler,
-reads no body and knows no socket.
-Rule 2: both sides read it, neither is imported here. service.py and ops decide
-what a route answers; wire.py writes a Reply; this module imports neither.
+their method, whether they need the bearer), the Head the wire hands over, the
+Reply every answer is, the Ticket an accepted request becomes, and `route`, which
+finds a request line's route or refuses it; it runs no handler, reads no body and
+knows no socket.
+Rule 2: both sides read it, neither is imported here. service.py (and ops, for
+/metrics) decide what a route answers; wire.py frames and writes; this module
+imports neither.
+
+Theory of operation: one question per request head. The wire frames a head, runs
+its own framing checks, and asks the application once (`Answer`): the answer is a
+Reply (a refusal, or a GET's whole answer), or a Ticket, which takes the body
+once the wire has read it and returns the Reply. A Reply may carry headers of its
+route's own and ask for the connection to close; a ticket's reply may still be a
+refusal (a body the route refuses after parsing it). The wire never learns which
+route it served.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Awaitable, Callable, Mapping, NamedTuple, Protocol
 
 from . import request_target
 from .engine import CallTiming
@@ -56,10 +66,38 @@ class Reply:
     code: str | None = None
     timing: CallTiming | None = None
     content_type: bytes = b"application/json"
+    close: bool = False  # the connection ends after this reply, whether or not the body was read
 
     @classmethod
-    def error(cls, error: ApiError, timing: CallTiming | None = None) -> "Reply":
-        return cls(error.status, envelope(error.code, error.message, error.param), error.headers, error.code, timing)
+    def error(cls, error: ApiError, timing: CallTiming | None = None, close: bool = False) -> "Reply":
+        return cls(error.status, envelope(error.code, error.message, error.param), error.headers, error.code, timing,
+                   close=close)
+
+
+class Head(NamedTuple):
+    """What the application reads of a request head the wire has framed and checked."""
+
+    method: bytes
+    target: bytes
+    fields: Mapping[bytes, bytes]  # each field's first value (the wire already refused an ambiguous repeat)
+    draining: bool  # the server is shutting down
+
+
+class Ticket(Protocol):
+    """A request the application accepted on its head. The wire calls `take` at most once, with the
+    whole body, and `release` exactly once, however the exchange ends (the client may leave first)."""
+
+    def take(self, body: bytes) -> Awaitable[Reply]:
+        """The reply to the body: the route's answer, or a refusal of what the body holds."""
+
+    def release(self) -> None:
+        """The exchange is over: free what accepting the head held (an admission slot)."""
+
+
+# The application's one question per request head: a Reply now, or a Ticket for the body.
+Answer = Callable[[Head], "Reply | Ticket"]
+# A GET route's handler: its whole reply from the head (HEAD shares it, without the body).
+Handler = Callable[[Head], Reply]
 
 
 def route(method: bytes, target: bytes, host: bytes | None = None, routes: Mapping[bytes, Route] = ROUTES) -> Route:

@@ -33,8 +33,8 @@ from .ops.logs import log_settings
 from .ops.operations import Operations, peer_of
 from .ops.retry_after import RetryAfter
 from .scorer import Scorer
-from .routes import METRICS_ROUTES, ROUTES, Reply, Route
-from .service import Service
+from .routes import METRICS_ROUTES, ROUTES, Answer, Head, Reply, Route, Ticket
+from .service import Admission, Service
 from .wire import MAX_BUFFERED, Drain, HttpConnection
 
 log = logging.getLogger("semif_serve.server")
@@ -73,13 +73,14 @@ class Server:
     def __init__(self, settings: Settings, engine: Engine) -> None:
         self.settings = settings
         self.engine = engine
-        self.service = Service(settings, engine)
         self.drain = Drain()
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
-        admission = self.service.admission
-        self.ops = Operations(settings, lambda: admission.in_progress, engine.health, lambda: len(self.connections),
-                              self.drain.seconds)
+        admission = Admission(settings.max_queue)
+        self.ops = ops = Operations(settings, lambda: admission.in_progress, engine.health,
+                                    lambda: len(self.connections), self.drain.seconds)
+        # /metrics is a route like any other; its answer lives in ops.
+        self.service = Service(settings, engine, admission, {"metrics": lambda head: ops.metrics_reply()})
         engine.observers.append(self.ops.scorer_call)
         self._listener: asyncio.base_events.Server | None = None
         self._metrics_listener: asyncio.base_events.Server | None = None
@@ -98,15 +99,18 @@ class Server:
 
     async def _listen(self, port: int, connections: dict[asyncio.Task[None], HttpConnection], cap: int,
                       routes: Mapping[bytes, Route]) -> tuple[asyncio.base_events.Server, int]:
+        def answer(head: Head) -> Reply | Ticket:
+            return self.service.answer(head, routes)
+
         def accept(channel: Channel) -> None:
-            self._accept(channel, connections, cap, routes)
+            self._accept(channel, connections, cap, answer)
 
         listener = await asyncio.get_running_loop().create_server(
             lambda: Channel(MAX_BUFFERED, accept), self.settings.host, port, backlog=1024)
         return listener, listener.sockets[0].getsockname()[1]
 
     def _accept(self, channel: Channel, connections: dict[asyncio.Task[None], HttpConnection], cap: int,
-                routes: Mapping[bytes, Route]) -> None:
+                answer: Answer) -> None:
         """A connection is open: refuse it over the cap (one write, no parsing), else serve it in its own task."""
         if len(connections) >= cap:
             exchange = self.ops.begin(None)
@@ -115,7 +119,7 @@ class Server:
             channel.close()
             self.ops.finish(exchange, Reply.error(_FULL_ERROR), peer_of(channel.transport), len(data))
             return
-        connection = HttpConnection(channel, self.service, self.settings, self.drain, self.ops, routes)
+        connection = HttpConnection(channel, answer, self.settings, self.drain, self.ops)
         task = asyncio.get_running_loop().create_task(connection.run())
         connections[task] = connection
         task.add_done_callback(lambda ended: self._ended(ended, connections))

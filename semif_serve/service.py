@@ -1,9 +1,18 @@
-"""The application: routes, auth, admission and the endpoints, with no I/O.
+"""The application: every check a request head allows, admission, and the endpoints, with no I/O.
 
-The wire layer asks this module what a request head is allowed to do and hands
-it complete bodies; it answers with a status and a JSON body. Scores pass
-through untouched (INV-1): the only things added are `calibrated` and the
-order-averaged `combined` view. *Extension:* /v1/systemone and /v1/models speak
+Rule 1: one question per head. The wire hands `Service.answer` a framed head (its
+own framing checks done) and gets back a Reply or a Ticket (routes.py); after
+that it only reads the body a ticket takes and writes what it returns. The order
+of the head checks is `answer`'s: the route (400 target, 404, 405), for a
+protected route the drain (503) then the bearer (401); a GET's reply; for a POST
+the admission slot (429), the declared length (413) and the content (415, 422),
+and only then a ticket, which holds the slot until the wire releases it.
+Rule 2: every endpoint's answer is decided here (or, for /metrics, by the ops
+handler the server registers by route name); the wire names no route.
+Rule 3: the scorer's failures (scorer.py) become envelopes in one place, `_score`.
+
+Scores pass through untouched (INV-1): the only things added are `calibrated` and
+the order-averaged `combined` view. *Extension:* /v1/systemone and /v1/models speak
 TypeSafe's System One API through the pure `systemone` package; its requests take
 the same request model, engine call and views as /decide and /decide/shared.
 """
@@ -14,7 +23,7 @@ import functools
 import hmac
 import json
 import logging
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from . import averaging, calibration, request_model
 from .systemone import assemble, catalogue, translate
@@ -22,7 +31,7 @@ from .config import Settings
 from .engine import CallTiming, Engine
 from .errors import ApiError, excerpt
 from .request_model import DecideRequest, Decision
-from .routes import Reply
+from .routes import ROUTES, Handler, Head, Reply, Route, Ticket, route
 from .scorer import OutOfMemory, ScoringFailed
 
 log = logging.getLogger("semif_serve.service")
@@ -61,19 +70,76 @@ def _rows(decision: Decision) -> list[dict[str, Any]]:
     return averaging.expand(decision.row, decision.orderings) if decision.averaged else [decision.row]
 
 
+class Admitted:
+    """The ticket of a POST that holds an admission slot: its body in, its reply out, the slot freed once."""
+
+    __slots__ = ("_service", "_name")
+
+    def __init__(self, service: Service, name: str) -> None:
+        self._service = service
+        self._name = name
+
+    def take(self, body: bytes) -> Awaitable[Reply]:
+        return self._service.post(self._name, body)
+
+    def release(self) -> None:
+        self._service.admission.leave()
+
+
 class Service:
     """The endpoints over one engine."""
 
-    def __init__(self, settings: Settings, engine: Engine) -> None:
+    def __init__(self, settings: Settings, engine: Engine, admission: Admission | None = None,
+                 handlers: Mapping[str, Handler] | None = None) -> None:
+        """`admission` is shared with whoever reports it (ops); `handlers` are the GET routes whose
+        answer lives elsewhere, by route name (the server registers ops's /metrics)."""
         self.settings = settings
         self.engine = engine
-        self.admission = Admission(settings.max_queue)
+        self.admission = admission if admission is not None else Admission(settings.max_queue)
+        self.handlers: dict[str, Handler] = {
+            "health": lambda head: self.health(draining=head.draining),
+            "models": lambda head: self.models(),
+            **(handlers or {}),
+        }
         table = settings.calibration
         self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods())
         self._token = settings.api_token.encode()
         self.served_model = engine.health()["model"]
         self.systemone_policy = translate.Policy(self.limits, frozenset({self.served_model, *settings.model_aliases}),
                                                  settings.systemone_orderings, settings.systemone_workload)
+
+    def answer(self, head: Head, routes: Mapping[bytes, Route] = ROUTES) -> Reply | Ticket:
+        """The one answer to a request head among a listener's `routes`: a Reply now, or a ticket for its body."""
+        try:
+            found = route(head.method, head.target, head.fields.get(b"host"), routes)
+            if found.protected:
+                if head.draining:
+                    raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
+                self.authorize(head.fields.get(b"authorization"))
+        except ApiError as error:
+            return Reply.error(error)
+        if found.method == b"GET":
+            return self.handlers[found.name](head)
+        return self._admit(head, found.name)
+
+    def _admit(self, head: Head, name: str) -> Reply | Ticket:
+        """A POST's slot, then the checks on its body's head; a refusal after the slot closes the connection."""
+        try:
+            self.admission.enter()
+        except ApiError as error:
+            return Reply.error(error)
+        try:
+            self._check_length(head.fields.get(b"content-length"))
+            self.check_content(head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name)
+        except ApiError as error:
+            self.admission.leave()
+            return Reply.error(error, close=True)
+        return Admitted(self, name)
+
+    def _check_length(self, length: bytes | None) -> None:
+        """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
+        if length is not None and int(length) > self.settings.max_body_bytes:
+            raise ApiError("request_too_large", f"declared body over the {self.settings.max_body_bytes}-byte limit")
 
     def authorize(self, header: bytes | None) -> None:
         """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import time
 from http import HTTPStatus
-from typing import Awaitable, Mapping
+from typing import Awaitable
 
 import h11
 
@@ -27,8 +27,7 @@ from .channel import Channel
 from .config import Settings
 from .errors import ApiError, envelope, excerpt
 from .ops.operations import Exchange, Operations, peer_of
-from .routes import ROUTES, Reply, Route, route
-from .service import Service
+from .routes import Answer, Head, Reply, Ticket
 
 # How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
 LINGER_S = 1.0
@@ -116,11 +115,9 @@ class Drain:
 class HttpConnection:
     """One client connection: reads events with deadlines, answers through the service."""
 
-    def __init__(self, channel: Channel, service: Service, settings: Settings, drain: Drain, ops: Operations,
-                 routes: Mapping[bytes, Route] = ROUTES) -> None:
+    def __init__(self, channel: Channel, answer: Answer, settings: Settings, drain: Drain, ops: Operations) -> None:
         self.channel = channel
-        self.routes = routes  # what this connection's listener answers (service.METRICS_ROUTES on the metrics port)
-        self.service = service
+        self.answer = answer  # the application's one answer per head (its listener's routes bound in)
         self.settings = settings
         self.drain = drain
         self.conn = h11.Connection(h11.SERVER)
@@ -303,49 +300,30 @@ class HttpConnection:
         await self._send(Reply(ApiError(code, "").status, envelope(code, message), code=code), close=True)
 
     async def _dispatch(self, request: h11.Request, fields: Fields) -> bool:
-        """Run every head check before the body, then read it and answer."""
+        """Run the wire's framing checks, ask the application once, then read the body a ticket takes."""
         unread = fields.has_body
         if not unread:  # an empty body: let h11 reach EndOfMessage so the connection can be reused
             await self._next_event(time.monotonic() + self.settings.body_timeout)
-        try:
-            if fields.get(b"transfer-encoding") is not None and fields.get(b"content-length") is not None:
-                # Both framings is the request-smuggling classic: refuse and close on every route (RFC 9112 6.1).
-                raise ApiError("bad_request", "both Content-Length and Transfer-Encoding are set")
-            if fields.repeated:
-                unread = True  # the head is ambiguous: close rather than guess where the next request begins
-                raise ApiError("bad_request", f"the {fields.repeated[0].decode()} field appears more than once")
-            found = route(request.method, request.target, fields.get(b"host"), self.routes)
-            if self.drain.active and found.protected:
-                raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
-            if found.protected:
-                self.service.authorize(fields.get(b"authorization"))
-        except ApiError as error:
-            await self._refuse(error, close=unread or self.drain.active)
+        if fields.get(b"transfer-encoding") is not None and fields.get(b"content-length") is not None:
+            # Both framings is the request-smuggling classic: refuse and close on every route (RFC 9112 6.1).
+            await self._refuse(ApiError("bad_request", "both Content-Length and Transfer-Encoding are set"), unread)
             return self._reusable()
-        if found.method == b"GET":
-            await self._send(self._get(found.name), close=unread)
+        if fields.repeated:  # the head is ambiguous: close rather than guess where the next request begins
+            await self._refuse(ApiError("bad_request", f"the {fields.repeated[0].decode()} field appears more than once"),
+                               close=True)
+            return False
+        answer = self.answer(Head(request.method, request.target, fields.first, self.drain.active))
+        if isinstance(answer, Reply):
+            await self._send(answer, close=unread or answer.close)
             return self._reusable()
         try:
-            self.service.admission.enter()
-        except ApiError as error:
-            await self._refuse(error, close=unread)
-            return self._reusable()
-        try:
-            return await self._post(fields, found, unread)
+            return await self._take(answer, unread)
         finally:
-            self.service.admission.leave()
+            answer.release()
 
-    def _get(self, name: str) -> Reply:
-        """A GET route's reply: nothing to read, no admission slot (HEAD shares it, without the body)."""
-        if name == "metrics":
-            return self.ops.metrics_reply()
-        return self.service.models() if name == "models" else self.service.health(draining=self.drain.active)
-
-    async def _post(self, fields: Fields, found: Route, unread: bool) -> bool:
-        """A POST that holds an admission slot: framing and content checks, body, scoring."""
+    async def _take(self, ticket: Ticket, unread: bool) -> bool:
+        """The body the ticket takes, then its reply."""
         try:
-            self._check_framing(fields)
-            self.service.check_content(fields.get(b"content-encoding"), fields.get(b"content-type"), found.name)
             if self.conn.they_are_waiting_for_100_continue:
                 self.channel.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             body = await self._read_body() if unread else b""
@@ -354,18 +332,13 @@ class HttpConnection:
             return False
         if self.channel.gone:  # it sent its request and left: it never reaches the scorer
             raise ClientGone
-        reply = await self._until_client_leaves(self.service.post(found.name, body))
+        reply = await self._until_client_leaves(ticket.take(body))
         await self._send(reply)
         return self._reusable()
 
     def _reusable(self) -> bool:
         """Both sides finished a keep-alive exchange (not after `Connection: close`, HTTP/1.0 or an unread body)."""
         return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
-
-    def _check_framing(self, fields: Fields) -> None:
-        length = fields.get(b"content-length")
-        if length is not None and int(length) > self.settings.max_body_bytes:
-            raise ApiError("request_too_large", f"declared body over the {self.settings.max_body_bytes}-byte limit")
 
     async def _until_client_leaves(self, work: Awaitable[Reply]) -> Reply:
         """Await the reply, cancelling it if the client leaves first (queued calls never start).
