@@ -1,7 +1,8 @@
 """Errors are data: one table of codes, one renderer of the envelope.
 
 Every refusal the service can give is a row here, so the HTTP status, the code
-and the envelope can never drift apart between call sites.
+and the envelope can never drift apart between call sites. The scorer's own
+failures are not HTTP and live beside its protocol (scorer.py).
 """
 
 from __future__ import annotations
