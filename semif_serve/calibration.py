@@ -117,11 +117,6 @@ def _plain(table: Any, path: str) -> dict[str, float]:
     return {str(name): _temperature(f"workload {name!r}", value) for name, value in table.items()}
 
 
-def load_table(path: str) -> dict[str, float]:
-    """Read the contract's plain `{workload: T}`; raise ValueError naming the variable."""
-    return _plain(_read(path), path)
-
-
 def is_bound(document: Any) -> bool:
     """The bound form carries an object under "workloads"; a plain file maps names to numbers."""
     return isinstance(document, dict) and isinstance(document.get("workloads"), dict)

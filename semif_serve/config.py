@@ -19,6 +19,7 @@ DEFAULT_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
 SCORERS = ("semif_phase1", "fastjev", "stub")
 # How much of the pinned snapshot is proved before the weights load (snapshot_verify.py).
 VERIFY_MODES = ("hash", "presence")
+LOG_FORMATS = ("text", "json")  # SEMIF_LOG_FORMAT: ops/logs.py formats each
 MIN_TOKEN_LENGTH = 32
 
 
@@ -179,7 +180,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         idle_timeout=_positive_float(env, "SEMIF_IDLE_TIMEOUT_S", 60.0),
         max_connections=_positive_int(env, "SEMIF_MAX_CONNECTIONS", 512),
         shutdown_grace=_positive_float(env, "SEMIF_SHUTDOWN_GRACE_S", 30.0),
-        log_format=_choice(env, "SEMIF_LOG_FORMAT", "text", ("text", "json")),
+        log_format=_choice(env, "SEMIF_LOG_FORMAT", "text", LOG_FORMATS),
         access_log=_choice(env, "SEMIF_ACCESS_LOG", "on", ("on", "off")) == "on",
         metrics=metrics,
         log_flush_s=_log_flush(env),

@@ -17,8 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .errors import OutOfMemory
-from .scorer import Row, Scorer, SharedResult
+from .scorer import OutOfMemory, Row, Scorer, SharedResult
 
 # Process-wide: any scorer call anywhere in the process takes it (INV-2).
 SCORER_LOCK = threading.Lock()

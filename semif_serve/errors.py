@@ -1,7 +1,8 @@
 """Errors are data: one table of codes, one renderer of the envelope.
 
 Every refusal the service can give is a row here, so the HTTP status, the code
-and the envelope can never drift apart between call sites.
+and the envelope can never drift apart between call sites. The scorer's own
+failures are not HTTP and live beside its protocol (scorer.py).
 """
 
 from __future__ import annotations
@@ -58,14 +59,6 @@ def envelope(code: str, message: str, param: str | None = None) -> bytes:
     if param is not None:
         error["param"] = param
     return json.dumps({"error": error}).encode()
-
-
-class OutOfMemory(Exception):
-    """The accelerator ran out of memory during a scorer call (503, retry later)."""
-
-
-class ScoringFailed(Exception):
-    """The scorer failed for a reason other than bad input or memory (500)."""
 
 
 def excerpt(value: object, limit: int = 80) -> str:

@@ -62,8 +62,9 @@ class Limits:
         return self.methods.get(workload, frozenset({"none"}))
 
 
-def invalid(message: str) -> ApiError:
-    return ApiError("invalid_request", message)
+def invalid(message: str, param: str | None = None) -> ApiError:
+    """A 422; `param` is the JSON path to blame, where a caller names one (System One's envelope does)."""
+    return ApiError("invalid_request", message, param=param)
 
 
 def _reject_constant(name: str) -> None:
@@ -127,9 +128,9 @@ def _nonempty_string(value: Any, where: str) -> str:
     return value
 
 
-def checked_state(value: Any) -> Any:
+def checked_state(value: Any, param: str | None = None) -> Any:
     if not isinstance(value, (str, dict, list)) or not value:
-        raise invalid("state must be a nonempty string, object or array")
+        raise invalid("state must be a nonempty string, object or array", param)
     return value
 
 
@@ -147,13 +148,13 @@ def _options(value: Any, where: str) -> list[dict[str, str]]:
     return options
 
 
-def checked_orderings(value: Any, options: list[dict[str, str]], field: str) -> str:
-    """`value` as the orderings method for these options; `field` names where it came from."""
+def checked_orderings(value: Any, options: list[dict[str, str]], field: str, param: str | None = None) -> str:
+    """`value` as the orderings method for these options; `field` names where it came from in the message."""
     if value not in averaging.METHODS:
-        raise invalid(f"{field} must be one of {', '.join(averaging.METHODS)}")
+        raise invalid(f"{field} must be one of {', '.join(averaging.METHODS)}", param)
     if value == "all" and len(options) > averaging.MAX_ALL_OPTIONS:
         raise invalid(
-            f"{field} \"all\" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}"
+            f"{field} \"all\" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}", param
         )
     return value
 
@@ -169,38 +170,39 @@ def _decision(item: Mapping[str, Any], state: Any, where: str) -> Decision:
     return Decision(row=row, orderings=checked_orderings(item.get("orderings", "none"), options, f"{where}.orderings"))
 
 
-def checked_workload(value: Any, limits: Limits) -> str | None:
+def checked_workload(value: Any, limits: Limits, param: str | None = None) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or value not in limits.workloads:
-        raise invalid(f"unknown workload {excerpt(value, 60)!r}; known: {', '.join(sorted(limits.workloads)) or 'none'}")
+        raise invalid(f"unknown workload {excerpt(value, 60)!r}; known: {', '.join(sorted(limits.workloads)) or 'none'}",
+                      param)
     return value
 
 
-def check_request(request: DecideRequest, limits: Limits) -> None:
+def check_request(request: DecideRequest, limits: Limits, param: str | None = None) -> None:
     """Every expanded row counts toward the cap, and expanded ids must stay unambiguous."""
     rows = sum(len(averaging.orderings(len(d.row["options"]), d.orderings)) for d in request.decisions)
     if rows > limits.max_decisions:
-        raise invalid(f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed")
+        raise invalid(f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed", param)
     if request.workload is not None:
-        check_methods(request.workload, request.decisions, limits)
+        check_methods(request.workload, request.decisions, limits, param)
     ids = [d.row["id"] for d in request.decisions]
     if len(set(ids)) != len(ids):
-        raise invalid("decision ids must be unique")
+        raise invalid("decision ids must be unique", param)
     if request.averaged:
         clashing = [i for i in ids if EXPANDED_ID.search(i)]
         if clashing:
-            raise invalid(f"decision id {excerpt(clashing[0], 60)!r} contains '#o<digits>', reserved for orderings")
+            raise invalid(f"decision id {excerpt(clashing[0], 60)!r} contains '#o<digits>', reserved for orderings", param)
 
 
-def check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limits) -> None:
+def check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None) -> None:
     """A workload calibrates a decision only with a temperature fitted for its orderings method."""
     fitted = limits.methods_of(workload)
     for decision in decisions:
         if decision.orderings not in fitted:
             raise invalid(
                 f"workload {excerpt(workload, 60)!r} has no temperature for method {decision.orderings!r} "
-                f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted))}"
+                f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted))}", param
             )
 
 

@@ -1,8 +1,10 @@
 """The scorer interface: what the engine thread drives, and the types it passes.
 
-Rule 1: this module holds only the interface and its plain data types; it
-imports nothing of the project's, so every scorer (the stub, the torch engine,
-a test's fake) and the engine can depend on it without depending on each other.
+Rule 1: this module holds only the interface, its plain data types and the
+failures a scorer raises (OutOfMemory, ScoringFailed); it imports nothing of the
+project's, so every scorer (the stub, the torch engine, a test's fake) and the
+engine can depend on it without depending on each other, or on HTTP. What a
+failure answers on the wire is decided in one place, service.Service._score.
 Rule 2: which concrete scorer a process runs is decided where the process is
 assembled (server.py), never here or in the engine.
 """
@@ -15,11 +17,19 @@ Row = dict[str, Any]
 SharedResult = tuple[list[dict[str, Any]], dict[str, Any]]
 
 
+class OutOfMemory(Exception):
+    """The accelerator ran out of memory during a scorer call (503, retry later)."""
+
+
+class ScoringFailed(Exception):
+    """The scorer failed for a reason other than bad input or memory (500)."""
+
+
 class Scorer(Protocol):
     """What the engine thread drives (the stub and the torch engine implement it).
 
-    `score` and `score_shared` raise ValueError for input the scorer refuses
-    (422), errors.OutOfMemory (503) and errors.ScoringFailed (500).
+    `score` and `score_shared` raise ValueError for input the scorer refuses,
+    OutOfMemory and ScoringFailed (the service answers 422, 503 and 500).
     """
 
     def load(self) -> None:

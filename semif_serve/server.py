@@ -5,7 +5,10 @@ answers new requests 503 with `Connection: close`, lets in-flight calls finish
 within the grace period, answers any still waiting 503, and exits 0. The port
 opens only after the model has loaded and warmed up (`Engine.start`), so a
 connection refused means "not ready yet" and a 503 `draining` means "leaving".
-Every effective setting is logged once at startup, the token redacted.
+Every effective setting is logged once at startup, the token redacted. Here the
+parts meet: one Admission shared by the service (which takes and frees slots) and
+ops (which reports it), ops's /metrics handler registered with the service, and
+each listener's route table bound into the `answer` its connections ask.
 
 *Extension:* with SEMIF_METRICS_PORT set, a second listener answers `/metrics` alone
 and stays open through the drain until the process exits, so Prometheus keeps
@@ -33,7 +36,8 @@ from .ops.logs import log_settings
 from .ops.operations import Operations, peer_of
 from .ops.retry_after import RetryAfter
 from .scorer import Scorer
-from .service import METRICS_ROUTES, ROUTES, Reply, Route, Service
+from .routes import METRICS_ROUTES, ROUTES, Answer, Head, Reply, Route, Ticket
+from .service import Admission, Service
 from .wire import MAX_BUFFERED, Drain, HttpConnection
 
 log = logging.getLogger("semif_serve.server")
@@ -72,11 +76,14 @@ class Server:
     def __init__(self, settings: Settings, engine: Engine) -> None:
         self.settings = settings
         self.engine = engine
-        self.service = Service(settings, engine)
         self.drain = Drain()
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
-        self.ops = Operations(settings, self.service, lambda: len(self.connections), self.drain.seconds)
+        admission = Admission(settings.max_queue)
+        self.ops = ops = Operations(settings, lambda: admission.in_progress, engine.health,
+                                    lambda: len(self.connections), self.drain.seconds)
+        # /metrics is a route like any other; its answer lives in ops.
+        self.service = Service(settings, engine, admission, {"metrics": lambda head: ops.metrics_reply()})
         engine.observers.append(self.ops.scorer_call)
         self._listener: asyncio.base_events.Server | None = None
         self._metrics_listener: asyncio.base_events.Server | None = None
@@ -95,15 +102,18 @@ class Server:
 
     async def _listen(self, port: int, connections: dict[asyncio.Task[None], HttpConnection], cap: int,
                       routes: Mapping[bytes, Route]) -> tuple[asyncio.base_events.Server, int]:
+        def answer(head: Head) -> Reply | Ticket:
+            return self.service.answer(head, routes)
+
         def accept(channel: Channel) -> None:
-            self._accept(channel, connections, cap, routes)
+            self._accept(channel, connections, cap, answer)
 
         listener = await asyncio.get_running_loop().create_server(
             lambda: Channel(MAX_BUFFERED, accept), self.settings.host, port, backlog=1024)
         return listener, listener.sockets[0].getsockname()[1]
 
     def _accept(self, channel: Channel, connections: dict[asyncio.Task[None], HttpConnection], cap: int,
-                routes: Mapping[bytes, Route]) -> None:
+                answer: Answer) -> None:
         """A connection is open: refuse it over the cap (one write, no parsing), else serve it in its own task."""
         if len(connections) >= cap:
             exchange = self.ops.begin(None)
@@ -112,7 +122,7 @@ class Server:
             channel.close()
             self.ops.finish(exchange, Reply.error(_FULL_ERROR), peer_of(channel.transport), len(data))
             return
-        connection = HttpConnection(channel, self.service, self.settings, self.drain, self.ops, routes)
+        connection = HttpConnection(channel, answer, self.settings, self.drain, self.ops)
         task = asyncio.get_running_loop().create_task(connection.run())
         connections[task] = connection
         task.add_done_callback(lambda ended: self._ended(ended, connections))

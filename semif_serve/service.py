@@ -1,92 +1,47 @@
-"""The application: routes, auth, admission and the endpoints, with no I/O.
+"""The application: every check a request head allows, admission, and the endpoints, with no I/O.
 
-The wire layer asks this module what a request head is allowed to do and hands
-it complete bodies; it answers with a status and a JSON body. Scores pass
-through untouched (INV-1): the only things added are `calibrated` and the
-order-averaged `combined` view. *Extension:* /v1/systemone and /v1/models speak
+Rule 1: one question per head. The wire hands `Service.answer` a framed head (its
+own framing checks done) and gets back a Reply or a Ticket (routes.py); after
+that it only reads the body a ticket takes and writes what it returns. The order
+of the head checks is `answer`'s: the route (400 target, 404, 405), for a
+protected route the drain (503) then the bearer (401); a GET's reply; for a POST
+the admission slot (429), the declared length (413) and the content (415, 422),
+and only then a ticket, which holds the slot until the wire releases it.
+Rule 2: every endpoint's answer is decided here (or, for /metrics, by the ops
+handler the server registers by route name); the wire names no route.
+Rule 3: the scorer's failures (scorer.py) become envelopes in one place, `_score`.
+
+Scores pass through untouched (INV-1): the only things added are `calibrated` and
+the order-averaged `combined` view. *Extension:* /v1/systemone and /v1/models speak
 TypeSafe's System One API through the pure `systemone` package; its requests take
 the same request model, engine call and views as /decide and /decide/shared.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
-from . import averaging, calibration, request_model, request_target
+from . import averaging, calibration, request_model
 from .systemone import assemble, catalogue, translate
 from .config import Settings
 from .engine import CallTiming, Engine
-from .errors import ApiError, OutOfMemory, ScoringFailed, envelope, excerpt
+from .errors import ApiError, excerpt
 from .request_model import DecideRequest, Decision
+from .routes import ROUTES, Handler, Head, Reply, Route, Ticket, route
+from .scorer import OutOfMemory, ScoringFailed
 
 log = logging.getLogger("semif_serve.service")
-
-
-@dataclass(frozen=True)
-class Route:
-    """One endpoint: its handler name, method, and whether it needs the bearer (a POST also takes an admission slot)."""
-
-    name: str
-    method: bytes
-    protected: bool
-
-    @property
-    def methods(self) -> tuple[bytes, ...]:
-        """What it answers: a GET route answers HEAD too, the same head without the content (RFC 9110 9.1, 9.3.2)."""
-        return (b"GET", b"HEAD") if self.method == b"GET" else (self.method,)
-
-
-ROUTES = {
-    b"/health": Route("health", b"GET", protected=False),
-    b"/decide": Route("decide", b"POST", protected=True),
-    b"/decide/shared": Route("shared", b"POST", protected=True),
-    # Extension: Prometheus metrics (semif_serve/ops). Like /health: no token, no admission slot.
-    b"/metrics": Route("metrics", b"GET", protected=False),
-    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
-    b"/v1/systemone": Route("systemone", b"POST", protected=True),
-    b"/v1/models": Route("models", b"GET", protected=True),
-}
-# Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
-METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
 PARSERS = {"decide": request_model.parse_decide, "shared": request_model.parse_shared}
+# What one engine call gives back: SemIf's results, and SemIf's own timing dict (None for a direct call).
+Scored = tuple[list[dict[str, Any]], dict[str, Any] | None]
+# How a route's response body is built from the scores and the engine call's kind (direct or shared).
+Respond = Callable[[Scored, str], Any]
 # A body coding the service does not decode (the SDK may send zstd); a JSON parser must never see it.
 IDENTITY = (None, b"identity")
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A status and a rendered body; an error's code and a scorer call's timing for the access log and metrics."""
-
-    status: int
-    body: bytes
-    headers: tuple[tuple[bytes, bytes], ...] = ()
-    code: str | None = None
-    timing: CallTiming | None = None
-    content_type: bytes = b"application/json"
-
-    @classmethod
-    def error(cls, error: ApiError, timing: CallTiming | None = None) -> "Reply":
-        return cls(error.status, envelope(error.code, error.message, error.param), error.headers, error.code, timing)
-
-
-def route(method: bytes, target: bytes, host: bytes | None = None, routes: Mapping[bytes, Route] = ROUTES) -> Route:
-    """The route for a request line and its Host field among a listener's `routes`, or 400 / 404 / 405
-    in the envelope."""
-    try:
-        path = request_target.resolve(target, host)
-    except request_target.BadTarget as error:
-        raise ApiError("bad_request", str(error)) from None
-    found = routes.get(path)
-    if found is None:
-        raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
-    if method not in found.methods:
-        allow = b", ".join(found.methods)
-        raise ApiError("method_not_allowed", f"{path.decode()} accepts {allow.decode()} only", ((b"allow", allow),))
-    return found
 
 
 class Admission:
@@ -115,19 +70,76 @@ def _rows(decision: Decision) -> list[dict[str, Any]]:
     return averaging.expand(decision.row, decision.orderings) if decision.averaged else [decision.row]
 
 
+class Admitted:
+    """The ticket of a POST that holds an admission slot: its body in, its reply out, the slot freed once."""
+
+    __slots__ = ("_service", "_name")
+
+    def __init__(self, service: Service, name: str) -> None:
+        self._service = service
+        self._name = name
+
+    def take(self, body: bytes) -> Awaitable[Reply]:
+        return self._service.post(self._name, body)
+
+    def release(self) -> None:
+        self._service.admission.leave()
+
+
 class Service:
     """The endpoints over one engine."""
 
-    def __init__(self, settings: Settings, engine: Engine) -> None:
+    def __init__(self, settings: Settings, engine: Engine, admission: Admission | None = None,
+                 handlers: Mapping[str, Handler] | None = None) -> None:
+        """`admission` is shared with whoever reports it (ops); `handlers` are the GET routes whose
+        answer lives elsewhere, by route name (the server registers ops's /metrics)."""
         self.settings = settings
         self.engine = engine
-        self.admission = Admission(settings.max_queue)
+        self.admission = admission if admission is not None else Admission(settings.max_queue)
+        self.handlers: dict[str, Handler] = {
+            "health": lambda head: self.health(draining=head.draining),
+            "models": lambda head: self.models(),
+            **(handlers or {}),
+        }
         table = settings.calibration
         self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods())
         self._token = settings.api_token.encode()
         self.served_model = engine.health()["model"]
-        self.systemone = translate.Options(self.limits, frozenset({self.served_model, *settings.model_aliases}),
-                                           settings.systemone_orderings, settings.systemone_workload)
+        self.systemone_policy = translate.Policy(self.limits, frozenset({self.served_model, *settings.model_aliases}),
+                                                 settings.systemone_orderings, settings.systemone_workload)
+
+    def answer(self, head: Head, routes: Mapping[bytes, Route] = ROUTES) -> Reply | Ticket:
+        """The one answer to a request head among a listener's `routes`: a Reply now, or a ticket for its body."""
+        try:
+            found = route(head.method, head.target, head.fields.get(b"host"), routes)
+            if found.protected:
+                if head.draining:
+                    raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
+                self.authorize(head.fields.get(b"authorization"))
+        except ApiError as error:
+            return Reply.error(error)
+        if found.method == b"GET":
+            return self.handlers[found.name](head)
+        return self._admit(head, found.name)
+
+    def _admit(self, head: Head, name: str) -> Reply | Ticket:
+        """A POST's slot, then the checks on its body's head; a refusal after the slot closes the connection."""
+        try:
+            self.admission.enter()
+        except ApiError as error:
+            return Reply.error(error)
+        try:
+            self._check_length(head.fields.get(b"content-length"))
+            self.check_content(head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name)
+        except ApiError as error:
+            self.admission.leave()
+            return Reply.error(error, close=True)
+        return Admitted(self, name)
+
+    def _check_length(self, length: bytes | None) -> None:
+        """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
+        if length is not None and int(length) > self.settings.max_body_bytes:
+            raise ApiError("request_too_large", f"declared body over the {self.settings.max_body_bytes}-byte limit")
 
     def authorize(self, header: bytes | None) -> None:
         """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or
@@ -173,28 +185,28 @@ class Service:
 
     async def post(self, name: str, body: bytes) -> Reply:
         """Parse, score and build the reply for /decide, /decide/shared or /v1/systemone."""
-        timing = None
+        call = None
         try:
-            request, plan = self._read(name, body)
-            timing, rows = self._plan(request)
-            scored = await self._score(rows, timing)
+            request, respond = self._read(name, body)
+            call, rows = self._engine_call(request)
+            scored = await self._score(rows, call)
         except ApiError as error:
-            return Reply.error(error, timing)
+            return Reply.error(error, call)
         try:
-            built = self._build(request, scored) if plan is None else self._answers(plan, scored, timing.kind)
-            return Reply(200, render(built), timing=timing)
+            return Reply(200, render(respond(scored, call.kind)), timing=call)
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
-            return Reply.error(ApiError("scoring_failed", "failed to build the response"), timing)
+            return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
 
-    def _read(self, name: str, body: bytes) -> tuple[DecideRequest, translate.Plan | None]:
-        """The body as a request (and, for System One, its plan). A parser's own bug is a 500 in
-        the envelope (C3), never a dropped connection with no answer and no access line."""
+    def _read(self, name: str, body: bytes) -> tuple[DecideRequest, Respond]:
+        """The body as a request, and how this route's response is built from its scores. A parser's
+        own bug is a 500 in the envelope (C3), never a dropped connection with no answer and no access line."""
         try:
             if name == "systemone":
-                plan = translate.translate(body, self.systemone)
-                return plan.request, plan
-            return PARSERS[name](body, self.limits), None
+                plan = translate.translate(body, self.systemone_policy)
+                return plan.request, functools.partial(self._answers, plan)
+            request = PARSERS[name](body, self.limits)
+            return request, lambda scored, _kind: self._build(request, scored)
         except ApiError:
             raise
         except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
@@ -202,19 +214,19 @@ class Service:
             raise ApiError("scoring_failed", "failed to read the request") from None
 
     @staticmethod
-    def _plan(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
+    def _engine_call(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
         """The one engine call a request makes: direct for a plain /decide, else shared over all rows."""
         if not request.shared and not request.averaged:
             return CallTiming("direct", 1), [request.decisions[0].row]
         rows = [row for d in request.decisions for row in _rows(d)]
         return CallTiming("shared", len(rows)), rows
 
-    async def _score(self, rows: list[dict[str, Any]], timing: CallTiming) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        """One engine call per request, timed."""
+    async def _score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
+        """One engine call per request, timed in `call`."""
         try:
-            if timing.kind == "direct":
-                return [await self.engine.score(rows[0], timing)], None
-            return await self.engine.score_shared(rows, timing)
+            if call.kind == "direct":
+                return [await self.engine.score(rows[0], call)], None
+            return await self.engine.score_shared(rows, call)
         except ValueError as error:
             raise ApiError("invalid_request", excerpt(str(error), 300) or "the scorer refused the input") from None
         except OutOfMemory as error:
@@ -225,15 +237,16 @@ class Service:
             log.exception("scorer call failed")
             raise ApiError("scoring_failed", "scoring failed") from None
 
-    def _build(self, request: DecideRequest, scored: tuple[list[dict[str, Any]], dict[str, Any] | None]) -> Any:
-        results, timing = scored
+    def _build(self, request: DecideRequest, scored: Scored) -> Any:
+        """A /decide or /decide/shared response: the views, and for shared SemIf's own timing beside them."""
+        results, semif_timing = scored
         built = self._views(request, results)
-        return {"results": built, "timing": timing} if request.shared else built[0]
+        return {"results": built, "timing": semif_timing} if request.shared else built[0]
 
-    def _answers(self, plan: translate.Plan, scored: tuple[list[dict[str, Any]], dict[str, Any] | None], kind: str) -> Any:
+    def _answers(self, plan: translate.Plan, scored: Scored, kind: str) -> Any:
         """A System One response from the same views /decide/shared would return for the rows."""
-        results, timing = scored
-        return assemble.response(plan, self.served_model, self._views(plan.request, results), results, kind, timing)
+        results, semif_timing = scored
+        return assemble.response(plan, self.served_model, self._views(plan.request, results), results, kind, semif_timing)
 
     def _views(self, request: DecideRequest, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Each decision's view of its results: native, calibrated, or combined over its orderings."""

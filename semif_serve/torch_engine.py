@@ -18,8 +18,7 @@ from typing import Any, Callable
 
 from . import prefix, snapshot_verify
 from .config import Settings
-from .scorer import Row, SharedResult
-from .errors import OutOfMemory, ScoringFailed
+from .scorer import OutOfMemory, Row, ScoringFailed, SharedResult
 from .scorer_package import ScorerPackage, resolve
 
 log = logging.getLogger("semif_serve.engine")

@@ -1,9 +1,39 @@
 """The wire: one asyncio task per connection, turning h11 events into actions.
 
+Rule 1: one phase per connection (`Phase`), set at each transition by `_enter`, which
+refuses any step TRANSITIONS does not list; who may close it, how it closes and
+what a deadline answers are read from the phase alone:
+
+    WAITING    nothing of the next request received (a new connection, or between
+               keep-alive requests)          -> HEAD, REFUSING, CLOSING
+    HEAD       bytes of a head received: reading it, the wire's own checks, the
+               application's answer          -> HEARD, BODY, REFUSING, CLOSING
+    HEARD      a head with no body, read whole -> SCORING, ANSWERING, CLOSING
+    BODY       the answer was a ticket: reading the body it takes
+                                             -> SCORING, REFUSING, CLOSING
+    SCORING    read whole; the ticket works  -> ANSWERING, CLOSING
+    ANSWERING  writing the reply to a request read whole
+                                             -> WAITING, HEAD (pipelined), CLOSING
+    REFUSING   writing a reply before the request was read whole (a refusal, a GET
+               whose body is left unread, 408, 503 at shutdown); it may still be
+               sending, so the connection closes, lingering -> CLOSING
+    CLOSING    flushing and closing          -> (end)
+
+`closable` (shutdown may close it at once) is WAITING with no byte held unread by
+the channel: bytes that arrive while the task sleeps are a head begun
+(`_caught_up`). A close lingers (channel.py Rule 5) from HEAD, BODY and REFUSING.
+A deadline in HEAD answers 408, in WAITING closes silently, in BODY answers 408.
+Rule 2: one question per request head. The wire frames the head and runs the
+framing checks (loose bytes, size, both framings, a repeated SINGLETON), then asks
+the application once (`answer`, routes.Answer): a Reply it writes, or a Ticket
+whose body it reads and whose reply it writes, releasing the ticket however the
+exchange ends. It names no route, holds no admission slot and reads no body the
+application did not take.
+
 h11 owns HTTP/1.1 framing (it validates Content-Length as plain ASCII digits,
 chunked encoding, header sizes); this loop owns the policy around it: a head h11
 tolerates but another parser could frame differently is refused, every
-check on a POST head runs before a single body byte is kept, the body limit
+check on a head runs before a single body byte is kept, the body limit
 is checked before each chunk is kept, every wait has a deadline, and a client
 that leaves while its request waits never reaches the scorer. A field whose
 repetition is ambiguous (SINGLETONS) is refused 400: a proxy in front may have
@@ -19,7 +49,7 @@ import asyncio
 import contextlib
 import time
 from http import HTTPStatus
-from typing import Awaitable, Mapping
+from typing import Awaitable, ClassVar
 
 import h11
 
@@ -27,7 +57,7 @@ from .channel import Channel
 from .config import Settings
 from .errors import ApiError, envelope, excerpt
 from .ops.operations import Exchange, Operations, peer_of
-from .service import ROUTES, Reply, Route, Service, route
+from .routes import Answer, Head, Reply, Ticket
 
 # How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
 LINGER_S = 1.0
@@ -46,6 +76,54 @@ CONTROL_BYTES = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 SINGLETONS = frozenset({b"authorization", b"x-request-id"})
 # Reason phrases looked up once, not through the HTTPStatus enum on every response.
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+
+
+class Phase:
+    """Where one connection stands (Rule 1). Compared by identity, as h11's state sentinels are: an
+    Enum's member look-up and hash cost a few hundred ns each, on every transition of every request."""
+
+    __slots__ = ("name",)
+    WAITING: ClassVar[Phase]
+    HEAD: ClassVar[Phase]
+    HEARD: ClassVar[Phase]
+    BODY: ClassVar[Phase]
+    SCORING: ClassVar[Phase]
+    ANSWERING: ClassVar[Phase]
+    REFUSING: ClassVar[Phase]
+    CLOSING: ClassVar[Phase]
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Phase.{self.name}"
+
+
+Phase.WAITING = Phase("WAITING")
+Phase.HEAD = Phase("HEAD")
+Phase.HEARD = Phase("HEARD")
+Phase.BODY = Phase("BODY")
+Phase.SCORING = Phase("SCORING")
+Phase.ANSWERING = Phase("ANSWERING")
+Phase.REFUSING = Phase("REFUSING")
+Phase.CLOSING = Phase("CLOSING")
+
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    Phase.WAITING: frozenset({Phase.HEAD, Phase.REFUSING, Phase.CLOSING}),
+    Phase.HEAD: frozenset({Phase.HEARD, Phase.BODY, Phase.REFUSING, Phase.CLOSING}),
+    Phase.HEARD: frozenset({Phase.SCORING, Phase.ANSWERING, Phase.CLOSING}),
+    Phase.BODY: frozenset({Phase.SCORING, Phase.REFUSING, Phase.CLOSING}),
+    Phase.SCORING: frozenset({Phase.ANSWERING, Phase.CLOSING}),
+    Phase.ANSWERING: frozenset({Phase.WAITING, Phase.HEAD, Phase.CLOSING}),
+    Phase.REFUSING: frozenset({Phase.CLOSING}),
+    Phase.CLOSING: frozenset(),
+}
+# The request is read whole: a reply from here answers it, and the connection may carry another.
+READ_WHOLE = frozenset({Phase.HEARD, Phase.SCORING})
+# The client may still be sending: a close lingers so that its bytes do not turn our answer into a reset.
+STILL_SENDING = frozenset({Phase.HEAD, Phase.BODY, Phase.REFUSING})
+# A reply is already going out (or the connection is ending): shutdown adds no second one.
+ANSWERED = frozenset({Phase.ANSWERING, Phase.REFUSING, Phase.CLOSING})
 
 
 class ClientGone(Exception):
@@ -113,28 +191,35 @@ class Drain:
 
 
 class HttpConnection:
-    """One client connection: reads events with deadlines, answers through the service."""
+    """One client connection: reads events with deadlines, asks the application once per head, writes its reply."""
 
-    def __init__(self, channel: Channel, service: Service, settings: Settings, drain: Drain, ops: Operations,
-                 routes: Mapping[bytes, Route] = ROUTES) -> None:
+    def __init__(self, channel: Channel, answer: Answer, settings: Settings, drain: Drain, ops: Operations) -> None:
         self.channel = channel
-        self.routes = routes  # what this connection's listener answers (service.METRICS_ROUTES on the metrics port)
-        self.service = service
+        self.answer = answer  # the application's one answer per head (its listener's routes bound in)
         self.settings = settings
         self.drain = drain
         self.conn = h11.Connection(h11.SERVER)
-        self.idle = True  # waiting for a request to begin
+        self.phase = Phase.WAITING
         self.head = bytearray()  # raw bytes received since the current head began
         self.head_only = False  # the request is HEAD: its response carries no body
         self.ops = ops
         self.peer = peer_of(channel.transport)
         self.exchange: Exchange | None = None  # the request being answered, once its head parsed
-        self.head_bytes = 0
+
+    def _enter(self, phase: Phase) -> None:
+        """The one place the phase changes; a step TRANSITIONS does not list is a bug in this module."""
+        if phase not in TRANSITIONS[self.phase]:
+            raise RuntimeError(f"connection phase {self.phase.name} -> {phase.name} is not a transition")
+        self.phase = phase
+
+    def _caught_up(self) -> Phase:
+        """The phase, counting bytes that arrived while the task slept (held unread by the channel) as a head begun."""
+        return Phase.HEAD if self.phase is Phase.WAITING and self.channel.buffered else self.phase
 
     @property
     def closable(self) -> bool:
         """Between requests with no byte of the next one received: shutdown may just close it."""
-        return self.idle and not self.conn.trailing_data[0] and not self.channel.buffered
+        return self._caught_up() is Phase.WAITING
 
     # -- reading -------------------------------------------------------------
 
@@ -146,7 +231,9 @@ class HttpConnection:
             data = await self.channel.read(remaining, READ_SIZE)
         except TimeoutError:
             raise Deadline from None
-        if self.conn.their_state is h11.IDLE:
+        if data and self.phase is Phase.WAITING:
+            self._enter(Phase.HEAD)
+        if self.phase is Phase.HEAD:
             self.head += data
         self.conn.receive_data(data)
 
@@ -157,33 +244,35 @@ class HttpConnection:
                 return event
             await self._receive(deadline)
 
-    async def _next_request(self, first: bool) -> h11.Event:
-        """The next request head, under the idle and header deadlines."""
+    async def _next_request(self, first: bool) -> tuple[h11.Event, int]:
+        """The next request head and its size in bytes, under the idle and header deadlines."""
         now = time.monotonic()
         self.head = bytearray(self.conn.trailing_data[0])
         self.head_only = False
-        if first or self.head:
+        if first:  # a new connection is WAITING, under the header deadline from its start
+            return await self._next_head(now + self.settings.header_timeout)
+        if self.head:  # pipelined: the next head began arriving while this one was answered
+            self._enter(Phase.HEAD)
             return await self._next_head(now + self.settings.header_timeout)
         # Keep-alive: wait for the first byte under the idle timeout, then the head
         # must complete within the header timeout counted from that byte.
-        self.idle = True
+        self._enter(Phase.WAITING)
         await self._receive(now + self.settings.idle_timeout)
-        self.idle = False
         return await self._next_head(time.monotonic() + self.settings.header_timeout)
 
-    async def _next_head(self, deadline: float) -> h11.Event:
+    async def _next_head(self, deadline: float) -> tuple[h11.Event, int]:
         """The next event; a request head must also pass the checks h11 leaves out."""
         event = await self._next_event(deadline)
-        if isinstance(event, h11.Request):
-            self.head_only = event.method == b"HEAD"
-            raw = self.head[: len(self.head) - len(self.conn.trailing_data[0])]
-            self.head = bytearray()
-            self.head_bytes = len(raw)
-            if len(raw) > MAX_HEAD:
-                raise h11.RemoteProtocolError(f"request head over {MAX_HEAD} bytes", 431)
-            if _loose(raw):
-                raise h11.RemoteProtocolError("request head has a bare LF or CR, an obs-fold or a control byte", 400)
-        return event
+        if not isinstance(event, h11.Request):
+            return event, 0
+        self.head_only = event.method == b"HEAD"
+        raw = self.head[: len(self.head) - len(self.conn.trailing_data[0])]
+        self.head = bytearray()
+        if len(raw) > MAX_HEAD:
+            raise h11.RemoteProtocolError(f"request head over {MAX_HEAD} bytes", 431)
+        if _loose(raw):
+            raise h11.RemoteProtocolError("request head has a bare LF or CR, an obs-fold or a control byte", 400)
+        return event, len(raw)
 
     async def _read_body(self) -> bytes:
         """The whole body, refusing before keeping any chunk that would pass the limit."""
@@ -208,6 +297,7 @@ class HttpConnection:
     # -- writing -------------------------------------------------------------
 
     async def _send(self, reply: Reply, close: bool = False) -> None:
+        self._enter(Phase.ANSWERING if self.phase in READ_WHOLE else Phase.REFUSING)
         exchange = self.exchange or self.ops.begin(None, len(self.head))
         self.exchange = None
         fields = [
@@ -253,16 +343,16 @@ class HttpConnection:
     async def _close(self) -> None:
         """Close after flushing what is buffered; abort a peer that will not read it, or it holds the slot forever.
 
-        A client that may still be sending (its request refused mid-head or mid-body) gets a
-        lingering close, so that its unread bytes do not turn our answer into a reset.
+        A client that may still be sending (STILL_SENDING: its request refused mid-head or
+        mid-body) gets a lingering close, so that its unread bytes do not turn our answer into a reset.
         """
-        sending = self.conn.their_state in (h11.SEND_BODY, h11.ERROR) or (
-            self.conn.their_state is h11.IDLE and not self.closable)
+        sending = self._caught_up() in STILL_SENDING
+        self._enter(Phase.CLOSING)
         await self.channel.closed(self.settings.idle_timeout, LINGER_S if sending else 0.0)
 
     async def _stopped(self) -> None:
         """A request in progress (head, body or scoring) still gets an answer, never silence."""
-        if self.closable or self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        if self._caught_up() is Phase.WAITING or self.phase in ANSWERED:
             return
         with contextlib.suppress(Exception):
             await self._send(Reply.error(ApiError("shutting_down", "the server stopped before this request finished")), close=True)
@@ -270,9 +360,9 @@ class HttpConnection:
     async def _serve_one(self, first: bool) -> bool:
         """Answer one request; True when the connection may carry another."""
         try:
-            event = await self._next_request(first)
+            event, head_bytes = await self._next_request(first)
         except Deadline:
-            if self.conn.trailing_data[0] or not self.idle:
+            if self.phase is Phase.HEAD:  # in WAITING nothing was asked: the connection just ends
                 await self._send(Reply.error(ApiError("request_timeout", "request head not received in time")), close=True)
             return False
         except h11.RemoteProtocolError as error:
@@ -280,9 +370,8 @@ class HttpConnection:
             return False
         if not isinstance(event, h11.Request):
             return False  # ConnectionClosed between requests
-        self.idle = False
         fields = Fields(event)
-        self.exchange = self.ops.begin(event, self.head_bytes, fields.once(b"x-request-id"))
+        self.exchange = self.ops.begin(event, head_bytes, fields.once(b"x-request-id"))
         try:
             return await self._dispatch(event, fields)
         except Deadline:
@@ -293,7 +382,7 @@ class HttpConnection:
 
     async def _protocol_error(self, error: h11.RemoteProtocolError) -> None:
         """h11 refused the bytes: answer in the envelope (if we still may) and close."""
-        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        if self.phase in ANSWERED:
             return
         status = error.error_status_hint
         code = PROTOCOL_CODES.get(status, "bad_request")
@@ -302,69 +391,49 @@ class HttpConnection:
         await self._send(Reply(ApiError(code, "").status, envelope(code, message), code=code), close=True)
 
     async def _dispatch(self, request: h11.Request, fields: Fields) -> bool:
-        """Run every head check before the body, then read it and answer."""
+        """Run the wire's framing checks, ask the application once, then read the body a ticket takes."""
         unread = fields.has_body
         if not unread:  # an empty body: let h11 reach EndOfMessage so the connection can be reused
             await self._next_event(time.monotonic() + self.settings.body_timeout)
-        try:
-            if fields.get(b"transfer-encoding") is not None and fields.get(b"content-length") is not None:
-                # Both framings is the request-smuggling classic: refuse and close on every route (RFC 9112 6.1).
-                raise ApiError("bad_request", "both Content-Length and Transfer-Encoding are set")
-            if fields.repeated:
-                unread = True  # the head is ambiguous: close rather than guess where the next request begins
-                raise ApiError("bad_request", f"the {fields.repeated[0].decode()} field appears more than once")
-            found = route(request.method, request.target, fields.get(b"host"), self.routes)
-            if self.drain.active and found.protected:
-                raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
-            if found.protected:
-                self.service.authorize(fields.get(b"authorization"))
-        except ApiError as error:
-            await self._refuse(error, close=unread or self.drain.active)
+            self._enter(Phase.HEARD)
+        if fields.get(b"transfer-encoding") is not None and fields.get(b"content-length") is not None:
+            # Both framings is the request-smuggling classic: refuse and close on every route (RFC 9112 6.1).
+            await self._refuse(ApiError("bad_request", "both Content-Length and Transfer-Encoding are set"), unread)
             return self._reusable()
-        if found.method == b"GET":
-            await self._send(self._get(found.name), close=unread)
+        if fields.repeated:  # the head is ambiguous: close rather than guess where the next request begins
+            await self._refuse(ApiError("bad_request", f"the {fields.repeated[0].decode()} field appears more than once"),
+                               close=True)
+            return False
+        answer = self.answer(Head(request.method, request.target, fields.first, self.drain.active))
+        if isinstance(answer, Reply):
+            await self._send(answer, close=unread or answer.close)
             return self._reusable()
         try:
-            self.service.admission.enter()
-        except ApiError as error:
-            await self._refuse(error, close=unread)
-            return self._reusable()
-        try:
-            return await self._post(fields, found, unread)
+            return await self._take(answer, unread)
         finally:
-            self.service.admission.leave()
+            answer.release()
 
-    def _get(self, name: str) -> Reply:
-        """A GET route's reply: nothing to read, no admission slot (HEAD shares it, without the body)."""
-        if name == "metrics":
-            return self.ops.metrics_reply()
-        return self.service.models() if name == "models" else self.service.health(draining=self.drain.active)
-
-    async def _post(self, fields: Fields, found: Route, unread: bool) -> bool:
-        """A POST that holds an admission slot: framing and content checks, body, scoring."""
+    async def _take(self, ticket: Ticket, unread: bool) -> bool:
+        """The body the ticket takes, then its reply."""
         try:
-            self._check_framing(fields)
-            self.service.check_content(fields.get(b"content-encoding"), fields.get(b"content-type"), found.name)
+            if unread:
+                self._enter(Phase.BODY)
             if self.conn.they_are_waiting_for_100_continue:
                 self.channel.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             body = await self._read_body() if unread else b""
         except ApiError as error:
             await self._refuse(error, close=True)
             return False
+        self._enter(Phase.SCORING)
         if self.channel.gone:  # it sent its request and left: it never reaches the scorer
             raise ClientGone
-        reply = await self._until_client_leaves(self.service.post(found.name, body))
+        reply = await self._until_client_leaves(ticket.take(body))
         await self._send(reply)
         return self._reusable()
 
     def _reusable(self) -> bool:
         """Both sides finished a keep-alive exchange (not after `Connection: close`, HTTP/1.0 or an unread body)."""
         return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
-
-    def _check_framing(self, fields: Fields) -> None:
-        length = fields.get(b"content-length")
-        if length is not None and int(length) > self.settings.max_body_bytes:
-            raise ApiError("request_too_large", f"declared body over the {self.settings.max_body_bytes}-byte limit")
 
     async def _until_client_leaves(self, work: Awaitable[Reply]) -> Reply:
         """Await the reply, cancelling it if the client leaves first (queued calls never start).

@@ -21,7 +21,8 @@ from fastapi import FastAPI, Request, Response
 from semif_serve import config
 from semif_serve.engine import Engine
 from semif_serve.errors import ApiError
-from semif_serve.service import Reply, Service
+from semif_serve.routes import Reply
+from semif_serve.service import Service
 from semif_serve.stub import StubScorer
 
 settings = config.load()

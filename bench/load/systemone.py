@@ -49,8 +49,8 @@ def bodies() -> dict[str, tuple[str, dict[str, Any]]]:
     questions = {d["id"]: {"type": "noul", "instructions": d["question"], "criteria": {"true": "Yes", "false": "No"}}
                  for d in spec["decisions"]}
     systemone = {"model": "jev-latest", "state": spec["state"], "questions": questions}
-    options = translate.Options(request_model.Limits(64, frozenset()), frozenset({"jev-latest"}), "none", None)
-    rows = [d.row for d in translate.translate(json.dumps(systemone).encode(), options).request.decisions]
+    policy = translate.Policy(request_model.Limits(64, frozenset()), frozenset({"jev-latest"}), "none", None)
+    rows = [d.row for d in translate.translate(json.dumps(systemone).encode(), policy).request.decisions]
     return {"systemone": ("/v1/systemone", systemone), "shared": ("/decide/shared", datasets.shared_body(spec["state"], rows))}
 
 

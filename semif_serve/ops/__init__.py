@@ -1,8 +1,11 @@
 """Operating the server in a fleet: metrics, request ids, access logs, Retry-After.
 
 Rules: these modules observe requests and scorer calls; they never decide what a
-request gets (that is service.py and the wire) and never hold an error code of
-their own (errors.py has the one table). Only `metrics.py` imports
+request gets (that is service.py and the wire), except the answer of the /metrics
+route, `Operations.metrics_reply`, which the server registers in the service's GET
+handlers by route name; and they never hold an error code of their own (errors.py
+has the one table). They read the application through two callables (the admitted
+count, the scorer's facts), never the Service itself. Only `metrics.py` imports
 prometheus_client, and only when metrics are on, so the server runs without it.
 Nothing here may log or expose a header value other than the request id, a
 token, or a body.

@@ -42,7 +42,6 @@ from collections.abc import Mapping
 from typing import Any
 
 REDACTED = "<redacted>"
-FORMATS = ("text", "json")
 ACCESS_LOGGER = "semif_serve.access"
 BUFFER_BYTES = 64 * 1024
 

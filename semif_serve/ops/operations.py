@@ -21,7 +21,7 @@ from .. import request_target
 from ..config import Settings
 from ..engine import CallTiming
 from ..errors import ApiError, excerpt
-from ..service import ROUTES, Reply, Service
+from ..routes import ROUTES, Reply
 from . import access_log, request_ids
 from .retry_after import RetryAfter
 
@@ -61,12 +61,15 @@ def _printable(value: bytes, limit: int) -> str:
 class Operations:
     """Request ids, Retry-After, the access log and the metrics of one server."""
 
-    def __init__(self, settings: Settings, service: Service, open_connections: Callable[[], int],
-                 drain_seconds: Callable[[], float]) -> None:
-        self.service = service
+    def __init__(self, settings: Settings, in_progress: Callable[[], int], scorer_facts: Callable[[], dict[str, Any]],
+                 open_connections: Callable[[], int], drain_seconds: Callable[[], float]) -> None:
+        """`in_progress` counts the admitted POSTs (the busy Retry-After and a gauge); `scorer_facts`
+        is the engine's health (the model info metric); both are read when needed, never cached."""
+        self.in_progress = in_progress
         self.retry_after = RetryAfter()
         self.access_log = settings.access_log
-        self.metrics = _metrics(settings, service, open_connections, drain_seconds) if settings.metrics else None
+        self.metrics = (_metrics(settings, in_progress, scorer_facts, open_connections, drain_seconds)
+                        if settings.metrics else None)
 
     # -- the wire's side ------------------------------------------------------------------
 
@@ -87,7 +90,7 @@ class Operations:
         if exchange.route in TYPESAFE_ROUTES:
             fields.append((b"x-typesafe-request-id", request_id))
         if reply.status == 429:
-            fields.append((b"retry-after", b"%d" % self.retry_after.busy(self.service.admission.in_progress)))
+            fields.append((b"retry-after", b"%d" % self.retry_after.busy(self.in_progress())))
         elif reply.status == 503:
             fields.append((b"retry-after", b"%d" % self.retry_after.unavailable()))
         return fields
@@ -128,13 +131,13 @@ def _content_type() -> bytes:
     return CONTENT_TYPE
 
 
-def _metrics(settings: Settings, service: Service, open_connections: Callable[[], int],
-             drain_seconds: Callable[[], float]) -> Any:
+def _metrics(settings: Settings, in_progress: Callable[[], int], scorer_facts: Callable[[], dict[str, Any]],
+             open_connections: Callable[[], int], drain_seconds: Callable[[], float]) -> Any:
     """The metrics, or None (logged once) where prometheus_client is not installed."""
     try:
         from .metrics import Metrics
     except ImportError:
         log.warning("metrics are off: prometheus_client is not installed (pip install 'semif-serve[metrics]')")
         return None
-    return Metrics(settings.max_queue, lambda: service.admission.in_progress, open_connections, service.engine.health,
-                   drain_seconds, settings.shutdown_grace)
+    return Metrics(settings.max_queue, in_progress, open_connections, scorer_facts, drain_seconds,
+                   settings.shutdown_grace)

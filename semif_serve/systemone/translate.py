@@ -1,7 +1,7 @@
 """A System One request body in, SemIf rows and what assembly needs out, before any scoring.
 
 Rules: the package's (systemone/__init__.py): a pure function of the body and the
-server's Options; it knows no HTTP, no engine and no envelope, only ApiError values.
+server's Policy; it knows no HTTP, no engine and no envelope, only ApiError values.
 
 What the API promises (TypeSafe's reference; SemIf's docs/JEV_API_COMPAT.md 4):
 `{model, state, questions: {key: {type, instructions, criteria}}}`; each question
@@ -23,13 +23,12 @@ Where we differ, and why:
 - Unknown fields are ignored, as the API's servers do; our own `semif` extension
   object (`orderings`, `workload`) is strict, like our other endpoints.
 Every refusal is a 422 whose `param` is the JSON path of the field to blame; the
-request model's own checks (state, workload, row cap) are reused, not repeated.
+request model's own checks (state, workload, row cap) are reused, not repeated: each
+raises its refusal with the `param` translation passes it, so nothing here rewrites an error.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -70,8 +69,8 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class Options:
-    """What translation enforces from the settings."""
+class Policy:
+    """What translation enforces from the server's settings (not a question's answer options)."""
 
     limits: Limits
     models: frozenset[str]  # the served id and every alias
@@ -81,17 +80,6 @@ class Options:
 
 def refuse(message: str, param: str | None) -> ApiError:
     return ApiError("invalid_request", message, param=param)
-
-
-@contextlib.contextmanager
-def _at(param: str, question: str | None = None) -> Iterator[None]:
-    """A refusal from the request model's own checks, named at `param` (and, when a request-level
-    setting failed for one question, prefixed with that question's path)."""
-    try:
-        yield
-    except ApiError as error:
-        message = error.message if question is None else f"{question}: {error.message}"
-        raise dataclasses.replace(error, message=message, param=error.param or param) from None
 
 
 class _Repeated(dict):  # type: ignore[type-arg]
@@ -203,31 +191,32 @@ def _question(key: str, item: Any, state: Any, orderings: str, sent: bool) -> tu
     instructions = item.get("instructions")
     question = DEFAULT_INSTRUCTIONS[kind] if instructions is None else _text(instructions, f"{param}.instructions")
     options, legend = OPTIONS[kind](item.get("criteria"), f"{param}.criteria")
-    with _at("semif.orderings" if sent else f"{param}.criteria", param):
-        method = request_model.checked_orderings(orderings, options, "semif.orderings" if sent else "the server's default orderings")
+    source = "semif.orderings" if sent else "the server's default orderings"
+    method = request_model.checked_orderings(orderings, options, f"{param}: {source}",
+                                             "semif.orderings" if sent else f"{param}.criteria")
     row = {"id": key, "state": state, "question": question, "options": options}
     return Decision(row=row, orderings=method), Question(key, kind, legend)
 
 
-def _extension(value: Any, options: Options) -> tuple[str, str | None, frozenset[str]]:
+def _extension(value: Any, policy: Policy) -> tuple[str, str | None, frozenset[str]]:
     """Our own `semif` object: orderings and workload, each overriding the server's default, and
     which of the two the request sent (so that a refusal blames the field it wrote)."""
     if value is None:
-        return options.orderings, options.workload, frozenset()
+        return policy.orderings, policy.workload, frozenset()
     if not isinstance(value, dict):
         raise refuse("semif must be an object with orderings and/or workload", "semif")
     unknown = sorted(set(value) - EXTENSION_KEYS)
     if unknown:
         raise refuse(f"semif has unknown field(s): {', '.join(excerpt(key, 40) for key in unknown[:5])}", "semif")
-    orderings = value.get("orderings", options.orderings)
+    orderings = value.get("orderings", policy.orderings)
     if orderings not in averaging.METHODS:
         raise refuse(f"semif.orderings must be one of {', '.join(averaging.METHODS)}", "semif.orderings")
-    with _at("semif.workload"):
-        workload = request_model.checked_workload(value["workload"], options.limits) if "workload" in value else options.workload
+    workload = (request_model.checked_workload(value["workload"], policy.limits, "semif.workload")
+                if "workload" in value else policy.workload)
     return orderings, workload, EXTENSION_KEYS & set(value)
 
 
-def translate(body: bytes, options: Options) -> Plan:
+def translate(body: bytes, policy: Policy) -> Plan:
     """A /v1/systemone body as the request model's decisions: one row per question, in order."""
     data = _parse(body)
     if not isinstance(data, dict):
@@ -237,21 +226,19 @@ def translate(body: bytes, options: Options) -> Plan:
     for name in ("model", "state", "questions"):
         if name not in data:
             raise refuse(f"body is missing field {name}", name)
-    if not isinstance(data["model"], str) or data["model"] not in options.models:  # a list or object: 422, not a crash
-        raise refuse(f"unknown model {excerpt(str(data['model']), 60)!r}; served: {', '.join(sorted(options.models))}", "model")
-    with _at("state"):
-        state = request_model.checked_state(data["state"])
-    orderings, workload, sent = _extension(data.get("semif"), options)
+    if not isinstance(data["model"], str) or data["model"] not in policy.models:  # a list or object: 422, not a crash
+        raise refuse(f"unknown model {excerpt(str(data['model']), 60)!r}; served: {', '.join(sorted(policy.models))}", "model")
+    state = request_model.checked_state(data["state"], "state")
+    orderings, workload, sent = _extension(data.get("semif"), policy)
     questions = data["questions"]
-    limit = options.limits.max_decisions
+    limit = policy.limits.max_decisions
     if not isinstance(questions, dict) or not 1 <= len(questions) <= limit:
         raise refuse(f"questions must be an object of 1..{limit} questions", "questions")
     translated = [_question(key, item, state, orderings, "orderings" in sent) for key, item in questions.items()]
     request = DecideRequest(tuple(d for d, _ in translated), workload, shared=len(translated) > 1)
     if workload is not None:  # one method for every question, so the field the request sent is to blame
         # (neither sent: the server's two defaults, which configuration refuses to start with unless they agree)
-        with _at("semif.workload" if "workload" in sent else "semif.orderings"):
-            request_model.check_methods(workload, request.decisions, options.limits)
-    with _at("questions"):
-        request_model.check_request(request, options.limits)
+        blamed = "semif.workload" if "workload" in sent else "semif.orderings"
+        request_model.check_methods(workload, request.decisions, policy.limits, blamed)
+    request_model.check_request(request, policy.limits, "questions")
     return Plan(request, tuple(q for _, q in translated))

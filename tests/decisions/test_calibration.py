@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semif_serve.calibration import T_MAX, T_MIN, VARIABLE, calibrated_view, load_table
+from semif_serve.calibration import PLAIN_METHOD, T_MAX, T_MIN, VARIABLE, calibrated_view, load
 
 from tests.reference import softmax
 
@@ -33,25 +33,32 @@ def result(logits: list[float]) -> dict[str, Any]:
     }
 
 
-# --- load_table ----------------------------------------------------------------------
+# --- load, the plain form -------------------------------------------------------------
+
+
+def temperatures(path: str) -> dict[str, float]:
+    """A plain file read by `load`: each workload's `none` temperature, the only method a plain file holds."""
+    table = load(path)
+    assert table.binding is None and all(set(methods) == {PLAIN_METHOD} for methods in table.values())
+    return {name: methods[PLAIN_METHOD] for name, methods in table.items()}
 
 
 def test_a_valid_table_loads_as_floats(tmp_path: Path) -> None:
-    table = load_table(write(tmp_path, json.dumps({"triage": 1.5, "routing": 2, "other": 0.7})))
+    table = temperatures(write(tmp_path, json.dumps({"triage": 1.5, "routing": 2, "other": 0.7})))
     assert table == {"triage": 1.5, "routing": 2.0, "other": 0.7}
     assert all(type(value) is float for value in table.values())
 
 
 def test_the_bounds_themselves_are_accepted(tmp_path: Path) -> None:
     assert VARIABLE == "SEMIF_CALIBRATION" and (T_MIN, T_MAX) == (0.05, 20.0)
-    assert load_table(write(tmp_path, '{"low": 0.05, "high": 20, "high_float": 20.0}')) == {
+    assert temperatures(write(tmp_path, '{"low": 0.05, "high": 20, "high_float": 20.0}')) == {
         "low": 0.05, "high": 20.0, "high_float": 20.0,
     }
 
 
 def refused(path: str) -> str:
     with pytest.raises(ValueError) as caught:
-        load_table(path)
+        temperatures(path)
     message = str(caught.value)
     assert "SEMIF_CALIBRATION" in message
     return message

@@ -1,8 +1,8 @@
 """Exact refusals of the calibration file (SEMIF_CALIBRATION), one fault per document.
 
 Startup prints the refusal as its one line, so each names the variable, the file or
-workload it is about, and what is allowed. In process through `calibration.load`,
-`load_table` and `plain`.
+workload it is about, and what is allowed. In process through `calibration.load`
+and `plain`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ def refusal(tmp_path: Path, document: Any, read: Any = calibration.load) -> tupl
     return str(refused.value), str(path)
 
 
-@pytest.mark.parametrize("read", [calibration.load, calibration.load_table], ids=["load", "load_table"])
-def test_a_file_that_is_no_object_is_refused_naming_the_file(tmp_path: Path, read: Any) -> None:
-    message, path = refusal(tmp_path, [1.0], read)
+def test_a_file_that_is_no_object_is_refused_naming_the_file(tmp_path: Path) -> None:
+    message, path = refusal(tmp_path, [1.0])
     assert message == f"SEMIF_CALIBRATION: {path!r} must hold a JSON object {{workload: temperature}}"
 
 

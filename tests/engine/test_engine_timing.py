@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from semif_serve.engine import CallTiming, Engine
-from semif_serve.errors import OutOfMemory
+from semif_serve.scorer import OutOfMemory
 
 from tests.bodies import ROW
 

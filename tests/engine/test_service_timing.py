@@ -1,4 +1,4 @@
-"""The CallTiming a /decide reply carries to the access log and metrics (service.Reply.timing).
+"""The CallTiming a /decide reply carries to the access log and metrics (routes.Reply.timing).
 
 The server reads `Reply.timing` after each POST to log and count the scorer call; it
 must be the very CallTiming the engine filled, on success, on a scorer failure and on
@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from semif_serve.engine import Engine
-from semif_serve.errors import OutOfMemory
-from semif_serve.service import Reply, Service
+from semif_serve.scorer import OutOfMemory
+from semif_serve.routes import Reply
+from semif_serve.service import Service
 
 from tests.bodies import BODY, SHARED
 from tests.fakes import settings

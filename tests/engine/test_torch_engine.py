@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from semif_serve.errors import OutOfMemory, ScoringFailed
+from semif_serve.scorer import OutOfMemory, ScoringFailed
 from semif_serve.torch_engine import RELEASE_SLACK_BYTES, TorchScorer
 from tests.fakes import GIB, MIB, FakeLoader, FakeOutOfMemoryError, FakeTensor, FakeTorch, fake_package, settings
 

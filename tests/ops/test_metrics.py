@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from semif_serve.errors import OutOfMemory
+from semif_serve.scorer import OutOfMemory
 
 from tests.bodies import ROW, SHARED
 from tests.wire_client import TOKEN, Connection, eventually, request

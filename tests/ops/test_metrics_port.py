@@ -19,7 +19,7 @@ from bench.common.procs import free_port
 from semif_serve.server import MAX_SCRAPERS
 from tests.bodies import POST, ROW
 from tests.served_process import Process
-from tests.wire_client import Connection, no_error_logs, request  # noqa: F401 - fixture
+from tests.wire_client import Connection, eventually, no_error_logs, request  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("no_error_logs")
 
@@ -99,11 +99,11 @@ async def test_a_drain_is_watched_through_the_metrics_port_until_it_ends(start_s
     busy.writer.write(POST)
     await fake.wait_entered()  # a POST inside the scorer holds the drain open
     stopping = asyncio.ensure_future(server.shutdown())
-    await asyncio.sleep(0.2)
+    await eventually(lambda: server.drain.active)  # shutdown's first step closes the client listener with it
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_connection("127.0.0.1", server.port)  # the client port closed at once
     first = await scrape(server.metrics_port)
-    await asyncio.sleep(0.3)
+    await eventually(lambda: server.drain.seconds() > first["semif_drain_elapsed_seconds"])
     second = await scrape(server.metrics_port)
     assert 0 < first["semif_drain_elapsed_seconds"] < second["semif_drain_elapsed_seconds"]
     assert second["semif_shutdown_grace_seconds"] == 30.0

@@ -7,11 +7,12 @@ import threading
 
 import pytest
 
-from semif_serve.errors import OutOfMemory
+from semif_serve.scorer import OutOfMemory
 from semif_serve.ops.retry_after import MAX_SECONDS, RetryAfter
 
 from tests.bodies import ROW
-from tests.wire_client import AUTH, GENERATED, HEALTH, Connection, parse_responses, raw_exchange, raw_request, request
+from tests.wire_client import (AUTH, GENERATED, HEALTH, Connection, eventually, parse_responses, raw_exchange, raw_request,
+                               request)
 
 
 async def test_a_valid_id_round_trips_on_success_and_on_errors(start_server, fake) -> None:
@@ -101,7 +102,7 @@ async def test_draining_503_carries_retry_after(start_server, fake) -> None:
     server = await start_server(fake, shutdown_grace=5.0)
     probe = await Connection.open(server.port)
     probe.writer.write(HEALTH[:10])  # a head in progress keeps its connection through the drain
-    await asyncio.sleep(0.05)
+    await eventually(lambda: any(not c.closable for c in server.connections.values()))  # the server holds those bytes
     stopping = asyncio.ensure_future(server.shutdown())
     await asyncio.sleep(0)
     probe.writer.write(HEALTH[10:])

@@ -4,8 +4,8 @@ Each fault is injected through the engine (a scorer given to the server) and mus
 the contract's status in the envelope with a nonempty, short, printable message; the
 server stays up, the admission count returns to 0 and the next request is served. The
 token never reaches a log or a message, and client input is echoed only as a short excerpt.
-The last section drives the Service in process, without sockets, to pin /health's payload
-and the failure table's exact messages.
+The last section drives the Service in process, without sockets, to pin /health's payload,
+the failure table's exact messages and the answer to a request head (`Service.answer`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import pytest
 
 from semif_serve import service as service_module
 from semif_serve.engine import Engine
-from semif_serve.errors import CODES, ApiError, OutOfMemory, ScoringFailed, excerpt
-from semif_serve.service import Admission, Service, render, route
+from semif_serve.errors import CODES, ApiError, excerpt
+from semif_serve.routes import Head, Reply, route
+from semif_serve.scorer import OutOfMemory, ScoringFailed
+from semif_serve.service import Admission, Service, render
 
 from tests.bodies import BODY
 from tests.bodies import ROW, SHARED
@@ -369,3 +371,55 @@ async def test_a_refused_token_says_so_exactly(service: Service) -> None:
             service.authorize(header)
         assert (refused.value.code, refused.value.message) == ("unauthorized", "missing or wrong bearer token")
     service.authorize(b"BEARER " + TOKEN.encode())
+
+
+# -- Service.answer: the one answer to a request head, in process -----------------------------------------
+
+def head(method: bytes, target: bytes, draining: bool = False, **fields: bytes) -> Head:
+    """A framed head with the bearer, plus `fields` (content_length -> content-length)."""
+    sent = {b"host": b"x", b"authorization": b"Bearer " + TOKEN.encode()}
+    sent.update({name.replace("_", "-").encode(): value for name, value in fields.items()})
+    return Head(method, target, sent, draining)
+
+
+async def test_draining_refuses_a_protected_route_before_its_bearer(service: Service) -> None:
+    for method, target in ((b"POST", b"/decide"), (b"GET", b"/v1/models")):
+        refused = service.answer(Head(method, target, {b"host": b"x"}, True))  # no token: the drain answers first
+        assert isinstance(refused, Reply) and (refused.status, refused.code) == (503, "shutting_down")
+        assert json.loads(refused.body)["error"]["message"] == "the server is shutting down; retry on another instance"
+    health = service.answer(Head(b"GET", b"/health", {b"host": b"x"}, True))
+    assert isinstance(health, Reply) and health.status == 503 and json.loads(health.body)["status"] == "draining"
+    assert service.admission.in_progress == 0
+
+
+async def test_a_refusal_after_the_slot_gives_it_back_and_closes(service: Service) -> None:
+    limit = service.settings.max_body_bytes
+    for fields, status, message in (
+        ({"content_length": b"%d" % (limit + 1)}, 413, f"declared body over the {limit}-byte limit"),
+        ({"content_encoding": b"gzip"}, 415, "Content-Encoding 'gzip' is not supported; send the body uncompressed (identity)"),
+    ):
+        refused = service.answer(head(b"POST", b"/decide", **fields))
+        assert isinstance(refused, Reply) and refused.status == status and refused.close
+        assert json.loads(refused.body)["error"]["message"] == message
+        assert service.admission.in_progress == 0
+
+
+async def test_a_ticket_holds_its_slot_until_released(service: Service) -> None:
+    tickets = [service.answer(head(b"POST", b"/decide", content_length=b"%d" % len(BODY))) for _ in range(3)]
+    assert not any(isinstance(ticket, Reply) for ticket in tickets) and service.admission.in_progress == 3
+    busy = service.answer(head(b"POST", b"/decide"))
+    assert isinstance(busy, Reply) and (busy.status, busy.code, busy.close) == (429, "busy", False)
+    reply = await tickets[0].take(BODY)
+    assert reply.status == 200 and json.loads(reply.body)["id"] == ROW["id"]
+    assert service.admission.in_progress == 3  # the reply is not written yet: the slot is still held
+    for ticket in tickets:
+        ticket.release()
+    assert service.admission.in_progress == 0
+
+
+async def test_a_refusal_before_the_slot_leaves_the_connection_to_the_wire(service: Service) -> None:
+    for refused, status in ((service.answer(Head(b"POST", b"/decide", {b"host": b"x"}, False)), 401),
+                            (service.answer(head(b"GET", b"/nowhere")), 404),
+                            (service.answer(head(b"GET", b"/decide")), 405)):
+        assert isinstance(refused, Reply) and refused.status == status and not refused.close
+    assert service.admission.in_progress == 0

@@ -79,7 +79,7 @@ def plan(workload: str | None, orderings: str) -> translate.Plan:
     body = {"model": "served", "state": "s", "semif": {"orderings": orderings, **({} if workload is None else {"workload": workload})},
             "questions": {"u": {"type": "noul"}, "d": {"type": "choice", "criteria": {"a": None, "b": None, "c": None}},
                           "f": {"type": "score", "criteria": ["Calm", "Tense", "Angry", "Furious"]}}}
-    return translate.translate(json.dumps(body).encode(), translate.Options(limits, frozenset({"served"}), "none", None))
+    return translate.translate(json.dumps(body).encode(), translate.Policy(limits, frozenset({"served"}), "none", None))
 
 
 NATIVE = {"u": [0.7, 0.3], "d": [0.1, 0.6, 0.3], "f": [0.1, 0.2, 0.3, 0.4]}

@@ -25,19 +25,19 @@ from tests.systemone_cases import NOUL, REFUSALS
 
 LIMITS = request_model.Limits(max_decisions=64, workloads=frozenset({"triage"}),
                               methods={"triage": frozenset({"none", "rotations"})})
-OPTIONS = translate.Options(LIMITS, frozenset({"served", "jev-latest"}), "none", None)
+POLICY = translate.Policy(LIMITS, frozenset({"served", "jev-latest"}), "none", None)
 STATE = {"ticket": "Help! My payouts have been failing for 3 days.", "plan": "pro"}
 
 
 def rows(questions: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
     body = {"model": "jev-latest", "state": STATE, "questions": questions, **extra}
-    return [d.row for d in translate.translate(json.dumps(body, ensure_ascii=False).encode(), OPTIONS).request.decisions]
+    return [d.row for d in translate.translate(json.dumps(body, ensure_ascii=False).encode(), POLICY).request.decisions]
 
 
 def refused(body: Any) -> ApiError:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     with pytest.raises(ApiError) as caught:
-        translate.translate(raw, OPTIONS)
+        translate.translate(raw, POLICY)
     assert caught.value.status == 422 and caught.value.code == "invalid_request"
     return caught.value
 
@@ -86,7 +86,7 @@ def test_the_state_is_the_parsed_value_unchanged_in_every_row() -> None:
     state = {"z": [1, 2.5, "ü"], "a": {"k": None}}
     body = {"model": "served", "state": state, "questions": {"a": {"type": "noul", "instructions": "A?"},
                                                               "b": {"type": "noul", "instructions": "B?"}}}
-    plan = translate.translate(json.dumps(body, ensure_ascii=False).encode(), OPTIONS)
+    plan = translate.translate(json.dumps(body, ensure_ascii=False).encode(), POLICY)
     assert [list(d.row["state"]) for d in plan.request.decisions] == [["z", "a"], ["z", "a"]]
     assert all(d.row["state"] == state for d in plan.request.decisions)
     assert plan.request.shared and [q.kind for q in plan.questions] == ["noul", "noul"]
@@ -107,10 +107,10 @@ def test_unknown_fields_are_ignored_as_the_api_does() -> None:
 def test_the_extension_object_overrides_orderings_and_workload() -> None:
     body = {"model": "served", "state": "s", "questions": {"n": {"type": "noul", "instructions": "A?"}},
             "semif": {"orderings": "rotations", "workload": "triage"}}
-    plan = translate.translate(json.dumps(body).encode(), OPTIONS)
+    plan = translate.translate(json.dumps(body).encode(), POLICY)
     assert plan.request.workload == "triage" and plan.request.decisions[0].orderings == "rotations"
     assert plan.request.averaged and not plan.request.shared
-    defaults = translate.Options(LIMITS, OPTIONS.models, "rotations", "triage")
+    defaults = translate.Policy(LIMITS, POLICY.models, "rotations", "triage")
     body.pop("semif")
     assert translate.translate(json.dumps(body).encode(), defaults).request.decisions[0].orderings == "rotations"
     body["semif"] = {"orderings": "none", "workload": None}
@@ -135,7 +135,7 @@ def test_orderings_all_over_4_options_blames_what_chose_all_and_says_which_quest
     assert (sent.param, sent.message) == ("semif.orderings", 'questions.k: semif.orderings "all" allows at most 4 options, got 5')
     body = json.dumps({"model": "served", "state": "s", "questions": {"k": FIVE}}).encode()
     with pytest.raises(ApiError) as caught:  # the server's default is sound for 2..4 options: the caller's 5 are to blame
-        translate.translate(body, translate.Options(LIMITS, OPTIONS.models, "all", None))
+        translate.translate(body, translate.Policy(LIMITS, POLICY.models, "all", None))
     assert (caught.value.param, caught.value.message) == (
         "questions.k.criteria", 'questions.k: the server\'s default orderings "all" allows at most 4 options, got 5')
 
@@ -148,7 +148,7 @@ def test_a_workload_and_method_mismatch_blames_the_field_the_request_sent(orderi
                                                                         semif: dict[str, str], param: str) -> None:
     body = json.dumps({"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": semif}).encode()
     with pytest.raises(ApiError) as caught:
-        translate.translate(body, translate.Options(LIMITS, OPTIONS.models, orderings, workload))
+        translate.translate(body, translate.Policy(LIMITS, POLICY.models, orderings, workload))
     assert caught.value.param == param and "has no temperature for method 'all'" in caught.value.message
 
 

@@ -25,6 +25,7 @@ from tests.wire_client import (
     eventually,
     no_error_logs,  # noqa: F401 - fixture
     parse_responses,
+    raw_request,
     raw_session,
     request,
 )
@@ -147,6 +148,19 @@ async def test_429_accounting_admits_exactly_max_queue_and_returns_to_zero(start
         assert [r.status for r in await asyncio.gather(*admitted)] == [200, 200]
         fake.gate.clear()
         assert len(fake.calls) == 2 and server.service.admission.in_progress == 0
+
+
+@pytest.mark.parametrize("fields", [b"content-encoding: gzip\r\ncontent-length: 0\r\n", b"content-length: 2000000\r\n"],
+                         ids=["415-no-body", "413-declared"])
+async def test_a_refusal_after_admission_frees_its_slot_and_closes(start_server, fake, fields) -> None:
+    """The checks after the slot is taken (declared length, coding) give it back, and close even with no body."""
+    server = await start_server(fake, max_queue=1)
+    for _ in range(2):  # a leaked slot would make the second one a 429
+        exchange = await raw_session(server.port, raw_request(fields=fields))
+        (response,) = parse_responses(exchange.data)
+        assert response.status in (413, 415) and response.headers[b"connection"] == b"close" and exchange.closed
+    assert server.service.admission.in_progress == 0 and fake.calls == []
+    assert (await request(server.port, "POST", "/decide", ROW)).status == 200
 
 
 async def test_a_client_that_leaves_while_queued_never_reaches_the_scorer(start_server, fake) -> None:

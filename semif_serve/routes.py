@@ -1,0 +1,118 @@
+"""Routes and replies: what the wire and the application both speak, and nothing else.
+
+Rule 1: data and one lookup. This module holds the route table (which paths exist,
+their method, whether they need the bearer), the Head the wire hands over, the
+Reply every answer is, the Ticket an accepted request becomes, and `route`, which
+finds a request line's route or refuses it; it runs no handler, reads no body and
+knows no socket.
+Rule 2: both sides read it, neither is imported here. service.py (and ops, for
+/metrics) decide what a route answers; wire.py frames and writes; this module
+imports neither.
+
+Theory of operation: one question per request head. The wire frames a head, runs
+its own framing checks, and asks the application once (`Answer`): the answer is a
+Reply (a refusal, or a GET's whole answer), or a Ticket, which takes the body
+once the wire has read it and returns the Reply. A Reply may carry headers of its
+route's own and ask for the connection to close; a ticket's reply may still be a
+refusal (a body the route refuses after parsing it). The wire never learns which
+route it served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Mapping, NamedTuple, Protocol
+
+from . import request_target
+from .engine import CallTiming
+from .errors import ApiError, envelope, excerpt
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint: its handler name, method, and whether it needs the bearer (a POST also takes an admission slot)."""
+
+    name: str
+    method: bytes
+    protected: bool
+
+    @property
+    def methods(self) -> tuple[bytes, ...]:
+        """What it answers: a GET route answers HEAD too, the same head without the content (RFC 9110 9.1, 9.3.2)."""
+        return (b"GET", b"HEAD") if self.method == b"GET" else (self.method,)
+
+
+ROUTES = {
+    b"/health": Route("health", b"GET", protected=False),
+    b"/decide": Route("decide", b"POST", protected=True),
+    b"/decide/shared": Route("shared", b"POST", protected=True),
+    # Extension: Prometheus metrics (semif_serve/ops). Like /health: no token, no admission slot.
+    b"/metrics": Route("metrics", b"GET", protected=False),
+    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
+    b"/v1/systemone": Route("systemone", b"POST", protected=True),
+    b"/v1/models": Route("models", b"GET", protected=True),
+}
+# Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
+METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A status and a rendered body; an error's code and a scorer call's timing for the access log and metrics."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    code: str | None = None
+    timing: CallTiming | None = None
+    content_type: bytes = b"application/json"
+    close: bool = False  # the connection ends after this reply, whether or not the body was read
+
+    @classmethod
+    def error(cls, error: ApiError, timing: CallTiming | None = None, close: bool = False) -> "Reply":
+        return cls(error.status, envelope(error.code, error.message, error.param), error.headers, error.code, timing,
+                   close=close)
+
+
+class Head(NamedTuple):
+    """What the application reads of a request head the wire has framed and checked."""
+
+    method: bytes
+    target: bytes
+    fields: Mapping[bytes, bytes]  # each field's first value (the wire already refused an ambiguous repeat)
+    draining: bool  # the server is shutting down
+
+
+class Ticket(Protocol):
+    """A request the application accepted on its head. The wire calls `take` at most once, with the
+    whole body, and `release` exactly once, however the exchange ends (the client may leave first)."""
+
+    def take(self, body: bytes) -> Awaitable[Reply]:
+        """The reply to the body: the route's answer, or a refusal of what the body holds."""
+
+    def release(self) -> None:
+        """The exchange is over: free what accepting the head held (an admission slot)."""
+
+
+# The application's one question per request head: a Reply now, or a Ticket for the body.
+Answer = Callable[[Head], "Reply | Ticket"]
+# A GET route's handler: its whole reply from the head (HEAD shares it, without the body).
+Handler = Callable[[Head], Reply]
+
+
+def route(method: bytes, target: bytes, host: bytes | None = None, routes: Mapping[bytes, Route] = ROUTES) -> Route:
+    """The route for a request line and its Host field among a listener's `routes`, or 400 / 404 / 405
+    in the envelope."""
+    try:
+        path = request_target.resolve(target, host)
+    except request_target.BadTarget as error:
+        raise ApiError("bad_request", str(error)) from None
+    found = routes.get(path)
+    if found is None:
+        raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
+    if method not in found.methods:
+        allow = b", ".join(found.methods)
+        raise ApiError("method_not_allowed", f"{path.decode()} accepts {allow.decode()} only", ((b"allow", allow),))
+    return found
+
+
