@@ -125,7 +125,7 @@ async def test_each_refusal_is_the_sdks_typed_exception_with_our_message_and_req
          client.system_one(STATE, {"c": Choice(criteria={f"o{i}": None for i in range(17)})},
                            extra_headers={"x-request-id": "req-17"}), "req-17"),
         (TypeSafeUnprocessableEntityError, "model",
-         client.system_one(STATE, QUESTIONS, model="jev-1.13.0", extra_headers={"x-request-id": "req-model"}), "req-model"),
+         client.system_one(STATE, QUESTIONS, model="jev-2.0.0", extra_headers={"x-request-id": "req-model"}), "req-model"),
         (TypeSafeAuthenticationError, None,
          intruder.system_one(STATE, QUESTIONS, extra_headers={"x-request-id": "req-auth"}), "req-auth"),
     ]
