@@ -120,3 +120,16 @@ def test_a_file_bound_to_the_real_snapshot_binds_what_health_reports(tmp_path: P
                                           revision=tiny_settings.revision, prompt_version=facts["prompt_version"]))
     with pytest.raises(calibration.BindingMismatch):
         calibration.check_binding(renamed, *loaded)
+
+
+async def test_semifs_names_for_the_token_and_the_token_limit_configure_the_real_process() -> None:
+    """An environment written for SemIf's server: SEMIF_API_KEY is the bearer, SEMIF_MAX_INPUT_TOKENS the limit."""
+    key = "semif-key-" + "k" * 30
+    process = await Process.start(without=("SEMIF_API_TOKEN",), SEMIF_API_KEY=key, SEMIF_MAX_INPUT_TOKENS="512")
+    try:
+        assert (await request(process.port, "GET", "/health", headers=[])).json["max_tokens"] == 512
+        assert (await request(process.port, "GET", "/v1/models", headers=[(b"authorization", b"Bearer " + key.encode())])).status == 200
+        assert (await request(process.port, "GET", "/v1/models")).status == 401  # the tests' usual token is not it
+    finally:
+        process.proc.terminate()
+        assert await process.exit_code(30) == 0
