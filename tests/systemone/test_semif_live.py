@@ -9,7 +9,6 @@ the real entry point, while the System One routes name the weights in SemIf's fo
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,12 @@ from semif_serve.config import DEFAULT_MODEL, DEFAULT_REVISION
 from semif_serve.torch_engine import TorchScorer
 from tests.calibration_file import bound_path
 from tests.served_process import Process
+from tests.systemone_cases import semif_id
 from tests.wire_client import Connection, request
 
 STATE = "Customer cannot access an account after a password reset."
 QUEUE = {"type": "choice", "instructions": "Which queue should handle this request?",
          "criteria": {"access": "Account access support.", "billing": "Billing support."}}
-
-
-def semif_id(model: str, revision: str) -> str:
-    """SemIf's form for a snapshot, spelled out here from its documented pattern."""
-    return f"semif/{model.rsplit('/', 1)[-1]}@{revision[:12]}+torch-float32"
 
 
 async def ask(port: int, questions: dict[str, Any], **fields: Any) -> Any:
@@ -87,11 +82,11 @@ async def test_several_questions_take_the_shared_path_and_count_the_state_once(s
 
 
 async def test_an_over_budget_question_is_refused_not_truncated(start_server, tiny_settings) -> None:
-    server = await start_server(TorchScorer(dataclasses.replace(tiny_settings, max_tokens=64)),
-                                max_tokens=64)
-    refused = await ask(server.port, {"q": {"type": "noul", "instructions": "Is this long?"}}, state="word " * 200)
+    server = await start_server(TorchScorer(tiny_settings))
+    refused = await ask(server.port, {"q": {"type": "noul", "instructions": "Is this long?"}},
+                        state="word " * (2 * tiny_settings.max_tokens))
     assert refused.status == 422  # SemIf: 422 or 500; ours is always the 422 of input the scorer refuses
-    assert "exceed" in refused.json["error"]["message"]
+    assert "exceed" in refused.json["error"]["message"] and "no truncation" in refused.json["error"]["message"]
 
 
 async def test_a_calibration_file_bound_as_today_still_loads(tmp_path: Path) -> None:
@@ -100,9 +95,12 @@ async def test_a_calibration_file_bound_as_today_still_loads(tmp_path: Path) -> 
     process = await Process.start(SEMIF_CALIBRATION=bound_path(tmp_path))
     try:
         health = (await request(process.port, "GET", "/health", headers=[])).json
-        assert health["model"] == DEFAULT_MODEL and health["calibration"]["binding"]["model"] == DEFAULT_MODEL
+        assert health["model"] == "stub"  # what the stub reports, as before
+        assert health["calibration"]["binding"]["model"] == DEFAULT_MODEL  # SEMIF_MODEL, checked at startup
         assert health["calibration"]["binding"]["revision"] == DEFAULT_REVISION
-        assert (await request(process.port, "GET", "/v1/models")).json["models"][0]["name"] == "semif/stub@000000000000+stub-none"
+        assert list(health["calibration"]["workloads"]) == ["triage"]
+        listed = [entry["name"] for entry in (await request(process.port, "GET", "/v1/models")).json["models"]]
+        assert listed[:2] == ["semif/stub@000000000000+stub-none", "stub"]
     finally:
         process.proc.terminate()
         assert await process.exit_code(30) == 0
