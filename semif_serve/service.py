@@ -14,7 +14,9 @@ Rule 3: the scorer's failures (scorer.py) become envelopes in one place, `_score
 Scores pass through untouched (INV-1): the only things added are `calibrated` and
 the order-averaged `combined` view. *Extension:* /v1/systemone and /v1/models speak
 TypeSafe's System One API through the pure `systemone` package; its requests take
-the same request model, engine call and views as /decide and /decide/shared.
+the same request model, engine call and views as /decide and /decide/shared. Like
+SemIf's own server (issue 30) they name the weights in SemIf's id form, send
+`x-semif-mode` and `x-semif-backend`, and /healthz answers SemIf's probe.
 """
 
 from __future__ import annotations
