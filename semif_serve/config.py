@@ -2,6 +2,12 @@
 
 A bad value is a ValueError naming the variable, so an operator sees which knob
 is wrong before the model loads (contract: C1, S1, S8).
+
+Extension (issue 30): an operator coming from SemIf's own System One server
+(`src/semif_api/runtime.py` in SemIf) keeps its environment. Where SemIf's name
+means what ours means it is read as ours (SEMIF_NAMES; both names set to
+different values is refused); where it does not, the value is refused naming
+our setting (SEMIF_ONLY), never silently ignored.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from . import averaging, calibration
+from .errors import excerpt
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
 DEFAULT_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
@@ -21,6 +28,21 @@ SCORERS = ("semif_phase1", "fastjev", "stub")
 VERIFY_MODES = ("hash", "presence")
 LOG_FORMATS = ("text", "json")  # SEMIF_LOG_FORMAT: ops/logs.py formats each
 MIN_TOKEN_LENGTH = 32
+# The names /v1/systemone accepts in `model` by default: SemIf's server's own (its Jev aliases and its alias).
+DEFAULT_ALIASES = ("jev-latest", "jev-preview", "jev-1.13.0", "semif-latest")
+# Our setting -> SemIf's name for the same thing; either is read (a value set under both must agree).
+SEMIF_NAMES = {"SEMIF_API_TOKEN": "SEMIF_API_KEY", "SEMIF_MAX_TOKENS": "SEMIF_MAX_INPUT_TOKENS"}
+# SemIf's settings that mean something we do not do -> (the one value that is what we do, or None; what to set here).
+SEMIF_ONLY: dict[str, tuple[str | None, str]] = {
+    "SEMIF_BACKEND": ("torch", "SEMIF_SCORER picks the torch scorer package; other backends are not served"),
+    "SEMIF_MODE": ("auto", "routing is always auto: one question direct, several shared (no serial fallback)"),
+    "SEMIF_DTYPE": (None, "SEMIF_DEVICE decides it: bfloat16 on CUDA, float32 on CPU"),
+    "SEMIF_ACCEPT_JEV_ALIASES": (None, "SEMIF_MODEL_ALIASES lists the names accepted (empty: none)"),
+    "SEMIF_TEMPERATURE": (None, "SEMIF_CALIBRATION holds temperatures per workload, SEMIF_SYSTEMONE_WORKLOAD picks one"),
+    "SEMIF_PROMPT_VERSION": (None, "the scorer package (SEMIF_SCORER) fixes the prompt version; /healthz reports it"),
+    **{name: (None, "SEMIF_SCORER: only the torch scorers are served")
+       for name in ("SEMIF_GGUF", "SEMIF_LLAMA_THREADS", "SEMIF_MLX_BITS", "SEMIF_MLX_CACHE_LIMIT_MIB")},
+}
 
 
 @dataclass(frozen=True)
@@ -63,7 +85,7 @@ class Settings:
     event_loop: str = "asyncio"
     # Extension (/v1/systemone): the names `model` may carry besides the served id, and the
     # averaging and calibration a System One caller gets without asking (request `semif` overrides).
-    model_aliases: tuple[str, ...] = ("jev-latest",)
+    model_aliases: tuple[str, ...] = DEFAULT_ALIASES
     systemone_orderings: str = "none"
     systemone_workload: str | None = None
 
@@ -71,14 +93,34 @@ class Settings:
         object.__setattr__(self, "calibration", calibration.as_table(self.calibration))
 
 
+def _named(env: Mapping[str, str], ours: str) -> str:
+    """The name a setting is read under: ours, or SemIf's when only that is set (so a refusal names
+    what the operator wrote). Both set to different values is refused: which one was meant is unknowable."""
+    theirs = SEMIF_NAMES[ours]
+    if theirs not in env:
+        return ours
+    if ours in env and env[ours] != env[theirs]:
+        raise ValueError(f"{ours} and {theirs} (SemIf's name for it) are set to different values; set one")
+    return theirs
+
+
+def _semif_only(env: Mapping[str, str]) -> None:
+    """Refuse a SemIf setting that would otherwise be ignored, naming what to set here."""
+    for name, (same, instead) in SEMIF_ONLY.items():
+        value = env.get(name)
+        if value is not None and value != same:
+            raise ValueError(f"{name}={excerpt(value, 40)!r} is SemIf's setting and is not read here: {instead}")
+
+
 def _token(env: Mapping[str, str]) -> str:
-    token = env.get("SEMIF_API_TOKEN")
+    name = _named(env, "SEMIF_API_TOKEN")
+    token = env.get(name)
     if token is None:
         raise ValueError("SEMIF_API_TOKEN is required")
     # A CR, LF or NUL can never arrive in a header, so such a token locks everyone out (S2).
     if len(token) < MIN_TOKEN_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in token):
         raise ValueError(
-            f"SEMIF_API_TOKEN must be at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
+            f"{name} must be at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
         )
     return token
 
@@ -145,6 +187,9 @@ def _nonempty(env: Mapping[str, str], name: str, default: str) -> str:
 
 def _device(env: Mapping[str, str]) -> str:
     value = _nonempty(env, "SEMIF_DEVICE", "cuda")
+    if value == "auto":  # SemIf's default: whatever accelerator it finds
+        raise ValueError("SEMIF_DEVICE=auto (SemIf's default) is refused: INV-3 wants the device said explicitly, "
+                         "so a missing GPU never falls back to CPU; set SEMIF_DEVICE to cuda, cuda:N or cpu")
     # N as plain ASCII digits: `cuda:x` or `cuda:+1` would pass here and fail only at load (exit 1).
     index = value.removeprefix("cuda:")
     if value not in ("cpu", "cuda") and not (index != value and index.isascii() and index.isdigit()):
@@ -155,6 +200,7 @@ def _device(env: Mapping[str, str]) -> str:
 def load(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate every setting; raise ValueError naming the first bad one."""
     env = os.environ if env is None else env
+    _semif_only(env)
     path = env.get("SEMIF_CALIBRATION")
     calibration_table = calibration.load(path) if path is not None else calibration.Table()
     port, metrics = _port(env), _metrics(env)
@@ -164,7 +210,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         revision=_nonempty(env, "SEMIF_REVISION", DEFAULT_REVISION),
         device=_device(env),
         vram_cap_gib=_positive_float(env, "SEMIF_VRAM_CAP_GIB", None),
-        max_tokens=_positive_int(env, "SEMIF_MAX_TOKENS", 4096),
+        max_tokens=_positive_int(env, _named(env, "SEMIF_MAX_TOKENS"), 4096),
         max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", 64),
         max_body_bytes=_positive_int(env, "SEMIF_MAX_BODY_BYTES", 1 << 20),
         max_queue=_positive_int(env, "SEMIF_MAX_QUEUE", 32),
@@ -239,8 +285,8 @@ MAX_ALIAS_LENGTH = 100
 
 def _aliases(env: Mapping[str, str]) -> tuple[str, ...]:
     """SEMIF_MODEL_ALIASES: comma-separated names `model` may carry; empty means none.
-    The default is `jev-latest`, the SDK's own default model."""
-    raw = env.get("SEMIF_MODEL_ALIASES", "jev-latest")
+    The default is SemIf's server's names (the SDK's own default model, `jev-latest`, among them)."""
+    raw = env.get("SEMIF_MODEL_ALIASES", ", ".join(DEFAULT_ALIASES))
     names = tuple(name.strip() for name in raw.split(",")) if raw.strip() else ()
     for name in names:
         if not name or len(name) > MAX_ALIAS_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in name):

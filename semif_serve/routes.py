@@ -51,6 +51,8 @@ ROUTES = {
     # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
     b"/v1/systemone": Route("systemone", b"POST", protected=True),
     b"/v1/models": Route("models", b"GET", protected=True),
+    # Extension (issue 30): SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
+    b"/healthz": Route("healthz", b"GET", protected=False),
 }
 # Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
 METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}

@@ -42,4 +42,5 @@ class Scorer(Protocol):
         """Many decisions over one state: SemIf's `score_shared` (results, timing)."""
 
     def health(self) -> dict[str, Any]:
-        """Facts for /health: at least scorer, semif_commit, model, revision, device."""
+        """Facts for /health: at least scorer, semif_commit, model, revision, device, dtype (the System One id
+        names the snapshot by model, revision and dtype: systemone/catalogue.py)."""

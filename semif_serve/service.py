@@ -14,7 +14,9 @@ Rule 3: the scorer's failures (scorer.py) become envelopes in one place, `_score
 Scores pass through untouched (INV-1): the only things added are `calibrated` and
 the order-averaged `combined` view. *Extension:* /v1/systemone and /v1/models speak
 TypeSafe's System One API through the pure `systemone` package; its requests take
-the same request model, engine call and views as /decide and /decide/shared.
+the same request model, engine call and views as /decide and /decide/shared. Like
+SemIf's own server (issue 30) they name the weights in SemIf's id form, send
+`x-semif-mode` and `x-semif-backend`, and /healthz answers SemIf's probe.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ log = logging.getLogger("semif_serve.service")
 PARSERS = {"decide": request_model.parse_decide, "shared": request_model.parse_shared}
 # What one engine call gives back: SemIf's results, and SemIf's own timing dict (None for a direct call).
 Scored = tuple[list[dict[str, Any]], dict[str, Any] | None]
-# How a route's response body is built from the scores and the engine call's kind (direct or shared).
-Respond = Callable[[Scored, str], Any]
+# A response body, and the headers of the route's own that go with it.
+Built = tuple[Any, tuple[tuple[bytes, bytes], ...]]
+# How a route's response is built from the scores and the engine call's kind (direct or shared).
+Respond = Callable[[Scored, str], Built]
 # A body coding the service does not decode (the SDK may send zstd); a JSON parser must never see it.
 IDENTITY = (None, b"identity")
 
@@ -99,13 +103,20 @@ class Service:
         self.handlers: dict[str, Handler] = {
             "health": lambda head: self.health(draining=head.draining),
             "models": lambda head: self.models(),
+            "healthz": lambda head: self.healthz(draining=head.draining),
             **(handlers or {}),
         }
         table = settings.calibration
         self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods())
         self._token = settings.api_token.encode()
-        self.served_model = engine.health()["model"]
-        self.systemone_policy = translate.Policy(self.limits, frozenset({self.served_model, *settings.model_aliases}),
+        facts = engine.health()
+        # The System One routes name the weights in SemIf's form (issue 30); SEMIF_MODEL, the id they named
+        # before, stays accepted as the first alias. /health and the calibration binding keep SEMIF_MODEL.
+        self.backend = catalogue.backend(facts)
+        self.served_model = catalogue.model_id(facts)
+        self.prompt_version = facts.get("prompt_version")
+        self.aliases = (facts["model"], *settings.model_aliases)
+        self.systemone_policy = translate.Policy(self.limits, frozenset({self.served_model, *self.aliases}),
                                                  settings.systemone_orderings, settings.systemone_workload)
 
     def answer(self, head: Head, routes: Mapping[bytes, Route] = ROUTES) -> Reply | Ticket:
@@ -168,8 +179,23 @@ class Service:
         return Reply(503 if draining else 200, render(payload))
 
     def models(self) -> Reply:
-        """GET /v1/models (extension): the served id and its aliases."""
-        return Reply(200, render(catalogue.listing(self.served_model, self.settings.model_aliases)))
+        """GET /v1/models (extension): the System One id, then every other name `model` accepts."""
+        return Reply(200, render(catalogue.listing(self.served_model, self.aliases)))
+
+    def healthz(self, draining: bool = False) -> Reply:
+        """GET /healthz (extension, issue 30): SemIf's server's probe, its fields with its meanings, and our
+        queue beside them; 503 `draining` once shutdown began, as /health. Never the scorer, never a slot."""
+        payload = {
+            "status": "draining" if draining else "ready",
+            "model": self.served_model,
+            "backend": self.backend,
+            "prompt_version": self.prompt_version,
+            "max_input_tokens": self.settings.max_tokens,
+            "mode": "auto",  # one question direct, several shared: the only routing here
+            "in_progress": self.admission.in_progress,
+            "max_queue": self.settings.max_queue,
+        }
+        return Reply(503 if draining else 200, render(payload))
 
     @staticmethod
     def check_content(content_encoding: bytes | None, content_type: bytes | None, name: str) -> None:
@@ -193,7 +219,8 @@ class Service:
         except ApiError as error:
             return Reply.error(error, call)
         try:
-            return Reply(200, render(respond(scored, call.kind)), timing=call)
+            payload, headers = respond(scored, call.kind)
+            return Reply(200, render(payload), headers, timing=call)
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
@@ -206,7 +233,7 @@ class Service:
                 plan = translate.translate(body, self.systemone_policy)
                 return plan.request, functools.partial(self._answers, plan)
             request = PARSERS[name](body, self.limits)
-            return request, lambda scored, _kind: self._build(request, scored)
+            return request, lambda scored, _kind: (self._build(request, scored), ())
         except ApiError:
             raise
         except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
@@ -243,10 +270,12 @@ class Service:
         built = self._views(request, results)
         return {"results": built, "timing": semif_timing} if request.shared else built[0]
 
-    def _answers(self, plan: translate.Plan, scored: Scored, kind: str) -> Any:
-        """A System One response from the same views /decide/shared would return for the rows."""
+    def _answers(self, plan: translate.Plan, scored: Scored, kind: str) -> Built:
+        """A System One response from the same views /decide/shared would return for the rows, with SemIf's
+        server's headers: the engine call made (direct or shared) and the backend that made it."""
         results, semif_timing = scored
-        return assemble.response(plan, self.served_model, self._views(plan.request, results), results, kind, semif_timing)
+        body = assemble.response(plan, self.served_model, self._views(plan.request, results), results, kind, semif_timing)
+        return body, ((b"x-semif-mode", kind.encode()), (b"x-semif-backend", self.backend.encode()))
 
     def _views(self, request: DecideRequest, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Each decision's view of its results: native, calibrated, or combined over its orderings."""

@@ -84,4 +84,5 @@ class FakeScorer:
         return [self._result(r) for r in rows], {"total_seconds": 0.003, "batch_size": len(rows)}
 
     def health(self) -> dict[str, Any]:
-        return {"scorer": "fake", "semif_commit": "fake-commit", "model": "fake-model", "revision": "r" * 40, "device": "none"}
+        return {"scorer": "fake", "semif_commit": "fake-commit", "model": "fake-model", "revision": "r" * 40, "device": "none",
+                "dtype": "float32"}

@@ -22,10 +22,13 @@ class Process:
         self.stderr: list[str] = []
 
     @classmethod
-    async def start(cls, **env: str) -> "Process":
+    async def start(cls, without: tuple[str, ...] = (), **env: str) -> "Process":
+        """Started and listening, with `env` set and the names in `without` unset (the token among them)."""
         port = free_port()
         environ = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
         environ.update(SEMIF_API_TOKEN=TOKEN, SEMIF_SCORER="stub", SEMIF_PORT=str(port), **env)
+        for name in without:
+            del environ[name]
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "semif_serve", env=environ, stderr=asyncio.subprocess.PIPE)
         process = cls(proc, port)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from typesafe_sdk import AsyncTypeSafeClient, Choice, Noul, Score, SystemOneResponse, TypeSafeClient
 
+from semif_serve.config import DEFAULT_ALIASES
 from tests.wire_client import TOKEN, Connection
 
 # -- refusals: (case, body, the param the 422 names, what its message opens with); a "served" model is the served id or an alias --
@@ -213,17 +214,23 @@ async def synchronous_answer(port: int, **options: Any) -> SystemOneResponse:
     return await asyncio.to_thread(ask)
 
 
-async def both_clients_on_a_model(port: int, model: str) -> tuple[SystemOneResponse, list[dict[str, Any]]]:
-    """The real-model check: every type through both clients equals /decide/shared, and models.list
-    names the model; a loaded machine may take a while per call. The async answer and the views."""
+def semif_id(model: str, revision: str) -> str:
+    """SemIf's id form for a snapshot served by a torch scorer on the CPU, spelled out from its documented pattern."""
+    return f"semif/{model.rstrip('/').rsplit('/', 1)[-1]}@{revision[:12]}+torch-float32"
+
+
+async def both_clients_on_a_model(port: int, model: str, revision: str) -> tuple[SystemOneResponse, list[dict[str, Any]]]:
+    """The real-model check: every type through both clients equals /decide/shared, answers and models.list
+    name the snapshot in SemIf's form (SEMIF_MODEL listed after it); a loaded machine may take a while per
+    call. The async answer and the views."""
     async with async_sdk(port, timeout=120.0) as client:
         asynchronous = await client.system_one(STATE, QUESTIONS)
         listed = await client.models.list()
     synchronous = await synchronous_answer(port, timeout=120.0)
     views = await shared_views(port)
     for result in (asynchronous, synchronous):
-        assert result.model == model
+        assert result.model == semif_id(model, revision)
         assert native_hashes(result) == view_hashes(views)
         check_answers(result, views)
-    assert [m.name for m in listed.models] == [model, "jev-latest"]
+    assert [m.name for m in listed.models] == [semif_id(model, revision), model, *DEFAULT_ALIASES]
     return asynchronous, views

@@ -1,7 +1,7 @@
 """The one object the wire and the engine report to: ids, headers, access log, metrics.
 
 Rules: observes only. It adds the operational headers to a response the wire
-already chose (`X-Request-Id` always, and on the System One routes the same id as
+already chose (`X-Request-Id` always, and on the System One routes and every 404 the same id as
 `x-typesafe-request-id`; `Retry-After` on 429 and 503) and records
 the exchange once the response is written; it never changes a status or a body.
 Metrics are built here only when SEMIF_METRICS is on and prometheus_client
@@ -28,7 +28,8 @@ from .retry_after import RetryAfter
 log = logging.getLogger("semif_serve.ops")
 ROUTE_LABELS = {path: path.decode() for path in ROUTES}
 # Extension: System One's SDK reads a response's request id from its own header name.
-TYPESAFE_ROUTES = frozenset(label for label in ROUTE_LABELS.values() if label.startswith("/v1/"))
+# On its own routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives the SDK an id.
+TYPESAFE_ROUTES = frozenset(label for label in ROUTE_LABELS.values() if label.startswith("/v1/") or label == "/healthz")
 
 
 @dataclass
@@ -87,7 +88,7 @@ class Operations:
         """What every response carries beyond the reply's own headers."""
         request_id = exchange.request_id.encode()
         fields = [(b"x-request-id", request_id)]
-        if exchange.route in TYPESAFE_ROUTES:
+        if exchange.route in TYPESAFE_ROUTES or reply.status == 404:
             fields.append((b"x-typesafe-request-id", request_id))
         if reply.status == 429:
             fields.append((b"retry-after", b"%d" % self.retry_after.busy(self.in_progress())))

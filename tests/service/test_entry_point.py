@@ -30,6 +30,10 @@ def run(**changes: str | None) -> subprocess.CompletedProcess[str]:
     ("SEMIF_PORT", "0"),
     ("SEMIF_API_TOKEN", None),
     ("SEMIF_API_TOKEN", "short"),
+    # SemIf's own server's settings (issue 30): refused naming them, never ignored
+    ("SEMIF_DEVICE", "auto"),
+    ("SEMIF_MODE", "serial"),
+    ("SEMIF_MAX_INPUT_TOKENS", "0"),
 ])
 def test_a_bad_setting_exits_2_with_one_line_and_no_traceback(name: str, value: str | None) -> None:
     done = run(**{name: value})

@@ -37,7 +37,7 @@ def test_the_document_parses_and_names_every_error_code() -> None:
     assert doc["openapi"] == "3.1.0"
     assert {label for label in (r.ok().label for r in schemathesis.openapi.from_dict(doc).get_all_operations())} == {
         "GET /health", "HEAD /health", "GET /metrics", "HEAD /metrics", "POST /decide", "POST /decide/shared",
-        "POST /v1/systemone", "GET /v1/models", "HEAD /v1/models"}
+        "POST /v1/systemone", "GET /v1/models", "HEAD /v1/models", "GET /healthz", "HEAD /healthz"}
     envelope = doc["components"]["schemas"]["Error"]["properties"]["error"]
     assert envelope["required"] == ["code", "message", "type"] and envelope["properties"]["code"]["enum"] == sorted(STATUS)
     assert envelope["properties"]["type"]["enum"] == sorted({kind for _, kind in CODES.values()})

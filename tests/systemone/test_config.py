@@ -18,9 +18,11 @@ def load(tmp_path: Path, **env: str) -> config.Settings:
     return config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": str(table), **env})
 
 
-def test_the_defaults_serve_the_sdks_default_model_without_averaging(tmp_path: Path) -> None:
+def test_the_defaults_accept_semifs_own_names_without_averaging(tmp_path: Path) -> None:
+    """SemIf's server accepts its Jev aliases (the SDK's default model among them) and semif-latest."""
     settings = config.load({"SEMIF_API_TOKEN": TOKEN})
-    assert settings.model_aliases == ("jev-latest",)
+    assert settings.model_aliases == ("jev-latest", "jev-preview", "jev-1.13.0", "semif-latest")
+    assert config.Settings(api_token=TOKEN).model_aliases == settings.model_aliases
     assert (settings.systemone_orderings, settings.systemone_workload) == ("none", None)
 
 
@@ -65,19 +67,28 @@ def test_a_default_workload_without_a_calibration_file_is_refused() -> None:
         config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_SYSTEMONE_WORKLOAD": "triage"})
 
 
-@pytest.mark.parametrize(("name", "value"), BAD[:1] + BAD[5:6] + BAD[7:])
+ENTRY_CASES = [({"SEMIF_API_TOKEN": TOKEN, name: value}, name) for name, value in BAD[:1] + BAD[5:6] + BAD[7:]] + [
+    ({"SEMIF_API_KEY": "short"}, "SEMIF_API_KEY"),  # SemIf's names (issue 30): the refusal names what was written
+    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MAX_INPUT_TOKENS": "x"}, "SEMIF_MAX_INPUT_TOKENS"),
+    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_DEVICE": "auto"}, "SEMIF_DEVICE"),
+    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MODE": "shared"}, "SEMIF_MODE"),
+]
+
+
+@pytest.mark.parametrize(("env", "name"), ENTRY_CASES, ids=lambda item: str(item))
 def test_the_entry_point_exits_2_naming_the_variable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                                     name: str, value: str) -> None:
+                                                     env: dict[str, str], name: str) -> None:
     async def must_not_serve(settings: config.Settings) -> int:
         raise AssertionError(f"configuration accepted {settings!r}")
 
     monkeypatch.setattr(server, "serve", must_not_serve)
     for key in [key for key in os.environ if key.startswith("SEMIF_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("SEMIF_API_TOKEN", TOKEN)
-    monkeypatch.setenv(name, value)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     assert cli.main([]) == 2
-    assert capsys.readouterr().err.startswith(f"semif-serve: {name}")
+    err = capsys.readouterr().err
+    assert err.startswith(f"semif-serve: {name}") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(("aliases", "names"), [
@@ -102,3 +113,54 @@ def test_an_unknown_default_workload_is_told_what_the_table_holds(tmp_path: Path
     with pytest.raises(ValueError) as caught:
         config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_SYSTEMONE_WORKLOAD": "other"})
     assert str(caught.value) == "SEMIF_SYSTEMONE_WORKLOAD names 'other', which SEMIF_CALIBRATION does not hold (it holds: none)"
+
+
+# -- SemIf's own server's settings (issue 30) ---------------------------------------------------
+
+KEY = "k" * 40  # a valid token that is not TOKEN
+
+
+@pytest.mark.parametrize(("env", "field", "value"), [
+    ({"SEMIF_API_KEY": KEY}, "api_token", KEY),
+    ({"SEMIF_API_KEY": KEY, "SEMIF_API_TOKEN": KEY}, "api_token", KEY),
+    ({"SEMIF_API_TOKEN": KEY}, "api_token", KEY),
+    ({"SEMIF_API_KEY": KEY, "SEMIF_MAX_INPUT_TOKENS": "512"}, "max_tokens", 512),
+    ({"SEMIF_API_KEY": KEY, "SEMIF_MAX_INPUT_TOKENS": "512", "SEMIF_MAX_TOKENS": "512"}, "max_tokens", 512),
+    ({"SEMIF_API_KEY": KEY, "SEMIF_BACKEND": "torch", "SEMIF_MODE": "auto"}, "scorer", "semif_phase1"),
+], ids=lambda item: str(item))
+def test_semifs_name_for_one_of_our_settings_is_read_as_ours(env: dict[str, str], field: str, value: object) -> None:
+    assert getattr(config.load(env), field) == value
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"SEMIF_API_KEY": "short"}, "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126)"),
+    ({"SEMIF_API_KEY": ""}, "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126)"),
+    ({"SEMIF_API_KEY": KEY, "SEMIF_API_TOKEN": TOKEN},
+     "SEMIF_API_TOKEN and SEMIF_API_KEY (SemIf's name for it) are set to different values; set one"),
+    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MAX_INPUT_TOKENS": "0"}, "SEMIF_MAX_INPUT_TOKENS must be an integer >= 1, got '0'"),
+    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MAX_INPUT_TOKENS": "512", "SEMIF_MAX_TOKENS": "1024"},
+     "SEMIF_MAX_TOKENS and SEMIF_MAX_INPUT_TOKENS (SemIf's name for it) are set to different values; set one"),
+    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_DEVICE": "auto"},
+     "SEMIF_DEVICE=auto (SemIf's default) is refused: INV-3 wants the device said explicitly, "
+     "so a missing GPU never falls back to CPU; set SEMIF_DEVICE to cuda, cuda:N or cpu"),
+    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MODE": "serial"},
+     "SEMIF_MODE='serial' is SemIf's setting and is not read here: routing is always auto: one question direct, "
+     "several shared (no serial fallback)"),
+    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_ACCEPT_JEV_ALIASES": "0"},
+     "SEMIF_ACCEPT_JEV_ALIASES='0' is SemIf's setting and is not read here: SEMIF_MODEL_ALIASES lists the names "
+     "accepted (empty: none)"),
+], ids=lambda item: str(item))
+def test_semifs_settings_are_refused_naming_ours_when_they_cannot_mean_the_same(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        config.load(env)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("name", sorted(config.SEMIF_ONLY))
+def test_each_semif_only_setting_is_refused_naming_what_to_set_here(name: str) -> None:
+    same, instead = config.SEMIF_ONLY[name]
+    with pytest.raises(ValueError) as refused:
+        config.load({"SEMIF_API_TOKEN": TOKEN, name: "x"})
+    assert str(refused.value) == f"{name}='x' is SemIf's setting and is not read here: {instead}"
+    if same is not None:  # the one value that is what we do anyway
+        assert config.load({"SEMIF_API_TOKEN": TOKEN, name: same}).api_token == TOKEN

@@ -18,6 +18,8 @@ from tests.wire_client import AUTH, TOKEN, parse_responses, raw_request, raw_ses
 STATE = {"ticket": "Help! My payouts have been failing for 3 days."}
 NOUL = {"type": "noul", "instructions": "Does this convey urgency?"}
 CHOICE = {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "Payments", "technical": None, "sales": ""}}
+# The System One id SemIf's form gives what the FakeScorer reports (issue 30); its SEMIF_MODEL, fake-model, stays an alias.
+FAKE_ID = "semif/fake-model@rrrrrrrrrrrr+torch-float32"
 SCORE = {"type": "score", "instructions": "How frustrated?", "criteria": ["Calm", "Frustrated", "Very angry"]}
 
 
@@ -54,7 +56,7 @@ async def test_answers_equal_what_the_same_rows_give_through_decide_shared(start
     f = results["f"]["probabilities"]
     assert answers["f"]["score"] == pytest.approx(f[1] + 2 * f[2])
     assert answers["f"]["legend"] == {"0": "Calm", "1": "Frustrated", "2": "Very angry"}
-    assert answered["model"] == "fake-model"
+    assert answered["model"] == FAKE_ID
     assert answered["usage"] == {"input_tokens": 3 * 17, "output_tokens": 0}
 
 
@@ -136,11 +138,11 @@ async def test_system_one_responses_carry_the_request_id_under_the_sdks_header_t
     assert b"x-typesafe-request-id" not in decide.headers  # only the System One routes
 
 
-async def test_models_lists_the_served_id_and_each_alias_behind_the_bearer(start_server, fake: FakeScorer) -> None:
+async def test_models_lists_the_system_one_id_then_today_s_id_and_each_alias_behind_the_bearer(start_server, fake: FakeScorer) -> None:
     server = await start_server(fake, model_aliases=("jev-latest", "semif-latest"))
     listed = await request(server.port, "GET", "/v1/models")
     assert listed.status == 200
-    assert [m["name"] for m in listed.json["models"]] == ["fake-model", "jev-latest", "semif-latest"]
+    assert [m["name"] for m in listed.json["models"]] == [FAKE_ID, "fake-model", "jev-latest", "semif-latest"]
     assert {m["release_date"] for m in listed.json["models"]} == {"2026-09-22"}
     assert (await request(server.port, "GET", "/v1/models", headers=[])).status == 401
     assert (await request(server.port, "GET", "/v1/models", headers=[(b"authorization", b"Bearer wrong")])).status == 401
@@ -150,7 +152,7 @@ async def test_models_lists_the_served_id_and_each_alias_behind_the_bearer(start
 
 async def test_an_alias_is_served_and_the_response_names_the_served_model(start_server, fake: FakeScorer) -> None:
     server = await start_server(fake, model_aliases=("house-model",))
-    assert (await request(server.port, "POST", "/v1/systemone", {**body({"u": NOUL}), "model": "house-model"})).json["model"] == "fake-model"
+    assert (await request(server.port, "POST", "/v1/systemone", {**body({"u": NOUL}), "model": "house-model"})).json["model"] == FAKE_ID
     assert (await request(server.port, "POST", "/v1/systemone", {**body({"u": NOUL}), "model": "fake-model"})).status == 200
     refused = await request(server.port, "POST", "/v1/systemone", body({"u": NOUL}))  # jev-latest is no longer an alias
     assert (refused.status, refused.json["error"]["param"]) == (422, "model")

@@ -16,7 +16,7 @@ from tests.systemone_cases import QUESTIONS, STATE, async_sdk, both_clients_on_a
 
 async def test_every_type_and_an_averaged_request_through_both_clients(start_server, smollm2_settings: Settings) -> None:
     server = await start_server(TorchScorer(smollm2_settings))
-    await both_clients_on_a_model(server.port, smollm2_settings.model)
+    await both_clients_on_a_model(server.port, smollm2_settings.model, smollm2_settings.revision)
     async with async_sdk(server.port, timeout=120.0) as client:
         averaged = await client.system_one(STATE, QUESTIONS, extra_body={"semif": {"orderings": "rotations"}})
     rotated = await shared_views(server.port, "rotations")

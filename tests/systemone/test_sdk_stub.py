@@ -35,6 +35,7 @@ from tests.systemone_cases import (QUESTIONS, ROWS, STATE, async_sdk, check_answ
 from tests.wire_client import request
 
 NO_RETRY = RetryPolicy(max_retries=0)
+STUB_ID = "semif/stub@000000000000+stub-none"  # the stub's fixed System One id; "stub", what it reports, is an alias
 
 
 async def stub(start_server: Any, **overrides: Any) -> Any:
@@ -50,7 +51,7 @@ async def test_every_type_round_trips_through_both_clients_and_equals_decide_sha
     for result in (asynchronous, synchronous):
         assert native_hashes(result) == view_hashes(views)  # the same rows were scored
         check_answers(result, views)
-        assert result.model == "stub" and result.usage.output_tokens == 0
+        assert result.model == STUB_ID and result.usage.output_tokens == 0
         assert result.usage.input_tokens == sum(v["input_tokens"] for v in views)
         assert result.scores["frustration"].legend == {0: "Calm", 1: "Frustrated", 2: "Very angry"}
         assert result.request_id == result.raw_http_response.headers["x-request-id"]
@@ -67,7 +68,7 @@ async def test_models_list_works_through_both_clients(start_server) -> None:
             return client.models.list()
 
     synchronous = await asyncio.to_thread(ask)
-    assert [m.name for m in listed.models] == [m.name for m in synchronous.models] == ["stub", "jev-latest", "semif-latest"]
+    assert [m.name for m in listed.models] == [m.name for m in synchronous.models] == [STUB_ID, "stub", "jev-latest", "semif-latest"]
     assert all(m.release_date == "2026-09-22" and m.description for m in listed.models)
 
 
@@ -125,7 +126,7 @@ async def test_each_refusal_is_the_sdks_typed_exception_with_our_message_and_req
          client.system_one(STATE, {"c": Choice(criteria={f"o{i}": None for i in range(17)})},
                            extra_headers={"x-request-id": "req-17"}), "req-17"),
         (TypeSafeUnprocessableEntityError, "model",
-         client.system_one(STATE, QUESTIONS, model="jev-1.13.0", extra_headers={"x-request-id": "req-model"}), "req-model"),
+         client.system_one(STATE, QUESTIONS, model="jev-2.0.0", extra_headers={"x-request-id": "req-model"}), "req-model"),
         (TypeSafeAuthenticationError, None,
          intruder.system_one(STATE, QUESTIONS, extra_headers={"x-request-id": "req-auth"}), "req-auth"),
     ]

@@ -13,7 +13,7 @@ from tests.wire_client import request
 
 async def test_every_type_through_both_clients_equals_decide_shared_and_models_lists_it(start_server, tiny_settings) -> None:
     server = await start_server(TorchScorer(tiny_settings))
-    result, views = await both_clients_on_a_model(server.port, tiny_settings.model)
+    result, views = await both_clients_on_a_model(server.port, tiny_settings.model, tiny_settings.revision)
     assert result.usage.input_tokens < sum(v["input_tokens"] for v in views)  # the state prefilled once
 
 
