@@ -44,6 +44,7 @@ from typing import Any, Mapping, Sequence
 
 from .numerics import log_softmax, softmax
 
+METHOD = "prior"  # the orderings value, and the calibration method, of a decision debiased by the prior
 MIN_DECISIONS = 8  # a (workload, n) fitted from fewer decisions is not fitted at all
 SUM_TOLERANCE = 1e-6  # a stored prior sums to 1 within this
 
