@@ -30,6 +30,7 @@ from .systemone import assemble, catalogue, translate
 from .config import Settings
 from .engine import CallTiming, Engine
 from .errors import ApiError, excerpt
+from .prior import METHOD as PRIOR
 from .request_model import DecideRequest, Decision
 from .routes import ROUTES, Handler, Head, Reply, Route, Ticket, route
 from .scorer import OutOfMemory, ScoringFailed
@@ -102,7 +103,7 @@ class Service:
             **(handlers or {}),
         }
         table = settings.calibration
-        self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods())
+        self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods(), table.prior_counts())
         self._token = settings.api_token.encode()
         self.served_model = engine.health()["model"]
         self.systemone_policy = translate.Policy(self.limits, frozenset({self.served_model, *settings.model_aliases}),
@@ -272,8 +273,23 @@ class Service:
         """The combined view, plus `combined.calibrated` when a workload is named (the
         request model already refused a workload without this method's temperature)."""
         method = decision.orderings
+        if method == PRIOR:
+            return self._debiased(decision, results, workload)
         if workload is None:
             return averaging.combine(decision.row, method, results)
         temperature = self.settings.calibration[workload][method]
         return averaging.combine(decision.row, method, results,
                                  lambda mean: calibration.combined_view(workload, method, temperature, mean))
+
+    def _debiased(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
+        """The combined view under the workload's position prior for this option count (the request
+        model refused a decision without one), plus `combined.calibrated` only where the workload has
+        a temperature for "prior": for the prior a temperature is optional."""
+        table = self.settings.calibration
+        if workload is None:
+            raise RuntimeError(f"decision {decision.row['id']!r} reached the prior without a workload")
+        prior = table.priors[workload][len(decision.row["options"])].prior
+        temperature = table[workload].get(PRIOR)
+        temper = None if temperature is None else (
+            lambda scores: calibration.combined_view(workload, PRIOR, temperature, scores))
+        return averaging.combine(decision.row, PRIOR, results, temper, prior)
