@@ -194,7 +194,8 @@ class Service:
         except ApiError as error:
             return Reply.error(error, call)
         try:
-            return Reply(200, render(respond(scored, call.kind)), timing=call)
+            return Reply(200, render(respond(scored, call.kind)), timing=call,
+                         methods=tuple(decision.orderings for decision in request.decisions))
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
