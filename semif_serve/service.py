@@ -274,21 +274,19 @@ class Service:
         """The combined view, plus `combined.calibrated` when a workload is named (the
         request model already refused a workload without this method's temperature)."""
         method = decision.orderings
-        if method == PRIOR:
-            return self._debiased(decision, results, workload)
+        if method == PRIOR:  # the request model refused a prior decision without a workload
+            return self._debiased(decision, results, workload or "")
         if workload is None:
             return averaging.combine(decision.row, method, results)
         temperature = self.settings.calibration[workload][method]
         return averaging.combine(decision.row, method, results,
                                  lambda mean: calibration.combined_view(workload, method, temperature, mean))
 
-    def _debiased(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
+    def _debiased(self, decision: Decision, results: list[dict[str, Any]], workload: str) -> dict[str, Any]:
         """The combined view under the workload's position prior for this option count (the request
         model refused a decision without one), plus `combined.calibrated` only where the workload has
         a temperature for "prior": for the prior a temperature is optional."""
         table = self.settings.calibration
-        if workload is None:
-            raise RuntimeError(f"decision {decision.row['id']!r} reached the prior without a workload")
         prior = table.priors[workload][len(decision.row["options"])].prior
         temperature = table[workload].get(PRIOR)
         temper = None if temperature is None else (
