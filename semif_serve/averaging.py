@@ -10,6 +10,12 @@ Pure arithmetic and expansion: no I/O, no torch. The request model validates
 collisions and the row cap; this module only refuses what it cannot compute
 (ValueError).
 
+*Extension (issue 29):* `orderings` may also be "prior": one ordering, the
+caller's, with a position prior fitted per workload divided out of it
+(prior.py holds that arithmetic). It is not an averaging method (METHODS keeps
+the three that average; ORDERINGS is every value a decision may carry), but it
+is expanded and combined like one, so its result keeps the averaged shape.
+
 Tie rule (copied into the contract): `top` is the option with the highest
 combined probability, an exact tie going to the option earliest in the
 caller's order; each ordering's own top (for `agreement`) is the argmax of its
@@ -24,22 +30,24 @@ import itertools
 import math
 from typing import Any, Callable, Mapping, Sequence
 
+from . import prior as position_prior
 from .numerics import log_softmax, softmax
 
 METHODS: tuple[str, ...] = ("none", "rotations", "all")
+ORDERINGS: tuple[str, ...] = (*METHODS, position_prior.METHOD)
 MAX_ALL_OPTIONS = 4
 
 
 def orderings(n: int, method: str) -> list[tuple[int, ...]]:
     """Index orders, identity first: 'rotations' -> the n cyclic shifts,
     shift k = (k, k+1, ..., k+n-1) mod n; 'all' -> every permutation (n!);
-    'none' -> [identity].
+    'none' and 'prior' -> [identity].
 
     'all' above MAX_ALL_OPTIONS raises rather than building n! rows (16! would
     never finish); the 422 itself is the request model's job.
     """
-    if method not in METHODS:
-        raise ValueError(f"orderings must be one of {METHODS}, got {method!r}")
+    if method not in ORDERINGS:
+        raise ValueError(f"orderings must be one of {ORDERINGS}, got {method!r}")
     if n < 1:
         raise ValueError(f"a decision needs at least one option, got {n}")
     if method == "rotations":
@@ -101,6 +109,15 @@ def _mean(option_ids: Sequence[str], scored: Sequence[tuple[dict[str, float], di
     return [math.fsum(logp[oid] for logp, _ in scored) / len(scored) for oid in option_ids]
 
 
+def _debiased(option_ids: Sequence[str], results: Sequence[Mapping[str, Any]],
+              scored: Sequence[tuple[dict[str, float], dict[str, float]]], prior: Sequence[float]) -> list[float]:
+    """log p − log prior for method "prior": the prior is over positions, so the one result
+    must hold the options in the caller's order (position i is option i)."""
+    if list(results[0]["option_ids"]) != list(option_ids):
+        raise ValueError(f"result {results[0].get('id')!r} does not score the options {list(option_ids)} in order")
+    return position_prior.debias(_mean(option_ids, scored), prior)
+
+
 def mean_log_probabilities(row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, Any]]) -> list[float]:
     """Per option id, the mean of each ordering's log-softmax, in the caller's order.
 
@@ -116,6 +133,7 @@ def combine(
     method: str,
     results: Sequence[Mapping[str, Any]],
     temper: Callable[[list[float]], dict[str, Any]] | None = None,
+    prior: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """The averaged result for one decision from its expanded rows' results, in expansion order.
 
@@ -128,10 +146,17 @@ def combine(
     the result objects themselves (INV-1: never rewritten, never copied).
     `temper`, when given, turns the mean log-probabilities into `combined.calibrated`
     (the results are checked and scored once for both views).
+
+    Method "prior" (given `prior`, the workload's prior over positions): the one result's
+    log-probabilities less log prior, position by position, are what probabilities and
+    `temper` read; `agreement` is 1.0 (one ordering), each spread [p, p], and
+    `combined.prior` the prior divided out.
     """
+    if (method == position_prior.METHOD) != (prior is not None):
+        raise ValueError(f"orderings {position_prior.METHOD!r} needs a position prior, and only it takes one (got {method!r})")
     option_ids, scored = _scored(row, method, results)
-    mean = _mean(option_ids, scored)
-    probabilities = softmax(mean)
+    scores = _mean(option_ids, scored) if prior is None else _debiased(option_ids, results, scored, prior)
+    probabilities = softmax(scores)
     top = _first_max(option_ids, dict(zip(option_ids, probabilities)))
     tops = [_first_max(option_ids, native) for _, native in scored]
     spread = {oid: [min(nat[oid] for _, nat in scored), max(nat[oid] for _, nat in scored)] for oid in option_ids}
@@ -140,9 +165,11 @@ def combine(
         "orderings": len(scored),
         "probabilities": probabilities,
         "top": top,
-        "agreement": tops.count(top) / len(scored),
+        "agreement": 1.0 if prior is not None else tops.count(top) / len(scored),
         "spread": spread,
     }
+    if prior is not None:
+        combined["prior"] = list(prior)
     if temper is not None:
-        combined["calibrated"] = temper(mean)
+        combined["calibrated"] = temper(scores)
     return {"id": row["id"], "option_ids": option_ids, "combined": combined, "orderings": list(results)}

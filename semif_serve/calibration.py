@@ -16,6 +16,15 @@ Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
   file names what it was fitted on, and startup refuses it unless the model,
   revision and prompt version loaded are exactly those (`check_binding`).
 
+*Extension (issue 29):* the bound form may also hold `"priors": {workload: {"<n>":
+{"prior": [p_0..p_{n-1}], "decisions": k}}}`, PriDe's position prior per workload and
+option count (prior.py fits and applies it), under the same binding. A workload may have
+priors and no temperatures, so a bound file needs "workloads" or "priors" (or both); a
+workload's temperature for method "prior" needs its priors. Every file that loaded before
+loads unchanged: a plain file's values are numbers, so neither key can hold an object there.
+Each prior is refused at startup unless it has n entries, all finite and > 0, summing to 1
+within prior.SUM_TOLERANCE; n is a decimal 2..16 without leading zeros.
+
 Every T is a finite number, not a bool, in [T_MIN, T_MAX]. Temperature scaling
 divides every score of a decision by the same T > 0, which cannot reorder them,
 so the argmax never changes (a T above 1 can at most round a near-tie into an
@@ -33,14 +42,18 @@ from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any, Sequence
 
-from .averaging import METHODS
+from . import prior as position_prior
+from .averaging import ORDERINGS
 from .numerics import softmax
+from .request_model import MAX_OPTIONS
 
 T_MIN, T_MAX = 0.05, 20.0
 VARIABLE = "SEMIF_CALIBRATION"
 PLAIN_METHOD = "none"
 BINDING_KEYS = ("model", "revision", "prompt_version")
-BOUND_KEYS = frozenset({*BINDING_KEYS, "fitted", "workloads"})
+BOUND_KEYS = frozenset({*BINDING_KEYS, "fitted", "workloads", "priors"})
+PRIOR_KEYS = frozenset({"prior", "decisions"})
+EMPTY: Mapping[str, float] = MappingProxyType({})
 
 
 class BindingMismatch(ValueError):
@@ -57,36 +70,60 @@ class Binding:
 
 
 @dataclass(frozen=True)
+class Prior:
+    """One fitted (workload, n): the prior over n positions, and how many decisions it came from."""
+
+    prior: tuple[float, ...]
+    decisions: int
+
+
+@dataclass(frozen=True)
 class Table(Mapping[str, Mapping[str, float]]):
-    """workload -> {method: T}, with the binding and fit summary of a bound file (None for plain)."""
+    """workload -> {method: T}, with the binding and fit summary of a bound file (None for plain),
+    and (extension) workload -> {n: Prior}. Every workload either names is a key; one with
+    priors only maps to no temperatures."""
 
     temperatures: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     binding: Binding | None = None
     fitted: Mapping[str, Any] | None = None
+    priors: Mapping[str, Mapping[int, Prior]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         frozen = {name: MappingProxyType(dict(methods)) for name, methods in self.temperatures.items()}
         object.__setattr__(self, "temperatures", MappingProxyType(frozen))
+        priors = {name: MappingProxyType(dict(counts)) for name, counts in self.priors.items()}
+        object.__setattr__(self, "priors", MappingProxyType(priors))
 
     def __getitem__(self, workload: str) -> Mapping[str, float]:
-        return self.temperatures[workload]
+        if workload in self.temperatures:
+            return self.temperatures[workload]
+        if workload in self.priors:
+            return EMPTY
+        raise KeyError(workload)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.temperatures)
+        yield from self.temperatures
+        yield from (name for name in self.priors if name not in self.temperatures)
 
     def __len__(self) -> int:
-        return len(self.temperatures)
+        return len(self.temperatures.keys() | self.priors.keys())
 
     def methods(self) -> dict[str, frozenset[str]]:
         """workload -> the methods it holds a temperature for (what the request model checks)."""
-        return {name: frozenset(methods) for name, methods in self.temperatures.items()}
+        return {name: frozenset(self[name]) for name in self}
+
+    def prior_counts(self) -> dict[str, frozenset[int]]:
+        """workload -> the option counts it holds a prior for (what the request model checks)."""
+        return {name: frozenset(counts) for name, counts in self.priors.items()}
 
     def describe(self) -> dict[str, Any]:
-        """The /health view: every workload with its methods, and the file's binding."""
+        """The /health view: every workload with its methods, the option counts with a prior,
+        and the file's binding."""
         return {
             "binding": None if self.binding is None else asdict(self.binding),
             "fitted": None if self.fitted is None else dict(self.fitted),
             "workloads": {name: dict(methods) for name, methods in sorted(self.temperatures.items())},
+            "priors": {name: sorted(counts) for name, counts in sorted(self.priors.items())},
         }
 
 
@@ -118,8 +155,8 @@ def _plain(table: Any, path: str) -> dict[str, float]:
 
 
 def is_bound(document: Any) -> bool:
-    """The bound form carries an object under "workloads"; a plain file maps names to numbers."""
-    return isinstance(document, dict) and isinstance(document.get("workloads"), dict)
+    """The bound form carries an object under "workloads" or "priors"; a plain file maps names to numbers."""
+    return isinstance(document, dict) and any(isinstance(document.get(key), dict) for key in ("workloads", "priors"))
 
 
 def _nonempty(document: Mapping[str, Any], key: str) -> str:
@@ -132,9 +169,9 @@ def _nonempty(document: Mapping[str, Any], key: str) -> str:
 def _methods(name: str, methods: Any) -> dict[str, float]:
     if not isinstance(methods, dict) or not methods:
         raise ValueError(f"{VARIABLE}: workload {name!r} needs an object {{method: temperature}} with at least one method")
-    unknown = sorted(set(methods) - set(METHODS))
+    unknown = sorted(set(methods) - set(ORDERINGS))
     if unknown:
-        raise ValueError(f"{VARIABLE}: workload {name!r} names unknown method(s) {unknown}; methods are {', '.join(METHODS)}")
+        raise ValueError(f"{VARIABLE}: workload {name!r} names unknown method(s) {unknown}; methods are {', '.join(ORDERINGS)}")
     return {method: _temperature(f"workload {name!r} method {method!r}", value) for method, value in methods.items()}
 
 
@@ -150,14 +187,62 @@ def _fitted(value: Any) -> Mapping[str, Any] | None:
     return value
 
 
+def _object(document: Mapping[str, Any], key: str, shape: str) -> dict[str, Any]:
+    value = document.get(key, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{VARIABLE}: {key!r} must be an object {shape}, got {type(value).__name__}")
+    return value
+
+
+def _option_count(name: str, key: str) -> int:
+    """An entry's key: n as a decimal without sign or leading zero, 2..MAX_OPTIONS (one spelling per n;
+    no request can ask a prior for more options than SemIf has letters)."""
+    if not (key.isascii() and key.isdigit() and not key.startswith("0") and 2 <= int(key) <= MAX_OPTIONS):
+        raise ValueError(f"{VARIABLE}: priors {name!r} entry {key!r} must be an option count 2..{MAX_OPTIONS} "
+                         "written as a plain decimal")
+    return int(key)
+
+
+def _prior(name: str, key: str, value: Any) -> tuple[int, Prior]:
+    """One entry `"<n>": {prior, decisions}`, as (n, Prior)."""
+    n = _option_count(name, key)
+    where = f"{VARIABLE}: priors {name!r} entry {key!r}"
+    if not isinstance(value, dict) or set(value) != PRIOR_KEYS:
+        raise ValueError(f"{where} must be an object with exactly the keys decisions, prior")
+    decisions = value["decisions"]
+    if isinstance(decisions, bool) or not isinstance(decisions, int) or decisions < 1:
+        raise ValueError(f"{where}: decisions must be an integer >= 1, got {decisions!r}")
+    try:
+        prior = position_prior.checked(value["prior"], n)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+    return n, Prior(prior, decisions)
+
+
+def _priors(document: Mapping[str, Any]) -> dict[str, dict[int, Prior]]:
+    """The optional "priors" object: every workload with at least one option count, each entry checked."""
+    priors = {}
+    for name, entries in _object(document, "priors", "{workload: {n: {prior, decisions}}}").items():
+        if not isinstance(entries, dict) or not entries:
+            raise ValueError(f"{VARIABLE}: priors {name!r} needs an object {{n: {{prior, decisions}}}} with at least one entry")
+        priors[str(name)] = dict(_prior(name, key, value) for key, value in entries.items())
+    return priors
+
+
 def bound(document: dict[str, Any]) -> Table:
-    """The bound form, validated: binding strings, known methods, every T in range."""
+    """The bound form, validated: binding strings, known methods, every T in range, every prior sound."""
     unknown = sorted(set(document) - BOUND_KEYS)
     if unknown:
         raise ValueError(f"{VARIABLE}: a bound file has unknown key(s) {unknown}; keys are {', '.join(sorted(BOUND_KEYS))}")
     binding = Binding(*(_nonempty(document, key) for key in BINDING_KEYS))
-    workloads = {str(name): _methods(name, methods) for name, methods in document["workloads"].items()}
-    return Table(workloads, binding, _fitted(document.get("fitted")))
+    workloads = {str(name): _methods(name, methods)
+                 for name, methods in _object(document, "workloads", "{workload: {method: temperature}}").items()}
+    priors = _priors(document)
+    for name, methods in workloads.items():
+        if position_prior.METHOD in methods and name not in priors:
+            raise ValueError(f"{VARIABLE}: workload {name!r} has a temperature for method {position_prior.METHOD!r} "
+                             "but no entry under 'priors'")
+    return Table(workloads, binding, _fitted(document.get("fitted")), priors)
 
 
 def plain(temperatures: Mapping[str, float]) -> Table:

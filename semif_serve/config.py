@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from . import averaging, calibration
+from . import averaging, calibration, prior
 from .errors import excerpt
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
@@ -298,15 +298,22 @@ def _aliases(env: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def _systemone(env: Mapping[str, str], table: calibration.Table) -> dict[str, object]:
-    """The /v1/systemone defaults: an orderings method, and a workload that has a temperature for it."""
-    orderings = _choice(env, "SEMIF_SYSTEMONE_ORDERINGS", "none", averaging.METHODS)
+    """The /v1/systemone defaults: an orderings method, and a workload that has a temperature for it
+    (for "prior", a workload is required and needs priors; its temperature is optional)."""
+    orderings = _choice(env, "SEMIF_SYSTEMONE_ORDERINGS", "none", averaging.ORDERINGS)
     workload = env.get("SEMIF_SYSTEMONE_WORKLOAD") or None
+    if workload is None and orderings == prior.METHOD:
+        raise ValueError("SEMIF_SYSTEMONE_ORDERINGS=prior needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
+                         "with priors in SEMIF_CALIBRATION")
     if workload is not None:
         if workload not in table:
             raise ValueError(f"SEMIF_SYSTEMONE_WORKLOAD names {workload!r}, which SEMIF_CALIBRATION does not hold "
                              f"(it holds: {', '.join(sorted(table)) or 'none'})")
-        fitted = table.methods()[workload]
-        if orderings not in fitted:
+        if orderings == prior.METHOD:
+            if workload not in table.priors:
+                raise ValueError(f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no priors for SEMIF_SYSTEMONE_ORDERINGS="
+                                 f"'prior'; workloads with priors: {', '.join(sorted(table.priors)) or 'none'}")
+        elif orderings not in (fitted := table.methods()[workload]):
             raise ValueError(f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no temperature for "
-                             f"SEMIF_SYSTEMONE_ORDERINGS={orderings!r}; it has: {', '.join(sorted(fitted))}")
+                             f"SEMIF_SYSTEMONE_ORDERINGS={orderings!r}; it has: {', '.join(sorted(fitted)) or 'none at all'}")
     return {"model_aliases": _aliases(env), "systemone_orderings": orderings, "systemone_workload": workload}

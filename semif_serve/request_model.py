@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 
 from . import averaging
 from .errors import ApiError, excerpt
+from .prior import METHOD as PRIOR
 
 MAX_OPTIONS = 16  # SemIf's letters A..P
 EXPANDED_ID = re.compile(r"#o\d+")
@@ -57,6 +58,8 @@ class Limits:
     # workload -> the orderings methods it has a temperature for; a workload absent
     # here has only "none" (the contract's plain {workload: T} table).
     methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Extension (issue 29): workload -> the option counts it has a position prior for.
+    priors: Mapping[str, frozenset[int]] = field(default_factory=dict)
 
     def methods_of(self, workload: str) -> frozenset[str]:
         return self.methods.get(workload, frozenset({"none"}))
@@ -150,8 +153,8 @@ def _options(value: Any, where: str) -> list[dict[str, str]]:
 
 def checked_orderings(value: Any, options: list[dict[str, str]], field: str, param: str | None = None) -> str:
     """`value` as the orderings method for these options; `field` names where it came from in the message."""
-    if value not in averaging.METHODS:
-        raise invalid(f"{field} must be one of {', '.join(averaging.METHODS)}", param)
+    if value not in averaging.ORDERINGS:
+        raise invalid(f"{field} must be one of {', '.join(averaging.ORDERINGS)}", param)
     if value == "all" and len(options) > averaging.MAX_ALL_OPTIONS:
         raise invalid(
             f"{field} \"all\" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}", param
@@ -186,6 +189,7 @@ def check_request(request: DecideRequest, limits: Limits, param: str | None = No
         raise invalid(f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed", param)
     if request.workload is not None:
         check_methods(request.workload, request.decisions, limits, param)
+    check_priors(request.workload, request.decisions, limits, param)
     ids = [d.row["id"] for d in request.decisions]
     if len(set(ids)) != len(ids):
         raise invalid("decision ids must be unique", param)
@@ -196,14 +200,32 @@ def check_request(request: DecideRequest, limits: Limits, param: str | None = No
 
 
 def check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None) -> None:
-    """A workload calibrates a decision only with a temperature fitted for its orderings method."""
+    """A workload calibrates a decision only with a temperature fitted for its orderings method.
+    Not for "prior": there the workload names the prior, and a temperature is optional."""
     fitted = limits.methods_of(workload)
     for decision in decisions:
-        if decision.orderings not in fitted:
+        if decision.orderings not in fitted and decision.orderings != PRIOR:
             raise invalid(
                 f"workload {excerpt(workload, 60)!r} has no temperature for method {decision.orderings!r} "
-                f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted))}", param
+                f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted)) or 'none at all'}", param
             )
+
+
+def check_priors(workload: str | None, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None) -> None:
+    """A decision with orderings "prior" needs the request's workload to hold a prior for its
+    option count: a prior is fitted per workload and per n, and a decision that cannot be
+    debiased is refused, never answered undebiased."""
+    for decision in decisions:
+        if decision.orderings != PRIOR:
+            continue
+        n, name = len(decision.row["options"]), excerpt(decision.row["id"], 60)
+        if workload is None:
+            raise invalid(f"decision {name!r} has orderings \"prior\" over {n} options, which needs a workload "
+                          "naming the prior; the request names no workload", param)
+        counts = limits.priors.get(workload, frozenset())
+        if n not in counts:
+            raise invalid(f"workload {excerpt(workload, 60)!r} has no prior for {n} options (decision {name!r}); "
+                          f"it has priors for: {', '.join(str(count) for count in sorted(counts)) or 'no option count'}", param)
 
 
 def parse_decide(body: bytes, limits: Limits) -> DecideRequest:

@@ -60,7 +60,8 @@ METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
 
 @dataclass(frozen=True)
 class Reply:
-    """A status and a rendered body; an error's code and a scorer call's timing for the access log and metrics."""
+    """A status and a rendered body; an error's code, a scorer call's timing and (extension, issue 29) the
+    orderings method of each decision answered, for the access log and metrics."""
 
     status: int
     body: bytes
@@ -69,6 +70,7 @@ class Reply:
     timing: CallTiming | None = None
     content_type: bytes = b"application/json"
     close: bool = False  # the connection ends after this reply, whether or not the body was read
+    methods: tuple[str, ...] = ()
 
     @classmethod
     def error(cls, error: ApiError, timing: CallTiming | None = None, close: bool = False) -> "Reply":

@@ -32,6 +32,7 @@ from .systemone import assemble, catalogue, translate
 from .config import Settings
 from .engine import CallTiming, Engine
 from .errors import ApiError, excerpt
+from .prior import METHOD as PRIOR
 from .request_model import DecideRequest, Decision
 from .routes import ROUTES, Handler, Head, Reply, Route, Ticket, route
 from .scorer import OutOfMemory, ScoringFailed
@@ -107,7 +108,7 @@ class Service:
             **(handlers or {}),
         }
         table = settings.calibration
-        self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods())
+        self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods(), table.prior_counts())
         self._token = settings.api_token.encode()
         facts = engine.health()
         # The System One routes name the weights in SemIf's form (issue 30); SEMIF_MODEL, the id they named
@@ -220,7 +221,8 @@ class Service:
             return Reply.error(error, call)
         try:
             payload, headers = respond(scored, call.kind)
-            return Reply(200, render(payload), headers, timing=call)
+            return Reply(200, render(payload), headers, timing=call,
+                         methods=tuple(decision.orderings for decision in request.decisions))
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
@@ -301,8 +303,21 @@ class Service:
         """The combined view, plus `combined.calibrated` when a workload is named (the
         request model already refused a workload without this method's temperature)."""
         method = decision.orderings
+        if method == PRIOR:  # the request model refused a prior decision without a workload
+            return self._debiased(decision, results, workload or "")
         if workload is None:
             return averaging.combine(decision.row, method, results)
         temperature = self.settings.calibration[workload][method]
         return averaging.combine(decision.row, method, results,
                                  lambda mean: calibration.combined_view(workload, method, temperature, mean))
+
+    def _debiased(self, decision: Decision, results: list[dict[str, Any]], workload: str) -> dict[str, Any]:
+        """The combined view under the workload's position prior for this option count (the request
+        model refused a decision without one), plus `combined.calibrated` only where the workload has
+        a temperature for "prior": for the prior a temperature is optional."""
+        table = self.settings.calibration
+        prior = table.priors[workload][len(decision.row["options"])].prior
+        temperature = table[workload].get(PRIOR)
+        temper = None if temperature is None else (
+            lambda scores: calibration.combined_view(workload, PRIOR, temperature, scores))
+        return averaging.combine(decision.row, PRIOR, results, temper, prior)

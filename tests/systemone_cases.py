@@ -88,9 +88,9 @@ REFUSALS = [
     ("image assets", {"model": "served", "state": "s", "questions": {"q": NOUL},
                       "assets": {"img": {"type": "image", "format": "png", "data_base64": "AA=="}}}, "assets", 'image assets are refused: this service scores text only'),
     ("an unknown orderings method", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": "some"}},
-     "semif.orderings", 'semif.orderings must be one of none, rotations, all'),
+     "semif.orderings", 'semif.orderings must be one of none, rotations, all, prior'),
     ("orderings given as an array", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": ["all"]}},
-     "semif.orderings", 'semif.orderings must be one of none, rotations, all'),
+     "semif.orderings", 'semif.orderings must be one of none, rotations, all, prior'),
     ("a workload given as an object", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"workload": {"triage": 1}}},
      "semif.workload", "unknown workload \"{'triage': 1}\""),
     ("an unknown workload", {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"workload": "other"}},
@@ -205,11 +205,12 @@ def view_hashes(views: list[dict[str, Any]]) -> list[str]:
     return [r["prompt_sha256"] for v in views for r in (v.get("orderings") or [v])]
 
 
-async def synchronous_answer(port: int, **options: Any) -> SystemOneResponse:
-    """QUESTIONS through the sync client, in a worker thread so the loop keeps serving; the client is closed after."""
+async def synchronous_answer(port: int, extra_body: dict[str, Any] | None = None, **options: Any) -> SystemOneResponse:
+    """QUESTIONS through the sync client (with the SDK's `extra_body`, if given), in a worker thread so
+    the loop keeps serving; the client is closed after."""
     def ask() -> SystemOneResponse:
         with sdk(port, **options) as client:
-            return client.system_one(STATE, QUESTIONS)
+            return client.system_one(STATE, QUESTIONS, **({} if extra_body is None else {"extra_body": extra_body}))
 
     return await asyncio.to_thread(ask)
 

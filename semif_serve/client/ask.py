@@ -67,7 +67,8 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--question", required=True)
     parse.add_argument("--option", dest="options", action="append", type=option, required=True,
                        metavar="ID=DESCRIPTION", help="one option; repeat for each (2..16)")
-    parse.add_argument("--orderings", choices=("none", "rotations", "all"), help="order averaging")
+    parse.add_argument("--orderings", choices=("none", "rotations", "all", "prior"),
+                       help="order averaging, or prior: one row debiased by the workload's position prior")
     parse.add_argument("--workload", help="a calibrated workload the server knows")
     parse.add_argument("--id", default="ask", help="the decision id (default: ask)")
     parse.add_argument("--deadline", type=seconds, default=30.0, help="seconds for the call, retries included")

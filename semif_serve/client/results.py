@@ -116,7 +116,10 @@ class Result(_Typed):
 
 @dataclass(frozen=True)
 class Combined(_Typed):
-    """The order-averaged view: probabilities in the caller's order, top, agreement, spread."""
+    """The order-averaged view: probabilities in the caller's order, top, agreement, spread.
+
+    For method "prior" (one row, a position prior divided out): probabilities are the
+    debiased view, agreement 1.0, each spread [p, p], and `prior` the prior over positions."""
 
     method: str
     orderings: int
@@ -125,6 +128,7 @@ class Combined(_Typed):
     agreement: float
     spread: dict[str, list[float]]
     calibrated: Calibrated | None = None
+    prior: list[float] | None = None
 
     _NESTED: ClassVar[Mapping[str, Any]] = {"calibrated": Calibrated}
 

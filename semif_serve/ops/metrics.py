@@ -9,7 +9,7 @@ peer or header ever becomes a label or a value.
 Theory: one registry per server (tests run several in one process). Per-request
 work is a few increments on label children bound once and cached, all those one
 request (route, status, code) or one scorer call (kind) moves found with one
-dict lookup. Every refusal code and scorer kind is exported at 0 from the start,
+dict lookup. Every refusal code, scorer kind and orderings method is exported at 0 from the start,
 so the first `scoring_failed` or out-of-memory refusal is an increase a rule's
 `increase()` can see, not a series that appears already at 1. Gauges that mirror
 state the server already keeps (in progress, open connections, CUDA memory) are
@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..averaging import ORDERINGS
 from ..errors import STATUS
 
 # Sub-millisecond HTTP answers up to multi-second scorer calls on a loaded card.
@@ -71,6 +72,9 @@ class Metrics:
         self._refusals = Counter("semif_refusals", "Error responses, by error code.", ("code",), registry=registry)
         self._oom = Counter("semif_out_of_memory_events", "Scorer calls that ran out of accelerator memory.",
                             registry=registry)
+        decisions = Counter("semif_decisions", "Decisions answered, by orderings method (none, rotations, all, prior).",
+                            ("method",), registry=registry)
+        self._per_method = {method: decisions.labels(method) for method in ORDERINGS}
         Gauge("semif_requests_in_progress", "POSTs holding an admission slot (queued or scoring).",
               registry=registry).set_function(in_progress)
         Gauge("semif_max_queue", "SEMIF_MAX_QUEUE: the admission limit.", registry=registry).set(max_queue)
@@ -103,6 +107,11 @@ class Metrics:
         duration.observe(seconds)
         if refusals is not None:
             refusals.inc()
+
+    def decisions(self, methods: tuple[str, ...]) -> None:
+        """One answered request's decisions, each under its orderings method (an empty tuple: none)."""
+        for method in methods:
+            self._per_method[method].inc()
 
     def scorer_call(self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool) -> None:
         children = self._per_call.get(kind) or self._bind_call(kind)

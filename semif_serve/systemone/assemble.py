@@ -12,7 +12,9 @@ Every number leaves as a float: the SDK's response models are strict.
 Where we differ, and why:
 - `output_tokens` is 0: SemIf reads option logits and generates nothing.
 - The probabilities are the view the service built (INV-1): native, or `calibrated`
-  when a workload applies, or `combined` (and `combined.calibrated`) when averaged.
+  when a workload applies, or `combined` (and `combined.calibrated`) when averaged;
+  under orderings "prior" (extension, issue 29), `combined` is the debiased view, and
+  `combined.calibrated` is read where the workload has a temperature for "prior".
 - Extension: each answer's `semif` holds that view unchanged (the native result, or
   every ordering's native result with `combined`); the top-level `semif` holds the
   engine call's kind and, for a shared call, `score_shared`'s timing.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from ..prior import METHOD as PRIOR
 from ..request_model import Decision
 from .translate import Plan, Question
 
@@ -36,8 +39,12 @@ def confidence(probabilities: Sequence[float]) -> float:
 
 
 def probabilities(decision: Decision, view: Mapping[str, Any], calibrated: bool) -> list[float]:
-    """The distribution an answer is read from: the combined view when averaged, tempered when calibrated."""
+    """The distribution an answer is read from: the combined view when averaged, tempered when calibrated.
+    Under the prior, the combined view is the debiased one, and its temperature is optional: the
+    calibrated view where the workload has one, else the debiased probabilities."""
     source = view["combined"] if decision.averaged else view
+    if decision.orderings == PRIOR:
+        calibrated = "calibrated" in source
     chosen = source["calibrated"] if calibrated else source
     ids = [option["id"] for option in decision.row["options"]]
     if list(view["option_ids"]) != ids:

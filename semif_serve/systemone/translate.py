@@ -209,8 +209,8 @@ def _extension(value: Any, policy: Policy) -> tuple[str, str | None, frozenset[s
     if unknown:
         raise refuse(f"semif has unknown field(s): {', '.join(excerpt(key, 40) for key in unknown[:5])}", "semif")
     orderings = value.get("orderings", policy.orderings)
-    if orderings not in averaging.METHODS:
-        raise refuse(f"semif.orderings must be one of {', '.join(averaging.METHODS)}", "semif.orderings")
+    if orderings not in averaging.ORDERINGS:
+        raise refuse(f"semif.orderings must be one of {', '.join(averaging.ORDERINGS)}", "semif.orderings")
     workload = (request_model.checked_workload(value["workload"], policy.limits, "semif.workload")
                 if "workload" in value else policy.workload)
     return orderings, workload, EXTENSION_KEYS & set(value)
@@ -236,9 +236,13 @@ def translate(body: bytes, policy: Policy) -> Plan:
         raise refuse(f"questions must be an object of 1..{limit} questions", "questions")
     translated = [_question(key, item, state, orderings, "orderings" in sent) for key, item in questions.items()]
     request = DecideRequest(tuple(d for d, _ in translated), workload, shared=len(translated) > 1)
-    if workload is not None:  # one method for every question, so the field the request sent is to blame
-        # (neither sent: the server's two defaults, which configuration refuses to start with unless they agree)
-        blamed = "semif.workload" if "workload" in sent else "semif.orderings"
+    # One method and one workload for every question, so the field the request sent is to blame (neither
+    # sent: the server's two defaults, which configuration refuses to start with unless they agree; a
+    # prior missing for one option count is then the orderings' to answer for, as any method's limit).
+    # No workload at all can only fail "prior", which needs one: the missing workload is to blame.
+    blamed = "semif.workload" if "workload" in sent or workload is None else "semif.orderings"
+    if workload is not None:
         request_model.check_methods(workload, request.decisions, policy.limits, blamed)
+    request_model.check_priors(workload, request.decisions, policy.limits, blamed)
     request_model.check_request(request, policy.limits, "questions")
     return Plan(request, tuple(q for _, q in translated))

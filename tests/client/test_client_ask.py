@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from semif_serve.calibration import Table
+from semif_serve.calibration import Prior, Table
 from semif_serve.client import ask
 from semif_serve.stub import StubScorer
 
@@ -58,6 +58,19 @@ async def test_the_table_shows_the_servers_numbers(live, capsys) -> None:
         assert probability == f"{first['probabilities'][index]:.4f}" and calibrated == "-"
         assert mean == f"{combined['probabilities'][index]:.4f}"
         assert agreement == (f"{combined['agreement']:.4f}" if combined["top"] == option_id else "-")
+
+
+async def test_the_prior_fills_the_combined_column_with_the_debiased_view(start_server, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("SEMIF_API_TOKEN", TOKEN)
+    table = Table(priors={"triage": {2: Prior((0.7, 0.3), 8)}})  # no temperature for "prior": no calibrated view
+    server = await start_server(StubScorer(server_settings()), calibration=table)
+    assert await run_ask(server, "--orderings", "prior", "--workload", "triage") == 0
+    printed = columns(capsys.readouterr().out)
+    wire = (await request(server.port, "POST", "/decide", {**ROW, "orderings": "prior", "workload": "triage"})).json
+    combined = wire["combined"]
+    assert [row[2] for row in printed.values()] == [f"{p:.4f}" for p in combined["probabilities"]]
+    assert [row[0] for row in printed.values()] == [f"{p:.4f}" for p in wire["orderings"][0]["probabilities"]]
+    assert [row[1] for row in printed.values()] == ["-", "-"] and printed[combined["top"]][3] == "1.0000"
 
 
 async def test_a_workload_fills_the_calibrated_column(live, capsys) -> None:

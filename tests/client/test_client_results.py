@@ -28,6 +28,18 @@ def test_an_averaged_answer_reads_as_averaged_and_a_plain_one_as_result() -> Non
     assert Shared.from_json(shared).to_json() == shared
 
 
+def test_a_prior_answer_reads_as_averaged_with_its_prior() -> None:
+    """Orderings "prior" keeps the averaged shape (agreement, spread) and adds combined.prior."""
+    answer = {"id": "d", "option_ids": ["a", "b"], "orderings": [OK],
+              "combined": {"method": "prior", "orderings": 1, "probabilities": [0.4, 0.6], "top": "b", "agreement": 1.0,
+                           "spread": {"a": [0.25, 0.25], "b": [0.75, 0.75]}, "prior": [0.3, 0.7],
+                           "calibrated": {"workload": "w", "method": "prior", "temperature": 2.0, "probabilities": [0.45, 0.55]}}}
+    typed = decided(answer)
+    assert isinstance(typed, Averaged) and typed.combined.prior == [0.3, 0.7] and typed.combined.agreement == 1.0
+    assert typed.combined.calibrated is not None and typed.combined.calibrated.method == "prior"
+    assert typed.to_json() == answer
+
+
 @pytest.mark.parametrize("bad", [[], "text", {k: v for k, v in OK.items() if k != "probabilities"}])
 def test_an_answer_without_a_required_key_is_refused(bad) -> None:
     with pytest.raises(TypeError):

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, combine, expand, orderings
+from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, ORDERINGS, combine, expand, orderings
 
 from tests.reference import softmax
 
@@ -273,13 +273,67 @@ def test_each_refusal_says_exactly_what_it_cannot_compute() -> None:
     nan = copy.deepcopy(good)
     nan[0]["option_logits"][1] = float("nan")
     cases = [
-        (lambda: orderings(3, "shuffle"), "orderings must be one of ('none', 'rotations', 'all'), got 'shuffle'"),
+        (lambda: orderings(3, "shuffle"), "orderings must be one of ('none', 'rotations', 'all', 'prior'), got 'shuffle'"),
         (lambda: orderings(0, "none"), "a decision needs at least one option, got 0"),
         (lambda: orderings(5, "all"), "orderings 'all' allows at most 4 options, got 5"),
         (lambda: combine(row, "rotations", good[:2]), "'rotations' over 3 options needs 3 results, got 2"),
         (lambda: combine(row, "rotations", wrong), "result 'q1#o1' does not score exactly the options ['a', 'b', 'c']"),
         (lambda: combine(row, "rotations", nan), "result 'q1#o0' has a non-finite logit or probability"),
         (lambda: combine(make_row("aab"), "rotations", good), "decision 'q1' repeats an option id: ['a', 'a', 'b']"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError) as refused:
+            call()
+        assert str(refused.value) == message
+
+
+# --- orderings "prior" (issue 29): one row, the caller's order, the prior divided out ---------
+
+ROOT6 = math.sqrt(6.0)
+WORKED_PRIOR = [ROOT6 / (ROOT6 + 1), 1 / (ROOT6 + 1)]  # tests/decisions/test_prior.py works it by hand
+
+
+def test_prior_is_an_orderings_value_but_not_an_averaging_method() -> None:
+    assert ORDERINGS == (*METHODS, "prior")
+    assert orderings(5, "prior") == [(0, 1, 2, 3, 4)]
+    [row] = expand(make_row("abc"), "prior")
+    assert row["id"] == "q1#o0" and row["options"] == make_row("abc")["options"]
+
+
+def test_combine_under_the_prior_matches_the_worked_example() -> None:
+    row = make_row("ab")
+    [result] = [fake_result(r, [math.log(0.8), math.log(0.2)]) for r in expand(row, "prior")]
+    tempered: list[list[float]] = []
+    out = combine(row, "prior", [result], lambda scores: tempered.append(scores) or {"t": 1}, prior=WORKED_PRIOR)
+    combined = out["combined"]
+    assert combined["probabilities"] == pytest.approx([4 / (4 + ROOT6), ROOT6 / (4 + ROOT6)], abs=1e-12)
+    assert (combined["method"], combined["orderings"], combined["top"], combined["agreement"]) == ("prior", 1, "a", 1.0)
+    assert combined["spread"] == {"a": [pytest.approx(0.8)] * 2, "b": [pytest.approx(0.2)] * 2}
+    assert combined["prior"] == WORKED_PRIOR and combined["calibrated"] == {"t": 1}
+    assert tempered == [pytest.approx([math.log(0.8) - math.log(WORKED_PRIOR[0]), math.log(0.2) - math.log(WORKED_PRIOR[1])])]
+    assert out["orderings"][0] is result and out["option_ids"] == ["a", "b"]
+
+
+def test_the_prior_can_move_the_top_and_agreement_stays_one() -> None:
+    """p = (0.6, 0.4) under a prior (0.8, 0.2): p/prior ∝ (0.75, 2), so b wins: 0.75/2.75, 2/2.75."""
+    row = make_row("ab")
+    combined = combine(row, "prior", [fake_result(expand(row, "prior")[0], [math.log(0.6), math.log(0.4)])],
+                       prior=[0.8, 0.2])["combined"]
+    assert combined["probabilities"] == pytest.approx([3 / 11, 8 / 11], abs=1e-12)
+    assert combined["top"] == "b" and combined["agreement"] == 1.0
+
+
+def test_the_prior_method_and_a_prior_go_together_and_the_row_keeps_the_callers_order() -> None:
+    row = make_row("ab")
+    [good] = results_for(row, "prior", lambda k, i, oid: float(i))
+    swapped = {**good, "option_ids": ["b", "a"]}
+    cases = [
+        (lambda: combine(row, "prior", [good]), "orderings 'prior' needs a position prior, and only it takes one (got 'prior')"),
+        (lambda: combine(row, "none", [good], prior=[0.5, 0.5]),
+         "orderings 'prior' needs a position prior, and only it takes one (got 'none')"),
+        (lambda: combine(row, "prior", [good, good], prior=[0.5, 0.5]), "'prior' over 2 options needs 1 results, got 2"),
+        (lambda: combine(row, "prior", [swapped], prior=[0.5, 0.5]), "result 'q1#o0' does not score the options ['a', 'b'] in order"),
+        (lambda: combine(row, "prior", [good], prior=[0.2, 0.3, 0.5]), "a prior over 3 positions cannot debias 2 options"),
     ]
     for call, message in cases:
         with pytest.raises(ValueError) as refused:

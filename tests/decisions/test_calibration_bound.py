@@ -50,7 +50,8 @@ def test_a_bound_file_loads_every_method_and_its_binding(tmp_path: Path) -> None
     assert dict(table["triage"]) == {"none": 2.5, "rotations": 1.8} and dict(table["routing"]) == {"all": 0.9}
     assert table.binding == calibration.Binding(**BINDING)
     assert table.describe() == {"binding": BINDING, "fitted": FITTED,
-                                "workloads": {"routing": {"all": 0.9}, "triage": {"none": 2.5, "rotations": 1.8}}}
+                                "workloads": {"routing": {"all": 0.9}, "triage": {"none": 2.5, "rotations": 1.8}},
+                                "priors": {}}
     assert table.methods() == {"triage": frozenset({"none", "rotations"}), "routing": frozenset({"all"})}
 
 

@@ -110,6 +110,7 @@ async def test_health_lists_each_workload_with_its_methods_and_the_binding(start
         "binding": {"model": "semif-serve/fake", "revision": "f" * 40, "prompt_version": "direct-options-v1"},
         "fitted": None,
         "workloads": {"routing": {"all": 0.5}, "triage": {"none": 2.0, "rotations": 1.5}},
+        "priors": {},
     }
 
 

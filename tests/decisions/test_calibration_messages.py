@@ -34,14 +34,14 @@ def test_a_file_that_is_no_object_is_refused_naming_the_file(tmp_path: Path) -> 
 def test_an_unknown_method_is_refused_listing_the_methods(tmp_path: Path) -> None:
     message, _ = refusal(tmp_path, {**BINDING, "workloads": {"w": {"pairs": 1.0}}})
     assert message == ("SEMIF_CALIBRATION: workload 'w' names unknown method(s) ['pairs']; methods are "
-                       + ", ".join(calibration.METHODS))
-    assert set(calibration.METHODS) == {"none", "rotations", "all"}
+                       + ", ".join(calibration.ORDERINGS))
+    assert calibration.ORDERINGS == ("none", "rotations", "all", "prior")
 
 
 def test_an_unknown_key_is_refused_listing_the_keys(tmp_path: Path) -> None:
     message, _ = refusal(tmp_path, {**BINDING, "workloads": {"w": {"none": 1.0}}, "extra": 1})
     assert message == ("SEMIF_CALIBRATION: a bound file has unknown key(s) ['extra']; "
-                       "keys are fitted, model, prompt_version, revision, workloads")
+                       "keys are fitted, model, priors, prompt_version, revision, workloads")
 
 
 def test_fitted_that_is_no_object_is_refused_naming_its_type(tmp_path: Path) -> None:

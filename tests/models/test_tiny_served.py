@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from fastjev._runtime import direct, shared
 
-from semif_serve import averaging, prefix
+from semif_serve import averaging, calibration, prefix, prior
 from semif_serve.torch_engine import TorchScorer
 
 from tests.timing import timeless
@@ -93,3 +94,27 @@ async def test_rotations_end_to_end(start_server, tiny_settings, tiny_reference,
     assert response.json["orderings"] == theirs
     assert response.json == averaging.combine(ROW, "rotations", theirs)
     assert response.json["combined"]["orderings"] == 3
+
+
+async def test_the_prior_end_to_end_fitted_and_served_through_the_server(start_server, tiny_settings, tiny_reference,
+                                                                        tiny_metadata) -> None:
+    """Issue 29 on real torch: a prior fitted from served rotations (as the bench fits it) equals the one
+    fitted from SemIf's own rotations, and a prior decision is SemIf's one row, divided by it."""
+    fitting = await start_server(TorchScorer(tiny_settings))
+    questions = [f"Question {k}: is this urgent?" for k in range(prior.MIN_DECISIONS)]
+    asked = [{"id": f"f{k}", "question": q, "options": OPTIONS, "orderings": "rotations"} for k, q in enumerate(questions)]
+    fitted = await request(fitting.port, "POST", "/decide/shared", {"state": STATE, "decisions": asked})
+    assert fitted.status == 200
+    entry = prior.entry([prior.decision_prior(result["orderings"]) for result in fitted.json["results"]])
+    model, tokenizer = tiny_reference
+    theirs = [prior.decision_prior(upstream_shared(model, tokenizer, averaging.expand({**row, "state": STATE}, "rotations"),
+                                                   tiny_metadata)) for row in asked]
+    assert entry["prior"] == pytest.approx(prior.workload_prior(theirs), abs=1e-6)
+
+    table = calibration.Table(priors={"urgent": {3: calibration.Prior(tuple(entry["prior"]), entry["decisions"])}})
+    server = await start_server(TorchScorer(tiny_settings), calibration=table)
+    response = await request(server.port, "POST", "/decide", {**ROW, "orderings": "prior", "workload": "urgent"})
+    assert response.status == 200
+    (one,) = upstream_shared(model, tokenizer, averaging.expand(ROW, "prior"), tiny_metadata)
+    assert response.json["orderings"] == [one]  # the one row, SemIf's result untouched (INV-1)
+    assert response.json == averaging.combine(ROW, "prior", [one], prior=entry["prior"])

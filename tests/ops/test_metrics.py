@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from semif_serve import calibration
 from semif_serve.scorer import OutOfMemory
 
 from tests.bodies import ROW, SHARED
@@ -41,6 +42,24 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
     return value(after, name, **labels) - value(before, name, **labels)
+
+
+async def test_decisions_are_counted_by_method_and_a_prior_decision_is_one_row(start_server, fake) -> None:
+    """Issue 29: semif_decisions_total{method} counts answered decisions; refused ones are not decisions."""
+    table = calibration.Table(priors={"triage": {2: calibration.Prior((0.6, 0.4), 8), 3: calibration.Prior((0.5, 0.3, 0.2), 8)}})
+    server = await start_server(fake, calibration=table)
+    before = await scrape(server.port)
+    prior = {"orderings": "prior"}
+    mixed = {**SHARED, "workload": "triage", "decisions": [{**SHARED["decisions"][0], **prior}, {**SHARED["decisions"][1], **prior}]}
+    assert (await request(server.port, "POST", "/decide/shared", mixed)).status == 200
+    assert (await request(server.port, "POST", "/decide", {**ROW, **prior, "workload": "triage"})).status == 200
+    assert (await request(server.port, "POST", "/decide", {**ROW, "orderings": "rotations"})).status == 200
+    assert (await request(server.port, "POST", "/decide/shared", SHARED)).status == 200
+    assert (await request(server.port, "POST", "/decide", {**ROW, **prior})).status == 422  # no workload: not a decision
+    after = await scrape(server.port)
+    decisions = "semif_decisions_total"
+    assert [delta(after, before, decisions, method=m) for m in ("prior", "rotations", "none", "all")] == [3, 1, 2, 0]
+    assert delta(after, before, "semif_rows_scored_total") == 2 + 1 + 2 + 2  # a prior decision is one row
 
 
 async def test_counters_and_histograms_move_with_known_traffic(start_server, fake) -> None:

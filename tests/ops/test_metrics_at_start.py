@@ -1,4 +1,4 @@
-"""A fresh server's /metrics already carries every refusal code and scorer kind, at 0.
+"""A fresh server's /metrics already carries every refusal code, scorer kind and orderings method, at 0.
 
 Prometheus' increase() cannot see a series that first appears at 1: without these
 zeros the first `scoring_failed` or out-of-memory refusal after a start would never
@@ -26,4 +26,6 @@ async def test_a_fresh_server_exports_every_refusal_code_and_scorer_kind_at_zero
     for kind in KINDS:
         for name in ("semif_scorer_call_duration_seconds_count", "semif_scorer_queue_seconds_count"):
             assert samples[(name, (("kind", kind),))] == 0, (name, kind)
+    for method in ("none", "rotations", "all", "prior"):
+        assert samples[("semif_decisions_total", (("method", method),))] == 0, method
     assert fake.calls == []

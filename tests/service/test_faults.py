@@ -252,7 +252,8 @@ async def test_health_reports_the_engine_facts_and_the_limits(service: Service) 
         "scorer": "fake", "semif_commit": "fake-commit", "model": "fake-model", "revision": "r" * 40, "device": "none",
         "dtype": "float32", "status": "ok", "vram_cap_gib": 2.5, "max_tokens": 77, "max_decisions": 5, "max_queue": 3,
         "in_progress": 0, "workloads": ["a", "b"],
-        "calibration": {"binding": None, "fitted": None, "workloads": {"a": {"none": 2.0}, "b": {"none": 1.0}}},
+        "calibration": {"binding": None, "fitted": None, "workloads": {"a": {"none": 2.0}, "b": {"none": 1.0}},
+                        "priors": {}},
     }
 
 

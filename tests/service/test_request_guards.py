@@ -124,7 +124,7 @@ LONG = "w" * 100  # echoed as a 60-character excerpt
 
 
 @pytest.mark.parametrize("limits,body,message", [
-    (LIMITS, {**ROW, "orderings": "some"}, "body.orderings must be one of none, rotations, all"),
+    (LIMITS, {**ROW, "orderings": "some"}, "body.orderings must be one of none, rotations, all, prior"),
     (WITH_WORKLOADS, {**ROW, "workload": LONG}, f"unknown workload {'w' * 60 + '…'!r}; known: a, b"),
     (LIMITS, {**ROW, "workload": "a"}, "unknown workload 'a'; known: none"),
     (WITH_WORKLOADS, {**ROW, "workload": "a", "orderings": "rotations"},

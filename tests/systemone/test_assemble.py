@@ -140,3 +140,38 @@ def test_a_response_refuses_fewer_views_than_questions() -> None:
 def test_confidence_never_exceeds_one_even_when_a_distribution_overshoots() -> None:
     """The clamp: float sums can put a peak a hair over 1.0; the published range is [0, 1]."""
     assert assemble.confidence([1.0 + 1e-9, 0.0]) == 1.0
+
+
+# -- orderings "prior" (issue 29): the debiased view, or its calibrated view where a temperature exists ------
+
+DEBIASED = {"u": [0.35, 0.65], "d": [0.5, 0.2, 0.3], "f": [0.7, 0.1, 0.1, 0.1]}
+DEBIASED_TEMPERED = {"u": [0.45, 0.55], "d": [0.2, 0.2, 0.6], "f": [0.1, 0.1, 0.1, 0.7]}
+
+
+def prior_view(key: str, tempered: bool) -> dict[str, object]:
+    combined: dict[str, object] = {"method": "prior", "probabilities": DEBIASED[key]}
+    if tempered:
+        combined["calibrated"] = {"probabilities": DEBIASED_TEMPERED[key]}
+    return {"option_ids": IDS[key], "combined": combined, "orderings": [{"probabilities": NATIVE[key]}]}
+
+
+def prior_plan() -> translate.Plan:
+    limits = translate.request_model.Limits(max_decisions=64, workloads=frozenset({"sorting"}), methods={"sorting": frozenset()},
+                                            priors={"sorting": frozenset({2, 3, 4})})
+    body = {"model": "served", "state": "s", "semif": {"orderings": "prior", "workload": "sorting"},
+            "questions": {"u": {"type": "noul"}, "d": {"type": "choice", "criteria": {"a": None, "b": None, "c": None}},
+                          "f": {"type": "score", "criteria": ["Calm", "Tense", "Angry", "Furious"]}}}
+    return translate.translate(json.dumps(body).encode(), translate.Policy(limits, frozenset({"served"}), "none", None))
+
+
+@pytest.mark.parametrize(("tempered", "table"), [(False, DEBIASED), (True, DEBIASED_TEMPERED)], ids=["debiased", "calibrated"])
+def test_a_prior_answer_reads_the_debiased_view_or_its_calibrated_view(tempered: bool, table: dict[str, list[float]]) -> None:
+    """Worked by hand: debiased d argmax a, confidence (3*0.5-1)/2; f 0.1+0.2+0.3, (4*0.7-1)/3.
+    Calibrated: d argmax c, (3*0.6-1)/2; f 0.1+0.2+2.1, (4*0.7-1)/3."""
+    views = [prior_view(key, tempered) for key in ("u", "d", "f")]
+    body = assemble.response(prior_plan(), "served", views, [{"input_tokens": 5}] * 3, "shared", None)
+    u, d, f = body["answers"]["u"], body["answers"]["d"], body["answers"]["f"]
+    assert u == {"type": "noul", "noul": table["u"][0], "semif": views[0]}
+    assert (d["choice"], d["probabilities"], d["semif"]) == ("c" if tempered else "a", dict(zip("abc", table["d"])), views[1])
+    assert d["confidence"] == pytest.approx(0.4 if tempered else 0.25)
+    assert f["score"] == pytest.approx(2.4 if tempered else 0.6) and f["confidence"] == pytest.approx(0.6)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from semif_serve import cli, config, server
+from tests.calibration_file import MATCHING, PRIORS, prior_path
 from tests.wire_client import TOKEN
 
 
@@ -164,3 +165,45 @@ def test_each_semif_only_setting_is_refused_naming_what_to_set_here(name: str) -
     assert str(refused.value) == f"{name}='x' is SemIf's setting and is not read here: {instead}"
     if same is not None:  # the one value that is what we do anyway
         assert config.load({"SEMIF_API_TOKEN": TOKEN, name: same}).api_token == TOKEN
+
+
+# -- SEMIF_SYSTEMONE_ORDERINGS=prior (issue 29): the default workload needs priors, not a temperature ----------
+
+
+def with_priors(tmp_path: Path, **env: str) -> config.Settings:
+    return config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": prior_path(tmp_path), **env})
+
+
+@pytest.mark.parametrize("workload", ["triage", "sorting"])  # sorting has priors and no temperature at all
+def test_the_prior_by_default_needs_a_workload_with_priors(tmp_path: Path, workload: str) -> None:
+    settings = with_priors(tmp_path, SEMIF_SYSTEMONE_ORDERINGS="prior", SEMIF_SYSTEMONE_WORKLOAD=workload)
+    assert (settings.systemone_orderings, settings.systemone_workload) == ("prior", workload)
+
+
+def test_the_prior_by_default_without_a_workload_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as caught:
+        with_priors(tmp_path, SEMIF_SYSTEMONE_ORDERINGS="prior")
+    assert str(caught.value) == ("SEMIF_SYSTEMONE_ORDERINGS=prior needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
+                                 "with priors in SEMIF_CALIBRATION")
+
+
+def test_the_prior_by_default_with_a_workload_without_priors_is_refused(tmp_path: Path) -> None:
+    """A temperature alone does not make a prior: the plain table's workload has none."""
+    with pytest.raises(ValueError) as caught:
+        load(tmp_path, SEMIF_SYSTEMONE_ORDERINGS="prior", SEMIF_SYSTEMONE_WORKLOAD="triage")
+    assert str(caught.value) == ("SEMIF_SYSTEMONE_WORKLOAD 'triage' has no priors for SEMIF_SYSTEMONE_ORDERINGS='prior'; "
+                                 "workloads with priors: none")
+    bound = tmp_path / "both.json"
+    bound.write_text(json.dumps({**MATCHING, "workloads": {"billing": {"none": 1.0}}, "priors": PRIORS}))
+    with pytest.raises(ValueError) as caught:
+        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": str(bound),
+                     "SEMIF_SYSTEMONE_ORDERINGS": "prior", "SEMIF_SYSTEMONE_WORKLOAD": "billing"})
+    assert str(caught.value) == ("SEMIF_SYSTEMONE_WORKLOAD 'billing' has no priors for SEMIF_SYSTEMONE_ORDERINGS='prior'; "
+                                 "workloads with priors: sorting, triage")
+
+
+def test_a_workload_with_priors_only_has_no_temperature_for_another_default(tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as caught:
+        with_priors(tmp_path, SEMIF_SYSTEMONE_WORKLOAD="sorting")
+    assert str(caught.value) == ("SEMIF_SYSTEMONE_WORKLOAD 'sorting' has no temperature for "
+                                 "SEMIF_SYSTEMONE_ORDERINGS='none'; it has: none at all")

@@ -109,6 +109,59 @@ async def test_the_server_defaults_average_and_calibrate_a_caller_that_sends_onl
     check_answers(result, await shared_views(server.port, "rotations", "triage"), ("combined", "calibrated"))
 
 
+# -- orderings "prior" (issue 29): one row per question, the debiased view, or its calibrated view ----
+
+# "triage" has a temperature for "prior", "sorting" none; both have priors over 2 and 3 options (QUESTIONS' counts).
+PRIORS = {2: calibration.Prior((0.6, 0.4), 8), 3: calibration.Prior((0.5, 0.3, 0.2), 8)}
+PRIOR_TABLE = calibration.Table({"triage": {"prior": 2.0}}, priors={"triage": PRIORS, "sorting": PRIORS})
+
+
+@pytest.mark.parametrize(("workload", "path"), [("sorting", ("combined",)), ("triage", ("combined", "calibrated"))],
+                         ids=["debiased", "calibrated"])
+async def test_prior_answers_through_both_clients_equal_the_prior_views(start_server, workload: str,
+                                                                        path: tuple[str, ...]) -> None:
+    server = await stub(start_server, calibration=PRIOR_TABLE)
+    extra = {"semif": {"orderings": "prior", "workload": workload}}
+    async with async_sdk(server.port) as client:
+        asynchronous = await client.system_one(STATE, QUESTIONS, extra_body=extra)
+    synchronous = await synchronous_answer(server.port, extra)
+    views = await shared_views(server.port, "prior", workload)
+    assert [view["combined"]["method"] for view in views] == ["prior"] * len(QUESTIONS)
+    assert ("calibrated" in views[0]["combined"]) == (workload == "triage")
+    for result in (asynchronous, synchronous):
+        assert native_hashes(result) == view_hashes(views) and len(native_hashes(result)) == len(QUESTIONS)  # a row each
+        check_answers(result, views, path)
+        department = result.raw_http_response.json()["answers"]["department"]["semif"]
+        assert department["combined"]["prior"] == [0.5, 0.3, 0.2] and len(department["orderings"]) == 1
+
+
+async def test_the_prior_by_default_sends_one_row_per_question(start_server) -> None:
+    fake = FakeScorer()
+    server = await start_server(fake, calibration=PRIOR_TABLE, systemone_orderings="prior", systemone_workload="sorting")
+    async with async_sdk(server.port) as client:
+        result = await client.system_one(STATE, QUESTIONS)
+    assert [(kind, [row["id"] for row in rows]) for kind, rows in fake.calls] == [("shared", [f"{key}#o0" for key in QUESTIONS])]
+    check_answers(result, await shared_views(server.port, "prior", "sorting"), ("combined",))
+
+
+async def test_a_prior_the_workload_lacks_is_the_sdks_422_and_nothing_is_scored(start_server) -> None:
+    fake = FakeScorer()
+    table = calibration.Table(priors={"sorting": {2: PRIORS[2]}})  # no prior over 3 options
+    server = await start_server(fake, calibration=table)
+    async with async_sdk(server.port, retry=NO_RETRY) as client:
+        with pytest.raises(TypeSafeUnprocessableEntityError) as missing:
+            await client.system_one(STATE, QUESTIONS, extra_body={"semif": {"orderings": "prior", "workload": "sorting"}})
+        with pytest.raises(TypeSafeUnprocessableEntityError) as unnamed:
+            await client.system_one(STATE, QUESTIONS, extra_body={"semif": {"orderings": "prior"}})
+    assert missing.value.body["error"] == {
+        "code": "invalid_request", "type": "invalid_request_error", "param": "semif.workload",
+        "message": "workload 'sorting' has no prior for 3 options (decision 'department'); it has priors for: 2"}
+    assert unnamed.value.body["error"]["param"] == "semif.workload"
+    assert unnamed.value.body["error"]["message"] == ("decision 'is_urgent' has orderings \"prior\" over 2 options, which needs "
+                                                      "a workload naming the prior; the request names no workload")
+    assert fake.calls == []
+
+
 # -- refusals as the SDK's typed exceptions ---------------------------------------------------
 
 async def test_each_refusal_is_the_sdks_typed_exception_with_our_message_and_request_id(start_server) -> None:

@@ -207,3 +207,49 @@ def test_a_duplicate_key_is_named_with_where_it_was_repeated(body: bytes, param:
 def test_sixteen_options_the_last_of_semifs_letters_are_accepted() -> None:
     (row,) = rows({"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(16)}}})
     assert [option["id"] for option in row["options"]] == [f"o{i}" for i in range(16)]
+
+
+# -- orderings "prior" (issue 29): the workload names the prior, per option count --------------------------
+
+PRIOR_LIMITS = request_model.Limits(max_decisions=64, workloads=frozenset({"triage", "sorting"}),
+                                    methods={"triage": frozenset({"none"}), "sorting": frozenset()},
+                                    priors={"triage": frozenset({2}), "sorting": frozenset({2, 3})})
+THREE = {"type": "choice", "criteria": {"a": None, "b": None, "c": None}}
+
+
+def prior_plan(semif: dict[str, Any] | None, questions: dict[str, Any], orderings: str = "none",
+               workload: str | None = None) -> translate.Plan:
+    body = {"model": "served", "state": "s", "questions": questions, **({} if semif is None else {"semif": semif})}
+    return translate.translate(json.dumps(body).encode(), translate.Policy(PRIOR_LIMITS, POLICY.models, orderings, workload))
+
+
+def test_the_prior_is_one_ordering_per_question_and_needs_no_temperature() -> None:
+    plan = prior_plan({"orderings": "prior", "workload": "sorting"}, {"q": NOUL, "k": THREE})
+    assert [d.orderings for d in plan.request.decisions] == ["prior", "prior"]
+    assert plan.request.workload == "sorting" and plan.request.averaged and plan.request.shared
+    defaults = prior_plan(None, {"q": NOUL}, "prior", "triage")  # triage has no temperature for "prior"
+    assert (defaults.request.decisions[0].orderings, defaults.request.workload) == ("prior", "triage")
+
+
+@pytest.mark.parametrize(("semif", "defaults", "param", "message"), [
+    ({"orderings": "prior"}, ("none", None), "semif.workload",
+     "decision 'q' has orderings \"prior\" over 2 options, which needs a workload naming the prior; the request names no workload"),
+    ({"orderings": "prior", "workload": "triage"}, ("none", None), "semif.workload",
+     "workload 'triage' has no prior for 3 options (decision 'k'); it has priors for: 2"),
+    ({"orderings": "prior"}, ("none", "triage"), "semif.orderings",
+     "workload 'triage' has no prior for 3 options (decision 'k'); it has priors for: 2"),
+    (None, ("prior", "triage"), "semif.orderings",
+     "workload 'triage' has no prior for 3 options (decision 'k'); it has priors for: 2"),
+    ({"workload": "sorting"}, ("none", None), "semif.workload",
+     "workload 'sorting' has no temperature for method 'none' (decision 'q'); it has: none at all"),
+])
+def test_a_missing_prior_is_refused_naming_the_workload_and_the_option_count(
+        semif: dict[str, Any] | None, defaults: tuple[str, str | None], param: str, message: str) -> None:
+    with pytest.raises(ApiError) as caught:
+        prior_plan(semif, {"q": NOUL, "k": THREE}, *defaults)
+    assert (caught.value.param, caught.value.message) == (param, message)
+
+
+def test_orderings_lists_the_prior_among_its_values() -> None:
+    error = refused({"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": "pride"}})
+    assert (error.param, error.message) == ("semif.orderings", "semif.orderings must be one of none, rotations, all, prior")
