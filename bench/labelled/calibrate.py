@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.common.report import fmt, markdown_table, note, now, write_json
-from . import fit, metrics, plots, scoring
+from . import fit, metrics, plots, rows as labelled, scoring
 
 DEFAULT_WORKLOAD = "default"
 
@@ -60,7 +60,7 @@ def fit_all(scored: dict[str, Any], default_workload: str) -> dict[str, dict[str
     """{workload: {method: fit_method(...)}} for every workload and method with rows on both sides."""
     by_workload: dict[str, list[dict[str, Any]]] = {}
     for row in scored["rows"]:
-        by_workload.setdefault(row.get("workload") or default_workload, []).append(row)
+        by_workload.setdefault(labelled.workload_of(row, default_workload), []).append(row)
     fitted: dict[str, dict[str, dict[str, Any]]] = {}
     for workload, rows in by_workload.items():
         for method in scored["methods"]:
@@ -74,25 +74,25 @@ def fit_all(scored: dict[str, Any], default_workload: str) -> dict[str, dict[str
     return fitted
 
 
-def prompt_version(scored: dict[str, Any]) -> str:
-    """The one prompt_version behind every score (from /health when it reports one)."""
-    seen = {record.get("prompt_version") for row in scored["rows"] for record in row["methods"].values()}
-    reported = scored["health"].get("prompt_version")
+def binding(health: dict[str, Any], versions: set[Any]) -> dict[str, Any]:
+    """model and revision from /health; the one prompt_version behind every score (and /health's, when it reports one)."""
+    seen = set(versions)
+    reported = health.get("prompt_version")
     if reported is not None:
         seen.add(reported)
     seen.discard(None)
     if len(seen) != 1:
         raise CalibrationError(f"the scores do not name exactly one prompt_version: {sorted(seen)}")
-    return seen.pop()
+    return {"model": health.get("model"), "revision": health.get("revision"), "prompt_version": seen.pop()}
 
 
 def calibration_file(scored: dict[str, Any], fitted: dict[str, dict[str, dict[str, Any]]], source: str) -> dict[str, Any]:
     """The bound form: what was fitted, on what, for which model, revision and prompt."""
-    facts = scored["health"]
+    versions = {record.get("prompt_version") for row in scored["rows"] for record in row["methods"].values()}
     per = lambda side, key: {w: {m: o[side][key] for m, o in ms.items()} for w, ms in fitted.items()}  # noqa: E731
     any_method = [o for ms in fitted.values() for o in ms.values()]
     return {
-        "model": facts.get("model"), "revision": facts.get("revision"), "prompt_version": prompt_version(scored),
+        **binding(scored["health"], versions),
         "fitted": {"rows": max(o["fit_rows"] for o in any_method), "test_rows": max(o["test_rows"] for o in any_method),
                    "date": now(), "data": source,
                    "nll_before": per("before", "nll"), "nll_after": per("after", "nll"),

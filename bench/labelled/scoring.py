@@ -35,7 +35,7 @@ import argparse
 import asyncio
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, combine, orderings
 
@@ -108,19 +108,21 @@ async def health(target: Target) -> dict[str, Any]:
     return response.json()
 
 
-async def _worker(target: Target, jobs: asyncio.Queue[tuple[labelled.Row, str]], out: dict[tuple[str, str], Record],
-                  progress: Progress, timeout: float, wanted: Sequence[str] | None) -> None:
-    """Send queued (row, method) jobs on one keep-alive connection; with `wanted`, derive those methods too."""
+Job = tuple[labelled.Row, str]
+Handler = Callable[[labelled.Row, str, dict[str, Any]], dict[tuple[str, str], Any]]
+
+
+async def _worker(target: Target, jobs: asyncio.Queue[Job], out: dict[tuple[str, str], Any], progress: Progress,
+                  timeout: float, body: Callable[[labelled.Row, str], dict[str, Any]], handle: Handler) -> None:
+    """Send queued (row, method) jobs on one keep-alive connection; `handle` turns each answer into entries of `out`."""
     connection = await Connection.open(target)
     try:
         while not jobs.empty():
             row, method = jobs.get_nowait()
-            response = await connection.request(target, "POST", "/decide", labelled.request(row, method), timeout)
+            response = await connection.request(target, "POST", "/decide", body(row, method), timeout)
             if response.status != 200:
                 raise ScoringError(f"/decide {row['id']!r} ({method}) answered {response.status}: {response.body[:300]!r}")
-            answer = response.json()
-            records = derive(row, method, answer, wanted) if wanted else {method: record(row, method, answer)}
-            out.update({(row["id"], m): r for m, r in records.items()})
+            out.update(handle(row, method, response.json()))
             progress.tick()
             if connection.closed:
                 connection = await Connection.open(target)
@@ -128,30 +130,43 @@ async def _worker(target: Target, jobs: asyncio.Queue[tuple[labelled.Row, str]],
         await connection.close()
 
 
-async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence[str] = METHODS,
-                concurrency: int = 2, timeout: float = DEFAULT_TIMEOUT, derive_smaller: bool = False) -> dict[str, Any]:
-    """Every applicable (row, method), method by method; the server's /health and the per-row records."""
-    facts = await health(target)
-    jobs: asyncio.Queue[tuple[labelled.Row, str]] = asyncio.Queue()
-    skipped: dict[str, list[str]] = {method: [row["id"] for row in items if not applicable(row, method)] for method in methods}
-    if derive_smaller:
-        for row in items:
-            if any(applicable(row, m) for m in methods):
-                jobs.put_nowait((row, largest(row, methods)))
-    else:
-        for method in methods:
-            for row in items:
-                if applicable(row, method):
-                    jobs.put_nowait((row, method))
-    out: dict[tuple[str, str], Record] = {}
-    progress = Progress("evaluate: requests answered", jobs.qsize(), every=5.0)
-    wanted = list(methods) if derive_smaller else None
-    workers = [asyncio.create_task(_worker(target, jobs, out, progress, timeout, wanted)) for _ in range(max(1, concurrency))]
+async def ask(target: Target, jobs: Sequence[Job], handle: Handler, progress: Progress, concurrency: int = 2,
+              timeout: float = DEFAULT_TIMEOUT, body: Callable[[labelled.Row, str], dict[str, Any]] = labelled.request,
+              ) -> dict[tuple[str, str], Any]:
+    """POST every (row, method) to /decide on `concurrency` connections; what `handle` made of the answers.
+
+    The first non-200 answer stops the run (ScoringError naming the row and method)."""
+    queue: asyncio.Queue[Job] = asyncio.Queue()
+    for job in jobs:
+        queue.put_nowait(job)
+    out: dict[tuple[str, str], Any] = {}
+    workers = [asyncio.create_task(_worker(target, queue, out, progress, timeout, body, handle))
+               for _ in range(max(1, concurrency))]
     try:
         await asyncio.gather(*workers)
     finally:
         for task in workers:
             task.cancel()
+    return out
+
+
+async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence[str] = METHODS,
+                concurrency: int = 2, timeout: float = DEFAULT_TIMEOUT, derive_smaller: bool = False) -> dict[str, Any]:
+    """Every applicable (row, method), method by method; the server's /health and the per-row records."""
+    facts = await health(target)
+    skipped: dict[str, list[str]] = {method: [row["id"] for row in items if not applicable(row, method)] for method in methods}
+    if derive_smaller:
+        jobs = [(row, largest(row, methods)) for row in items if any(applicable(row, m) for m in methods)]
+    else:
+        jobs = [(row, method) for method in methods for row in items if applicable(row, method)]
+    wanted = list(methods)
+
+    def handle(row: labelled.Row, method: str, answer: dict[str, Any]) -> dict[tuple[str, str], Record]:
+        records = derive(row, method, answer, wanted) if derive_smaller else {method: record(row, method, answer)}
+        return {(row["id"], m): r for m, r in records.items()}
+
+    progress = Progress("evaluate: requests answered", len(jobs), every=5.0)
+    out = await ask(target, jobs, handle, progress, concurrency, timeout)
     scored = [{"id": row["id"], "label": row["label"], "split": labelled.split_of(row),
                "workload": row.get("workload"), "options": len(row["options"]),
                "methods": {m: out[row["id"], m] for m in methods if (row["id"], m) in out}} for row in items]
