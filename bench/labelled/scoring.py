@@ -45,6 +45,7 @@ from . import rows as labelled
 
 Record = dict[str, Any]
 DEFAULT_TIMEOUT = 600.0  # one "all" request over 4 options is 24 rows in one call: seconds on a loaded CPU
+DEFAULT_WORKLOAD = "default"
 
 
 class ScoringError(RuntimeError):
@@ -180,6 +181,7 @@ def add_arguments(parser: argparse.ArgumentParser, results_help: str) -> None:
     source.add_argument("--results", type=Path, help=results_help)
     parser.add_argument("--data", help="labelled JSONL {id, state, question, options, label[, split, workload]}")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload of rows that name none (default: default)")
     parser.add_argument("--concurrency", type=int, default=2, help="requests in flight (default 2)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per request")
     parser.add_argument("--derive", action="store_true",
