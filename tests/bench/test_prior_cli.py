@@ -1,0 +1,223 @@
+"""`python -m bench prior` end to end, as a user runs it, on a live stub server.
+
+The stub's logits hash each option with its position, so a decision's rotations
+disagree and its prior is not uniform: every fitted number can be recomputed
+here from the server's own rotation answers with the server package's own
+arithmetic (`semif_serve.prior`), and must match exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from bench.common import procs
+from bench.common.loadgen import call
+from bench.labelled import prior as fitting, rows as labelled, scoring
+from semif_serve import prior as pride
+
+TOKEN = "prior-token-" + "0123456789abcdef" * 2
+DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "labelled.jsonl"
+PNG = b"\x89PNG\r\n\x1a\n"
+# (option count, rows taken, the workload field they carry (None: --workload's))
+GROUPS = [(2, 8, None), (3, 9, "billing"), (4, 3, "billing"), (5, 3, None)]
+DEFAULT = "triage"
+NOT_FITTED = {("billing", 4): 3, (DEFAULT, 5): 3}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[procs.Running]:
+    with procs.semif_serve(procs.stub_env(), TOKEN, log_dir=tmp_path_factory.mktemp("logs")) as running:
+        yield running
+
+
+def chosen() -> list[dict[str, Any]]:
+    """Rows of our labelled set in the four GROUPS, two too small to fit."""
+    by_count: dict[int, list[dict[str, Any]]] = {}
+    for row in labelled.load(DATA):
+        by_count.setdefault(len(row["options"]), []).append(row)
+    return [row if workload is None else {**row, "workload": workload}
+            for n, taken, workload in GROUPS for row in by_count[n][:taken]]
+
+
+def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def decisions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chosen rows, every other one without its label (the fit must not need it)."""
+    rows = [{key: value for key, value in row.items() if not (key == "label" and k % 2)} for k, row in enumerate(chosen())]
+    return jsonl(tmp_path_factory.mktemp("data") / "decisions.jsonl", rows)
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=procs.ROOT, capture_output=True, text=True,
+                          env={**os.environ, "SEMIF_API_TOKEN": TOKEN}, timeout=120, check=False)
+
+
+def fit(server: procs.Running, decisions: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return bench("prior", "--url", server.url, "--data", str(decisions), "--out", str(out), "--workload", DEFAULT, *extra)
+
+
+@pytest.fixture(scope="module")
+def fitted(server: procs.Running, decisions: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("prior")
+    done = fit(server, decisions, out / "calibration.json", "--progress-every", "0", "--report", str(out / "report.json"),
+               "--plot", str(out / "prior.png"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {"done": done, "file": json.loads((out / "calibration.json").read_text()), "dir": out}
+
+
+def rotations(server: procs.Running, row: dict[str, Any]) -> list[dict[str, Any]]:
+    response = asyncio.run(call(server.target, "POST", "/decide", labelled.request(row, "rotations")))
+    assert response.status == 200
+    return response.json()["orderings"]
+
+
+def test_each_group_is_the_mean_of_its_decisions_priors_from_the_servers_rotations(
+        fitted: dict[str, Any], server: procs.Running, decisions: Path) -> None:
+    expected: dict[str, dict[str, Any]] = {}
+    for (workload, n), rows in fitting.groups(labelled.load(decisions, labelled=False), DEFAULT).items():
+        if (workload, n) not in NOT_FITTED:
+            expected.setdefault(workload, {})[str(n)] = pride.entry([pride.decision_prior(rotations(server, r)) for r in rows])
+    assert fitted["file"]["priors"] == expected
+    assert expected[DEFAULT]["2"]["decisions"] == 8 and expected["billing"]["3"]["decisions"] == 9
+    assert all(entry["prior"] != pytest.approx([1 / int(n)] * int(n), abs=1e-3)
+               for entries in expected.values() for n, entry in entries.items()), "the stub's positions should bias it"
+
+
+def test_a_new_file_is_bound_to_what_the_server_reports_and_holds_no_temperatures(
+        fitted: dict[str, Any], server: procs.Running) -> None:
+    health = asyncio.run(call(server.target, "GET", "/health")).json()
+    document = fitted["file"]
+    assert (document["model"], document["revision"], document["prompt_version"]) == (
+        health["model"], health["revision"], health["prompt_version"])
+    assert "workloads" not in document
+    facts = document["fitted"]["priors"]
+    assert facts["decisions"] == 17 and facts["min_decisions"] == pride.MIN_DECISIONS == 8
+    assert facts["not_fitted"] == {"billing/4": "3 decision(s), fewer than the 8 a prior needs",
+                                   f"{DEFAULT}/5": "3 decision(s), fewer than the 8 a prior needs"}
+
+
+def test_groups_under_eight_decisions_are_named_not_fitted_and_not_scored(fitted: dict[str, Any]) -> None:
+    done = fitted["done"]
+    for (workload, n), count in NOT_FITTED.items():
+        why = f"{count} decision(s), fewer than the 8 a prior needs"
+        assert f"prior: {workload}, {n} options: not fitted: {why}" in done.stderr
+        assert f"not fitted: {workload}, {n} options: {why}" in done.stdout
+        assert str(n) not in fitted["file"]["priors"].get(workload, {})
+    assert "scoring 17 decisions under their rotations (43 rows) in 2 group(s)" in done.stderr  # 8 x 2 + 9 x 3
+
+
+def test_progress_counts_every_decision_with_the_elapsed_time(fitted: dict[str, Any]) -> None:
+    lines = [line for line in fitted["done"].stderr.splitlines() if line.startswith("prior: decisions scored: ")]
+    counts = [line.split(": ")[2].split(" ")[0] for line in lines]
+    assert counts[:17] == [f"{k}/17" for k in range(1, 18)]
+    assert all(line.endswith(" s)") and "(" in line for line in lines)
+
+
+def test_the_table_report_and_plot(fitted: dict[str, Any], decisions: Path) -> None:
+    done, out = fitted["done"], fitted["dir"]
+    entry = fitted["file"]["priors"]["billing"]["3"]
+    row = f"| billing  | 3       | 9         | {' / '.join(f'{p:.3f}' for p in entry['prior'])} | 0.333   |"
+    assert row in done.stdout, done.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert report["priors"] == fitted["file"]["priors"] and len(report["decisions"]) == 17
+    billing = [d["prior"] for d in report["decisions"].values() if d["workload"] == "billing" and d["options"] == 3]
+    assert pride.workload_prior(billing) == entry["prior"]
+    assert (out / "prior.png").read_bytes().startswith(PNG)
+
+
+def test_an_existing_bound_file_keeps_its_temperatures_and_other_workloads(
+        fitted: dict[str, Any], server: procs.Running, decisions: Path, tmp_path: Path) -> None:
+    binding = {key: fitted["file"][key] for key in ("model", "revision", "prompt_version")}
+    old_prior = {"prior": [0.5, 0.5], "decisions": 9}
+    existing = {**binding, "fitted": {"rows": 62, "nll_after": {"ops": {"none": 1.0}}},
+                "workloads": {"ops": {"none": 2.0, "rotations": 1.5}},
+                "priors": {"ops": {"2": old_prior}, DEFAULT: {"4": {"prior": [0.25] * 4, "decisions": 8}}}}
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(existing))
+    done = fit(server, decisions, path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "merged: temperatures and other workloads kept" in done.stderr
+    document = json.loads(path.read_text())
+    assert document["workloads"] == existing["workloads"]
+    assert {k: v for k, v in document["fitted"].items() if k != "priors"} == existing["fitted"]
+    # a workload fitted now is replaced whole (its old 4-option prior goes); one not in the data stays
+    assert document["priors"] == {"ops": {"2": old_prior}, **fitted["file"]["priors"]}
+    assert not list(tmp_path.glob(".*partial"))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"model": "another/model"}, "is bound to model 'another/model', but the server reports 'stub'"),
+    ({"prompt_version": "direct-options-v1"}, "is bound to prompt_version 'direct-options-v1', but the server reports 'stub-v1'"),
+])
+def test_a_file_bound_to_something_else_is_refused_before_scoring_and_left_untouched(
+        fitted: dict[str, Any], server: procs.Running, decisions: Path, tmp_path: Path, change: dict[str, str],
+        message: str) -> None:
+    binding = {key: fitted["file"][key] for key in ("model", "revision", "prompt_version")}
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({**binding, **change, "workloads": {"ops": {"none": 2.0}}}))
+    before = path.read_bytes()
+    done = fit(server, decisions, path)
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert "decisions scored" not in done.stderr and "scoring" not in done.stderr
+    assert path.read_bytes() == before
+
+
+def test_a_plain_file_and_a_broken_file_are_refused_and_left_untouched(server: procs.Running, decisions: Path,
+                                                                      tmp_path: Path) -> None:
+    plain, broken = tmp_path / "plain.json", tmp_path / "broken.json"
+    plain.write_text('{"ops": 2.0}')
+    broken.write_text('{"model": ')
+    for path, message in ((plain, "is a plain {workload: T} file with no binding"), (broken, "is not valid JSON")):
+        before = path.read_bytes()
+        done = fit(server, decisions, path)
+        assert done.returncode == 1 and message in done.stderr, done.stderr
+        assert path.read_bytes() == before
+
+
+def test_nothing_fitted_writes_nothing(server: procs.Running, decisions: Path, tmp_path: Path) -> None:
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(line + "\n" for line in decisions.read_text().splitlines()[:7]))
+    done = fit(server, small, tmp_path / "calibration.json")
+    assert done.returncode == 1
+    assert "prior: triage, 2 options: not fitted: 7 decision(s), fewer than the 8 a prior needs" in done.stderr
+    assert "nothing fitted, nothing written" in done.stderr and not (tmp_path / "calibration.json").exists()
+
+
+def test_split_fits_one_side_only(server: procs.Running, tmp_path: Path) -> None:
+    done = bench("prior", "--url", server.url, "--data", str(DATA), "--out", str(tmp_path / "c.json"), "--split", "fit")
+    assert done.returncode == 0, done.stderr[-2000:]
+    fit_rows = [row for row in labelled.load(DATA) if row["split"] == "fit"]
+    counts = {n: sum(len(row["options"]) == n for row in fit_rows) for n in (2, 3, 4, 5)}
+    priors = json.loads((tmp_path / "c.json").read_text())["priors"]["default"]
+    assert {n: e["decisions"] for n, e in priors.items()} == {str(n): c for n, c in counts.items() if c >= 8}
+    assert f"prior: default, 5 options: not fitted: {counts[5]} decision(s), fewer than the 8 a prior needs" in done.stderr
+
+
+def test_an_answer_that_is_not_the_rows_rotations_is_refused() -> None:
+    row = {"id": "r", "options": [{"id": "a"}, {"id": "b"}, {"id": "c"}]}
+    rotated = [{"option_ids": ids} for ids in (["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"])]
+    assert fitting.rotation_results(row, {"orderings": rotated}) == rotated
+    for wrong in (rotated[:2], [rotated[0], rotated[2], rotated[1]], [{"option_ids": ["a", "c", "b"]}, *rotated[1:]]):
+        with pytest.raises(scoring.ScoringError, match="not the 3 rotations"):
+            fitting.rotation_results(row, {"orderings": wrong})
+
+
+def test_help_names_the_inputs_and_the_rule() -> None:
+    done = bench("prior", "--help")
+    assert done.returncode == 0
+    for text in ("--url", "--data", "--out", "--workload", "--split", "--progress-every", "fewer than 8 decisions",
+                 "rotations"):
+        assert text in " ".join(done.stdout.split()), text
+
