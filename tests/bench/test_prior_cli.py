@@ -20,8 +20,10 @@ import pytest
 
 from bench.common import procs
 from bench.common.loadgen import call
-from bench.labelled import prior as fitting, rows as labelled, scoring
+from bench.labelled import metrics, prior as fitting, rows as labelled, scoring
 from semif_serve import prior as pride
+
+from tests.calibration_file import MATCHING
 
 TOKEN = "prior-token-" + "0123456789abcdef" * 2
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "labelled.jsonl"
@@ -214,6 +216,18 @@ def test_an_answer_that_is_not_the_rows_rotations_is_refused() -> None:
             fitting.rotation_results(row, {"orderings": wrong})
 
 
+def test_an_answer_combined_by_another_method_than_asked_is_refused() -> None:
+    row = {"id": "r", "options": [{"id": "a"}, {"id": "b"}]}
+    native = {"option_ids": ["a", "b"], "probabilities": [0.6, 0.4], "option_logits": [1.0, 0.6], "prompt_version": "v"}
+    averaged = {"option_ids": ["a", "b"], "orderings": [native],
+                "combined": {"method": "none", "orderings": 1, "probabilities": [0.6, 0.4], "top": "a", "agreement": 1.0}}
+    assert scoring.record(row, "none", native)["top"] == 0
+    with pytest.raises(scoring.ScoringError, match="asked for orderings 'prior', the answer is combined by None"):
+        scoring.record(row, "prior", native)
+    with pytest.raises(scoring.ScoringError, match="asked for orderings 'prior', the answer is combined by 'none'"):
+        scoring.record(row, "prior", averaged)
+
+
 def test_help_names_the_inputs_and_the_rule() -> None:
     done = bench("prior", "--help")
     assert done.returncode == 0
@@ -221,3 +235,108 @@ def test_help_names_the_inputs_and_the_rule() -> None:
                  "rotations"):
         assert text in " ".join(done.stdout.split()), text
 
+
+# -- evaluate --methods ... prior, on a server loaded with the fitted priors ----------------------------
+
+@pytest.fixture(scope="module")
+def prior_server(fitted: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[procs.Running]:
+    """The stub with the fitted priors. The stub reports no model revision, so the file is rebound by hand to
+    what a stub server checks a binding against (its default SEMIF_MODEL and SEMIF_REVISION)."""
+    path = tmp_path_factory.mktemp("served") / "calibration.json"
+    path.write_text(json.dumps({**MATCHING, "priors": fitted["file"]["priors"]}))
+    env = {**procs.stub_env(), "SEMIF_CALIBRATION": str(path)}
+    with procs.semif_serve(env, TOKEN, log_dir=tmp_path_factory.mktemp("logs")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def evaluated(prior_server: procs.Running, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("evaluate")
+    data = jsonl(out / "labelled.jsonl", chosen())
+    done = bench("evaluate", "--url", prior_server.url, "--data", str(data), "--methods", "none", "rotations", "prior",
+                 "--workload", DEFAULT, "--out", str(out / "results.json"), "--plot", str(out / "reliability.png"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {"done": done, "results": json.loads((out / "results.json").read_text()), "dir": out, "data": data}
+
+
+def test_evaluate_keeps_what_the_server_answers_under_prior_with_the_rows_workload(
+        evaluated: dict[str, Any], prior_server: procs.Running) -> None:
+    by_id = {row["id"]: row for row in evaluated["results"]["rows"]}
+    asked = 0
+    for row in chosen():
+        workload, n = row.get("workload", DEFAULT), len(row["options"])
+        if (workload, n) in NOT_FITTED:
+            assert "prior" not in by_id[row["id"]]["methods"]
+            continue
+        response = asyncio.run(call(prior_server.target, "POST", "/decide", labelled.request(row, "prior", workload)))
+        assert response.status == 200
+        combined = response.json()["combined"]
+        kept = by_id[row["id"]]["methods"]["prior"]
+        assert kept["probabilities"] == combined["probabilities"] and kept["prior"] == combined["prior"]
+        assert kept["orderings"] == 1 and kept["top"] == [o["id"] for o in row["options"]].index(combined["top"])
+        asked += 1
+    assert asked == 17
+
+
+def test_rows_with_no_prior_are_skipped_and_listed_by_workload_and_option_count(evaluated: dict[str, Any]) -> None:
+    results = evaluated["results"]
+    skipped = sorted(row["id"] for row in chosen() if (row.get("workload", DEFAULT), len(row["options"])) in NOT_FITTED)
+    assert sorted(results["skipped"]["prior"]) == skipped and len(skipped) == 6
+    assert results["skipped"]["rotations"] == results["skipped"]["none"] == []
+    assert ("prior: 6 rows not scored (no prior on the server for its (workload, option count): billing/4, triage/5)"
+            in evaluated["done"].stdout)
+
+
+def test_prior_figures_recompute_from_the_kept_rows(evaluated: dict[str, Any]) -> None:
+    results = evaluated["results"]
+    summary = results["summary"]
+    rows = [row for row in results["rows"] if "prior" in row["methods"]]
+    labels = [row["label"] for row in rows]
+    prior = [row["methods"]["prior"] for row in rows]
+    rotated = [row["methods"]["rotations"] for row in rows]
+    figures = summary["prior"]
+    assert figures["rows"] == 17 and figures["rows_per_decision"] == 1.0
+    assert summary["rotations"]["rows_per_decision"] == pytest.approx((8 * 2 + 9 * 3 + 3 * 4 + 3 * 5) / 23)
+    assert figures["accuracy"] == pytest.approx(metrics.accuracy([r["probabilities"] for r in prior], labels))
+    assert figures["nll"] == pytest.approx(metrics.nll([r["probabilities"] for r in prior], labels))
+    assert figures["brier"] == pytest.approx(metrics.brier([r["probabilities"] for r in prior], labels))
+    assert figures["ece"] == pytest.approx(metrics.ece([r["probabilities"] for r in prior], labels))
+    assert figures["top_position"] == pytest.approx([[r["top"] for r in prior].count(k) / 17 for k in range(3)])
+    same = sum(p["top"] == r["top"] for p, r in zip(prior, rotated)) / 17
+    kl = sum(metrics.kl(r["probabilities"], p["probabilities"]) for p, r in zip(prior, rotated)) / 17
+    assert figures["vs_rotations"] == pytest.approx({"rows": 17, "same_top": same, "kl": kl})
+    assert 0 < kl and "unanimous_share" not in figures  # one ordering: its agreement is 1 by construction
+    none = summary["none"]["vs_rotations"]
+    assert none["rows"] == 23 and "vs_rotations" not in summary["rotations"]
+
+
+def test_evaluate_prints_rows_per_decision_and_the_comparison_with_rotations(evaluated: dict[str, Any]) -> None:
+    out = evaluated["done"].stdout
+    summary = evaluated["results"]["summary"]
+    assert "| rows/decision |" in out and "mean KL(rotations ‖ method)" in out and "top share (prior)" in out
+    line = next(line for line in out.splitlines() if line.startswith("| prior ") and "| 17 " in line and "1.00" in line)
+    assert f"{summary['prior']['vs_rotations']['same_top']:.3f}" in line, line
+    assert (evaluated["dir"] / "reliability.png").read_bytes().startswith(PNG)
+
+
+def test_derived_runs_still_ask_prior_on_its_own(evaluated: dict[str, Any], prior_server: procs.Running,
+                                                 tmp_path: Path) -> None:
+    done = bench("evaluate", "--url", prior_server.url, "--data", str(evaluated["data"]), "--methods", "none",
+                 "rotations", "prior", "--workload", DEFAULT, "--derive", "--out", str(tmp_path / "derived.json"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    derived = json.loads((tmp_path / "derived.json").read_text())
+    assert derived["derived"] is True and derived["summary"] == evaluated["results"]["summary"]
+
+
+def test_calibrate_keeps_the_priors_of_the_file_it_refits(evaluated: dict[str, Any], fitted: dict[str, Any],
+                                                          tmp_path: Path) -> None:
+    path, fresh = tmp_path / "calibration.json", tmp_path / "fresh.json"
+    path.write_text(json.dumps(fitted["file"]))
+    for out in (path, fresh):
+        done = bench("calibrate", "--results", str(evaluated["dir"] / "results.json"), "--out", str(out),
+                     "--workload", DEFAULT)
+        assert done.returncode == 0, done.stderr[-2000:]
+    document, alone = json.loads(path.read_text()), json.loads(fresh.read_text())
+    assert document["priors"] == fitted["file"]["priors"] and "priors" not in alone
+    assert document["fitted"]["priors"] == fitted["file"]["fitted"]["priors"]
+    assert document["workloads"] == alone["workloads"] and any("prior" in ms for ms in alone["workloads"].values())
