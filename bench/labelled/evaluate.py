@@ -161,7 +161,8 @@ def report(scored: dict[str, Any], data: str, out: Path | None, plot: Path | Non
         note("evaluate: no method scored any row; no plot")
     elif plot is not None:
         model = scored["health"].get("model")
-        plots.reliability([panels(summary)], plot, f"Reliability on {Path(data).name} ({model})")
+        side = f", {scored['split']} split" if scored.get("split") else ""
+        plots.reliability([panels(summary)], plot, f"Reliability on {Path(data).name}{side} ({model})")
         note(f"evaluate: wrote {plot}")
     return payload
 
