@@ -207,6 +207,28 @@ def test_split_fits_one_side_only(server: procs.Running, tmp_path: Path) -> None
     assert f"prior: default, 5 options: not fitted: {counts[5]} decision(s), fewer than the 8 a prior needs" in done.stderr
 
 
+def test_on_the_tiny_model_the_file_written_is_one_its_server_starts_with_and_serves(
+        tiny_built: dict[str, str], decisions: Path, tmp_path: Path) -> None:
+    """The stub reports no revision, so only a real model shows the binding the command writes is the one
+    a server of that model accepts at startup (and that the priors pass its checks)."""
+    env = {**tiny_built, "OMP_NUM_THREADS": "1"}
+    path, logs = tmp_path / "calibration.json", tmp_path / "logs"
+    logs.mkdir()
+    with procs.semif_serve(env, TOKEN, ready_timeout=120.0, log_dir=logs) as fitting_server:
+        done = fit(fitting_server, decisions, path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    document = json.loads(path.read_text())
+    assert (document["model"], document["revision"]) == (tiny_built["SEMIF_MODEL"], tiny_built["SEMIF_REVISION"])
+    with procs.semif_serve({**env, "SEMIF_CALIBRATION": str(path)}, TOKEN, ready_timeout=120.0,
+                           log_dir=logs) as served:
+        health = asyncio.run(call(served.target, "GET", "/health")).json()
+        assert health["calibration"]["priors"] == {"billing": [3], DEFAULT: [2]}
+        row = next(row for row in chosen() if len(row["options"]) == 2)
+        response = asyncio.run(call(served.target, "POST", "/decide", labelled.request(row, "prior", DEFAULT)))
+    assert response.status == 200, response.body[:300]
+    assert response.json()["combined"]["prior"] == document["priors"][DEFAULT]["2"]["prior"]
+
+
 def test_an_answer_that_is_not_the_rows_rotations_is_refused() -> None:
     row = {"id": "r", "options": [{"id": "a"}, {"id": "b"}, {"id": "c"}]}
     rotated = [{"option_ids": ids} for ids in (["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"])]
