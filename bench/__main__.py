@@ -44,6 +44,7 @@ COMMANDS: dict[str, Command] = {
     # labelled/: how accurate and how calibrated?
     "evaluate": Command("bench.labelled.evaluate", "labelled: accuracy, NLL, Brier, ECE and positions per ordering method"),
     "calibrate": Command("bench.labelled.calibrate", "labelled: fit one temperature per workload and method, write the calibration file"),
+    "prior": Command("bench.labelled.prior", "labelled: fit a position prior per workload and option count (PriDe), into the calibration file"),
     # scale/: replicas behind nginx
     "scale": Command("bench.scale.scale", "scale: stub replicas behind nginx: spread, full queues, rolling restart, kill, throughput"),
     # gpu/: the prepared check on a lent card

@@ -17,7 +17,9 @@ the scores must agree on a single one.
 Rules: the rows are scored once (or read from `evaluate --out`), never twice;
 the fit is fit.py's, every figure is metrics.py's, every plot is plots.py's.
 A row's workload is its `workload` field, else --workload. The file written is
-what the fit produced; loading and checking it is the server's job.
+what the fit produced; loading and checking it is the server's job. Position
+priors already in --out (`bench prior`), bound to the same model, revision and
+prompt version, are kept (calibration_file.py says who owns which key).
 """
 
 from __future__ import annotations
@@ -29,13 +31,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.common.report import fmt, markdown_table, note, now, write_json
-from . import fit, metrics, plots, scoring
-
-DEFAULT_WORKLOAD = "default"
-
-
-class CalibrationError(ValueError):
-    """Results that cannot give a bound calibration file."""
+from . import calibration_file, fit, metrics, plots, rows as labelled, scoring
+from .calibration_file import PRIORS, CalibrationError, binding
 
 
 def _side(rows: Sequence[dict[str, Any]], method: str, split: str) -> tuple[list[Any], list[Any], list[int]]:
@@ -60,7 +57,7 @@ def fit_all(scored: dict[str, Any], default_workload: str) -> dict[str, dict[str
     """{workload: {method: fit_method(...)}} for every workload and method with rows on both sides."""
     by_workload: dict[str, list[dict[str, Any]]] = {}
     for row in scored["rows"]:
-        by_workload.setdefault(row.get("workload") or default_workload, []).append(row)
+        by_workload.setdefault(labelled.workload_of(row, default_workload), []).append(row)
     fitted: dict[str, dict[str, dict[str, Any]]] = {}
     for workload, rows in by_workload.items():
         for method in scored["methods"]:
@@ -74,31 +71,33 @@ def fit_all(scored: dict[str, Any], default_workload: str) -> dict[str, dict[str
     return fitted
 
 
-def prompt_version(scored: dict[str, Any]) -> str:
-    """The one prompt_version behind every score (from /health when it reports one)."""
-    seen = {record.get("prompt_version") for row in scored["rows"] for record in row["methods"].values()}
-    reported = scored["health"].get("prompt_version")
-    if reported is not None:
-        seen.add(reported)
-    seen.discard(None)
-    if len(seen) != 1:
-        raise CalibrationError(f"the scores do not name exactly one prompt_version: {sorted(seen)}")
-    return seen.pop()
-
-
-def calibration_file(scored: dict[str, Any], fitted: dict[str, dict[str, dict[str, Any]]], source: str) -> dict[str, Any]:
+def bound_file(scored: dict[str, Any], fitted: dict[str, dict[str, dict[str, Any]]], source: str) -> dict[str, Any]:
     """The bound form: what was fitted, on what, for which model, revision and prompt."""
-    facts = scored["health"]
+    versions = {record.get("prompt_version") for row in scored["rows"] for record in row["methods"].values()}
     per = lambda side, key: {w: {m: o[side][key] for m, o in ms.items()} for w, ms in fitted.items()}  # noqa: E731
     any_method = [o for ms in fitted.values() for o in ms.values()]
     return {
-        "model": facts.get("model"), "revision": facts.get("revision"), "prompt_version": prompt_version(scored),
+        **binding(scored["health"], versions),
         "fitted": {"rows": max(o["fit_rows"] for o in any_method), "test_rows": max(o["test_rows"] for o in any_method),
                    "date": now(), "data": source,
                    "nll_before": per("before", "nll"), "nll_after": per("after", "nll"),
                    "ece_before": per("before", "ece"), "ece_after": per("after", "ece")},
         "workloads": {w: {m: o["temperature"] for m, o in ms.items()} for w, ms in fitted.items()},
     }
+
+
+def kept_priors(existing: Any, bound: dict[str, Any], where: Path) -> dict[str, Any]:
+    """`bound` with the position priors an existing file bound to the same model holds (`bench prior` wrote
+    them; a refit of the temperatures must not drop them). A file bound to something else is replaced whole."""
+    why = calibration_file.mismatch(existing, bound, where)
+    if existing is None or PRIORS not in existing:
+        return bound
+    if why is not None:
+        note(f"calibrate: {why}; replaced whole, its priors dropped")
+        return bound
+    fitted = calibration_file.fitted_of(existing)
+    return {**bound, "fitted": {**bound["fitted"], **({PRIORS: fitted[PRIORS]} if PRIORS in fitted else {})},
+            PRIORS: existing[PRIORS]}
 
 
 def table(fitted: dict[str, dict[str, dict[str, Any]]]) -> str:
@@ -138,7 +137,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=Path, help="reliability diagrams before/after on the test rows (PNG)")
     p.add_argument("--report", type=Path, help="every fitted figure as JSON")
     p.add_argument("--save-results", type=Path, help="with --url: also keep the scored rows (evaluate's format)")
-    p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload of rows that name none (default: default)")
     return p
 
 
@@ -147,12 +145,13 @@ def main(argv: Sequence[str]) -> int:
     try:
         scored = _scored(args)
         fitted = fit_all(scored, args.workload)
-        bound = calibration_file(scored, fitted, str(args.data or args.results))
+        bound = kept_priors(calibration_file.read(args.out), bound_file(scored, fitted, str(args.data or args.results)),
+                            args.out)
     except (ValueError, OSError, TimeoutError, KeyError, scoring.ScoringError) as error:
         print(f"calibrate: {error}", file=sys.stderr)
         return 1
     print(table(fitted))
-    write_json(args.out, bound)
+    calibration_file.write(args.out, bound)
     note(f"calibrate: wrote {args.out}")
     if args.report is not None:
         write_json(args.report, {"tool": "calibrate", "when": now(), "calibration": bound, "fitted": fitted})

@@ -11,6 +11,8 @@ Definitions (rows may have different option counts):
 - ECE: 10 equal-width bins of confidence = max_k p_k; sum over bins of
   (rows in bin / rows) * |accuracy in bin - mean confidence in bin|.
 - top: argmax with an exact tie going to the earliest option, as the server does.
+- KL(p ‖ q): sum_k p_k log(p_k / q_k) over one row's options, a term with p_k = 0
+  counting 0 and a q_k of 0 counting as the smallest positive float (as in NLL).
 """
 
 from __future__ import annotations
@@ -67,6 +69,17 @@ def ece(probabilities: Sequence[Vector], labels: Sequence[int], bins: int = BINS
     table = reliability(probabilities, labels, bins)
     total = sum(b["count"] for b in table)
     return math.fsum(b["count"] / total * abs(b["accuracy"] - b["confidence"]) for b in table if b["count"])
+
+
+def kl(p: Vector, q: Vector) -> float:
+    """KL(p ‖ q) for one row, in nats."""
+    if len(p) != len(q):
+        raise ValueError(f"KL needs two distributions over the same options, got {len(p)} and {len(q)}")
+    return math.fsum(pk * (math.log(pk) - math.log(max(qk, math.ulp(0.0)))) for pk, qk in zip(p, q) if pk > 0)
+
+
+def mean_kl(ps: Sequence[Vector], qs: Sequence[Vector]) -> float:
+    return _mean([kl(p, q) for p, q in zip(ps, qs)])
 
 
 def summary(probabilities: Sequence[Vector], labels: Sequence[int]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""Every matplotlib call of the labelled tools: reliability diagrams to PNG.
+"""Every matplotlib call of the labelled tools: reliability diagrams and position priors to PNG.
 
-Rules: input is the metrics module's reliability bins, never raw rows, so a
-diagram shows exactly the figures the tables print. The Agg backend is chosen
+Rules: input is the metrics module's reliability bins (or the priors as the
+calibration file holds them), never raw rows, so a diagram shows exactly the
+figures the tables print. The Agg backend is chosen
 here, before pyplot loads, so the tools draw on a machine with no display.
 
 A diagram per panel: bars of accuracy per confidence bin, the diagonal of
@@ -45,6 +46,14 @@ def _draw(axis: Any, panel: Panel) -> None:
                    f"Brier {figures['brier']:.3f}  ECE {figures['ece']:.3f}", fontsize=8)
 
 
+def _save(figure: Any, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
+
+
 def reliability(grid: Sequence[Sequence[Panel]], path: str | Path, title: str) -> Path:
     """Write a grid of reliability diagrams (rows x columns of panels) as one PNG."""
     rows, columns = len(grid), max(len(row) for row in grid)
@@ -59,8 +68,24 @@ def reliability(grid: Sequence[Sequence[Panel]], path: str | Path, title: str) -
     figure.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
     figure.suptitle(title, fontsize=9)
     figure.tight_layout(rect=(0, 0.04, 1, 1))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return path
+    return _save(figure, path)
+
+
+def priors(fitted: dict[str, dict[str, dict[str, Any]]], path: str | Path, title: str) -> Path:
+    """One panel per (workload, option count): the fitted prior per position as bars, uniform as a line."""
+    cells = [(w, n, e) for w, entries in fitted.items() for n, e in sorted(entries.items(), key=lambda item: int(item[0]))]
+    figure, axes = plt.subplots(1, len(cells), figsize=(3.0 * len(cells), 3.0), squeeze=False)
+    for axis, (workload, n, entry) in zip(axes[0], cells):
+        positions = range(int(n))
+        axis.bar(positions, entry["prior"], color="#4c72b0", label="prior")
+        axis.axhline(1 / int(n), linestyle="--", color="grey", linewidth=1, label="uniform")
+        for k, p in zip(positions, entry["prior"]):
+            axis.text(k, p + 0.01, f"{p:.2f}", ha="center", fontsize=7)
+        axis.set(xticks=list(positions), xticklabels=[chr(ord("A") + k) for k in positions], ylim=(0, 1),
+                 xlabel="position", ylabel="prior")
+        axis.set_title(f"{workload}, {n} options ({entry['decisions']} decisions)", fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout(rect=(0, 0.06, 1, 1))
+    return _save(figure, path)

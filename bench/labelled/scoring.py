@@ -17,7 +17,11 @@ own order, `agreement`, the number of orderings and the prompt_version the
 scorer reported (a calibration file is bound to it).
 
 "all" is not sent for rows with more than MAX_ALL_OPTIONS options (the contract
-refuses it with a 422); those rows are listed under `skipped`.
+refuses it with a 422), nor "prior" for a row whose (workload, option count) has
+no prior on the server (/health's `calibration.priors`, where the server would
+answer 422); those rows are listed under `skipped`. "prior" is the only method
+that sends a `workload` (the row's own, else --workload): it selects the prior,
+while on the other methods it would ask for a temperature the file may not hold.
 
 `derive=True` saves forward passes on a slow machine: each row is asked once,
 under the largest method it needs, and the smaller methods are derived from
@@ -26,7 +30,8 @@ identity ordering's result, and "rotations" (a subset of "all"'s permutations)
 is combined by the server's own `averaging.combine`. The only difference from
 asking each method separately is that those rows were scored together in one
 `score_shared` call rather than each in its own (the contract's shared-vs-direct
-gap, ~1e-6 on the CPU models measured).
+gap, ~1e-6 on the CPU models measured). "prior" is never derived: it is one row
+of its own, asked separately, which is what it costs in service.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, combine, orderings
+from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, ORDERINGS, combine, orderings
+from semif_serve.prior import METHOD as PRIOR
 
 from bench.common.loadgen import Connection, Target, call
 from bench.common.report import Progress
@@ -45,14 +52,40 @@ from . import rows as labelled
 
 Record = dict[str, Any]
 DEFAULT_TIMEOUT = 600.0  # one "all" request over 4 options is 24 rows in one call: seconds on a loaded CPU
+DEFAULT_WORKLOAD = "default"
+NOT_ASKED = {"all": f"more than {MAX_ALL_OPTIONS} options; the contract refuses 'all' there",
+             PRIOR: "no prior on the server for its (workload, option count)"}
 
 
 class ScoringError(RuntimeError):
     """The server answered something evaluation cannot use."""
 
 
-def applicable(row: labelled.Row, method: str) -> bool:
-    return not (method == "all" and len(row["options"]) > MAX_ALL_OPTIONS)
+@dataclass(frozen=True)
+class Served:
+    """What decides whether the server can answer a row under a method: the (workload, option
+    count) pairs it holds a prior for (from /health), and the workload of a row that names none."""
+
+    priors: frozenset[tuple[str, int]] = frozenset()
+    workload: str = DEFAULT_WORKLOAD
+
+    @classmethod
+    def from_health(cls, health: dict[str, Any], workload: str) -> "Served":
+        listed = (health.get("calibration") or {}).get("priors") or {}
+        return cls(frozenset((name, int(n)) for name, counts in listed.items() for n in counts), workload)
+
+    def workload_of(self, row: labelled.Row) -> str:
+        return labelled.workload_of(row, self.workload)
+
+    def applicable(self, row: labelled.Row, method: str) -> bool:
+        if method == "all":
+            return len(row["options"]) <= MAX_ALL_OPTIONS
+        if method == PRIOR:
+            return (self.workload_of(row), len(row["options"])) in self.priors
+        return True
+
+    def body(self, row: labelled.Row, method: str) -> dict[str, Any]:
+        return labelled.request(row, method, self.workload_of(row) if method == PRIOR else None)
 
 
 def _option_ids(row: labelled.Row) -> list[str]:
@@ -62,12 +95,18 @@ def _option_ids(row: labelled.Row) -> list[str]:
 def record(row: labelled.Row, method: str, answer: dict[str, Any]) -> Record:
     """What a served answer says about one row under one method, in the row's own option order."""
     ids = _option_ids(row)
+    served_method = answer.get("combined", {}).get("method")
+    if served_method != (None if method == "none" else method):
+        raise ScoringError(f"row {row['id']!r}: asked for orderings {method!r}, the answer is combined by {served_method!r}")
+    extra: dict[str, Any] = {}
     if "combined" in answer:
         combined = answer["combined"]
         probabilities = list(combined["probabilities"])
         scores = [math.log(max(p, math.ulp(0.0))) for p in probabilities]
         top, agreement, count = ids.index(combined["top"]), combined["agreement"], combined["orderings"]
         prompt_version = answer["orderings"][0].get("prompt_version")
+        if "prior" in combined:  # method "prior": the prior divided out, as served
+            extra = {"prior": list(combined["prior"])}
     else:
         probabilities, scores = list(answer["probabilities"]), list(answer["option_logits"])
         top = max(range(len(ids)), key=probabilities.__getitem__)
@@ -76,11 +115,12 @@ def record(row: labelled.Row, method: str, answer: dict[str, Any]) -> Record:
     if answer.get("option_ids") != ids:
         raise ScoringError(f"row {row['id']!r} ({method}): the answer scores options {answer.get('option_ids')}, not {ids}")
     return {"probabilities": probabilities, "scores": scores, "top": top, "agreement": agreement,
-            "orderings": count, "prompt_version": prompt_version}
+            "orderings": count, "prompt_version": prompt_version, **extra}
 
 
-def derive(row: labelled.Row, method: str, answer: dict[str, Any], wanted: Sequence[str]) -> dict[str, Record]:
-    """Records for every wanted method from one answer under `method`, a superset of their orderings."""
+def derive(row: labelled.Row, method: str, answer: dict[str, Any], wanted: Sequence[str],
+           served: Served = Served()) -> dict[str, Record]:
+    """Records for every wanted averaging method from one answer under `method`, a superset of their orderings."""
     if "combined" not in answer:
         return {method: record(row, method, answer)}
     count = len(row["options"])
@@ -89,16 +129,16 @@ def derive(row: labelled.Row, method: str, answer: dict[str, Any], wanted: Seque
         raise ScoringError(f"row {row['id']!r} ({method}): {len(answer['orderings'])} orderings, expected {len(position)}")
     out = {method: record(row, method, answer)}
     for smaller in wanted:
-        if smaller == method or not applicable(row, smaller):
+        if smaller == method or smaller not in METHODS or not served.applicable(row, smaller):
             continue
         results = [answer["orderings"][position[order]] for order in orderings(count, smaller)]
         out[smaller] = record(row, smaller, results[0] if smaller == "none" else combine(row, smaller, results))
     return out
 
 
-def largest(row: labelled.Row, wanted: Sequence[str]) -> str:
-    """The method whose orderings include every other wanted one's, for this row."""
-    return max((m for m in wanted if applicable(row, m)), key=METHODS.index)
+def largest(row: labelled.Row, wanted: Sequence[str], served: Served = Served()) -> str:
+    """The averaging method whose orderings include every other wanted one's, for this row."""
+    return max((m for m in wanted if m in METHODS and served.applicable(row, m)), key=METHODS.index)
 
 
 async def health(target: Target) -> dict[str, Any]:
@@ -108,19 +148,21 @@ async def health(target: Target) -> dict[str, Any]:
     return response.json()
 
 
-async def _worker(target: Target, jobs: asyncio.Queue[tuple[labelled.Row, str]], out: dict[tuple[str, str], Record],
-                  progress: Progress, timeout: float, wanted: Sequence[str] | None) -> None:
-    """Send queued (row, method) jobs on one keep-alive connection; with `wanted`, derive those methods too."""
+Job = tuple[labelled.Row, str]
+Handler = Callable[[labelled.Row, str, dict[str, Any]], dict[tuple[str, str], Any]]
+
+
+async def _worker(target: Target, jobs: asyncio.Queue[Job], out: dict[tuple[str, str], Any], progress: Progress,
+                  timeout: float, body: Callable[[labelled.Row, str], dict[str, Any]], handle: Handler) -> None:
+    """Send queued (row, method) jobs on one keep-alive connection; `handle` turns each answer into entries of `out`."""
     connection = await Connection.open(target)
     try:
         while not jobs.empty():
             row, method = jobs.get_nowait()
-            response = await connection.request(target, "POST", "/decide", labelled.request(row, method), timeout)
+            response = await connection.request(target, "POST", "/decide", body(row, method), timeout)
             if response.status != 200:
                 raise ScoringError(f"/decide {row['id']!r} ({method}) answered {response.status}: {response.body[:300]!r}")
-            answer = response.json()
-            records = derive(row, method, answer, wanted) if wanted else {method: record(row, method, answer)}
-            out.update({(row["id"], m): r for m, r in records.items()})
+            out.update(handle(row, method, response.json()))
             progress.tick()
             if connection.closed:
                 connection = await Connection.open(target)
@@ -128,34 +170,52 @@ async def _worker(target: Target, jobs: asyncio.Queue[tuple[labelled.Row, str]],
         await connection.close()
 
 
-async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence[str] = METHODS,
-                concurrency: int = 2, timeout: float = DEFAULT_TIMEOUT, derive_smaller: bool = False) -> dict[str, Any]:
-    """Every applicable (row, method), method by method; the server's /health and the per-row records."""
-    facts = await health(target)
-    jobs: asyncio.Queue[tuple[labelled.Row, str]] = asyncio.Queue()
-    skipped: dict[str, list[str]] = {method: [row["id"] for row in items if not applicable(row, method)] for method in methods}
-    if derive_smaller:
-        for row in items:
-            if any(applicable(row, m) for m in methods):
-                jobs.put_nowait((row, largest(row, methods)))
-    else:
-        for method in methods:
-            for row in items:
-                if applicable(row, method):
-                    jobs.put_nowait((row, method))
-    out: dict[tuple[str, str], Record] = {}
-    progress = Progress("evaluate: requests answered", jobs.qsize(), every=5.0)
-    wanted = list(methods) if derive_smaller else None
-    workers = [asyncio.create_task(_worker(target, jobs, out, progress, timeout, wanted)) for _ in range(max(1, concurrency))]
+async def ask(target: Target, jobs: Sequence[Job], handle: Handler, progress: Progress, concurrency: int = 2,
+              timeout: float = DEFAULT_TIMEOUT, body: Callable[[labelled.Row, str], dict[str, Any]] = labelled.request,
+              ) -> dict[tuple[str, str], Any]:
+    """POST every (row, method) to /decide on `concurrency` connections; what `handle` made of the answers.
+
+    The first non-200 answer stops the run (ScoringError naming the row and method)."""
+    queue: asyncio.Queue[Job] = asyncio.Queue()
+    for job in jobs:
+        queue.put_nowait(job)
+    out: dict[tuple[str, str], Any] = {}
+    workers = [asyncio.create_task(_worker(target, queue, out, progress, timeout, body, handle))
+               for _ in range(max(1, concurrency))]
     try:
         await asyncio.gather(*workers)
     finally:
         for task in workers:
             task.cancel()
+    return out
+
+
+async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence[str] = METHODS,
+                concurrency: int = 2, timeout: float = DEFAULT_TIMEOUT, derive_smaller: bool = False,
+                workload: str = DEFAULT_WORKLOAD) -> dict[str, Any]:
+    """Every applicable (row, method), method by method; the server's /health and the per-row records."""
+    facts = await health(target)
+    served = Served.from_health(facts, workload)
+    skipped = {method: [row["id"] for row in items if not served.applicable(row, method)] for method in methods}
+    averaged = [m for m in methods if m in METHODS]
+    if derive_smaller:
+        jobs = [(row, largest(row, averaged, served)) for row in items if any(served.applicable(row, m) for m in averaged)]
+        jobs += [(row, m) for m in methods if m not in METHODS for row in items if served.applicable(row, m)]
+    else:
+        jobs = [(row, method) for method in methods for row in items if served.applicable(row, method)]
+
+    def handle(row: labelled.Row, method: str, answer: dict[str, Any]) -> dict[tuple[str, str], Record]:
+        derived = derive_smaller and method in METHODS
+        records = derive(row, method, answer, averaged, served) if derived else {method: record(row, method, answer)}
+        return {(row["id"], m): r for m, r in records.items()}
+
+    progress = Progress("evaluate: requests answered", len(jobs), every=5.0)
+    out = await ask(target, jobs, handle, progress, concurrency, timeout, served.body)
     scored = [{"id": row["id"], "label": row["label"], "split": labelled.split_of(row),
                "workload": row.get("workload"), "options": len(row["options"]),
                "methods": {m: out[row["id"], m] for m in methods if (row["id"], m) in out}} for row in items]
-    return {"health": facts, "methods": list(methods), "derived": derive_smaller, "rows": scored, "skipped": skipped}
+    return {"health": facts, "methods": list(methods), "derived": derive_smaller, "workload": workload,
+            "rows": scored, "skipped": skipped}
 
 
 def add_arguments(parser: argparse.ArgumentParser, results_help: str) -> None:
@@ -164,17 +224,23 @@ def add_arguments(parser: argparse.ArgumentParser, results_help: str) -> None:
     source.add_argument("--url", help="http://127.0.0.1:PORT of a running server (token from SEMIF_API_TOKEN); needs --data")
     source.add_argument("--results", type=Path, help=results_help)
     parser.add_argument("--data", help="labelled JSONL {id, state, question, options, label[, split, workload]}")
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", choices=ORDERINGS, default=list(METHODS),
+                        help=f"ordering methods to ask for (default: {' '.join(METHODS)}); '{PRIOR}' needs the "
+                             "server to hold a prior for the row's workload and option count")
+    parser.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload of rows that name none (default: default)")
     parser.add_argument("--concurrency", type=int, default=2, help="requests in flight (default 2)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per request")
     parser.add_argument("--derive", action="store_true",
-                        help="ask each row once under its largest method and derive the smaller ones from its "
-                             "orderings (fewer forward passes; see bench/labelled/scoring.py)")
+                        help="ask each row once under its largest averaging method and derive the smaller ones from "
+                             "its orderings (fewer forward passes; see bench/labelled/scoring.py); 'prior' is always "
+                             "asked on its own")
 
 
-def score_from(args: argparse.Namespace) -> dict[str, Any]:
-    """Load args.data and score it through args.url as the options say (ValueError/RowError on bad input)."""
+def score_from(args: argparse.Namespace, split: str | None = None) -> dict[str, Any]:
+    """Load args.data (one side of the split, when given) and score it through args.url as the options say
+    (ValueError/RowError on bad input)."""
     if args.data is None:
         raise ValueError("--url needs --data")
-    items = labelled.load(args.data)
-    return asyncio.run(score(Target.from_url(args.url), items, args.methods, args.concurrency, args.timeout, args.derive))
+    items = labelled.of_split(labelled.load(args.data), split)
+    return asyncio.run(score(Target.from_url(args.url), items, args.methods, args.concurrency, args.timeout, args.derive,
+                             args.workload))

@@ -64,6 +64,8 @@ def test_the_split_halves_the_set_by_option_count_and_shares_nothing(items: list
     ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}], "label": 0}, "options must be a list of at least 2"),
     ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}]}, "missing ['label']"),
     ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}], "label": 0, "split": "train"}, "split must be"),
+    ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}], "label": 0, "workload": ""}, "workload must be a nonempty string, got ''"),
+    ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}], "label": 0, "workload": 3}, "workload must be a nonempty string, got 3"),
 ])
 def test_a_bad_row_is_refused_with_its_line(tmp_path: Path, line: dict, message: str) -> None:
     path = tmp_path / "bad.jsonl"
@@ -71,6 +73,23 @@ def test_a_bad_row_is_refused_with_its_line(tmp_path: Path, line: dict, message:
     path.write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
     with pytest.raises(labelled.RowError, match=re.escape(f"bad.jsonl:2: {message}")):
         labelled.load(path)
+
+
+def test_the_prior_fit_reads_rows_without_a_label_and_never_checks_one(tmp_path: Path) -> None:
+    options = [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}]
+    path = tmp_path / "decisions.jsonl"
+    path.write_text(json.dumps({"id": "a", "state": "s", "question": "q", "options": options}) + "\n"
+                    + json.dumps({"id": "b", "state": "s", "question": "q", "options": options, "label": 9}) + "\n")
+    assert [row["id"] for row in labelled.load(path, labelled=False)] == ["a", "b"]
+    with pytest.raises(labelled.RowError, match=re.escape("decisions.jsonl:1: missing ['label']")):
+        labelled.load(path)
+
+
+def test_one_side_of_the_split_and_none_on_an_empty_side() -> None:
+    rows = [{"id": "a", "split": "fit"}, {"id": "b", "split": "test"}, {"id": "c", "split": "fit"}]
+    assert labelled.of_split(rows, "fit") == [rows[0], rows[2]] and labelled.of_split(rows, None) == rows
+    with pytest.raises(labelled.RowError, match="no row is on the 'test' side of the split"):
+        labelled.of_split(rows[:1], "test")
 
 
 def test_a_file_without_split_fields_is_split_by_id_the_same_way_every_time() -> None:

@@ -28,6 +28,18 @@ def test_nll_brier_ece_and_accuracy_match_hand_computed_values() -> None:
     assert metrics.accuracy(HAND_P, HAND_Y) == 0.5
 
 
+def test_kl_matches_hand_computed_values() -> None:
+    # 0.5 ln(0.5 / 0.25) + 0.5 ln(0.5 / 0.75) = 0.5 (0.693147 - 0.405465)
+    assert metrics.kl([0.5, 0.5], [0.25, 0.75]) == pytest.approx(0.143841, abs=1e-6)
+    assert metrics.kl([1.0, 0.0], [0.5, 0.5]) == pytest.approx(math.log(2), abs=1e-12)  # a zero p_k adds nothing
+    assert metrics.kl([0.3, 0.7], [0.3, 0.7]) == 0.0
+    # a zero q_k counts as the smallest float: 0.5 ln(0.5 / 1) + 0.5 ln(0.5 / ulp)
+    assert metrics.kl([0.5, 0.5], [1.0, 0.0]) == pytest.approx(math.log(0.5) - 0.5 * math.log(math.ulp(0.0)))
+    assert metrics.mean_kl([[0.5, 0.5], [1.0, 0.0]], [[0.25, 0.75], [0.5, 0.5]]) == pytest.approx((0.143841 + math.log(2)) / 2)
+    with pytest.raises(ValueError, match="same options"):
+        metrics.kl([0.5, 0.5], [0.2, 0.3, 0.5])
+
+
 def test_ece_averages_within_a_bin_and_puts_certainty_in_the_last_bin() -> None:
     # All three in [0.9, 1.0]: confidences 0.9, 0.95, 1.0 (mean 0.95); right, wrong, right (2/3).
     probabilities = [[0.9, 0.1], [0.95, 0.05], [0.0, 1.0]]
