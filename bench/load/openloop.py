@@ -221,12 +221,31 @@ def run_cell(servers: Servers, name: str, questions: int, rate: float, multiple:
         run, probes = asyncio.run(_offer(live, raw, arrivals, args))
         cpu = (procs.cpu_seconds(live.pid) - cpu_before) if live.pid else math.nan
         rss = procs.peak_rss_bytes(live.pid) if live.pid else math.nan
-    figures = cell_figures(run, probes, reference, questions)
+        budget_metrics = wait_metrics(live) if name == "semif-wait" else None
+    figures = cell_figures(run, probes, reference, questions) | {"wait_budget_metrics": budget_metrics}
     figures |= {"server": name, "questions": questions, "rate_per_s": rate, "multiple": multiple,
                 "server_cpu_cores": cpu / run.wall if run.wall else math.nan,
                 "server_peak_rss_mib": rss / 2**20, "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
     note(f"openloop: {name} {questions}q at {rate:.2f}/s: {one_line(figures)}")
     return figures
+
+
+def wait_metrics(live: Live) -> dict[str, Any]:
+    """The budget's own account from /metrics: busy refusals by reason, and the estimate's error (from its
+    buckets: prometheus_client writes no `_sum` for a histogram with negative buckets)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = asyncio.run(call_raw(live.target, encode(live.target, "GET", "/metrics"), 10.0)).body.decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    count = samples.get(("semif_wait_estimate_error_seconds_count", ()), 0.0)
+    bucket = lambda le: samples.get(("semif_wait_estimate_error_seconds_bucket", (("le", le),)), 0.0)  # noqa: E731
+    return {"busy_refusals": {reason: samples.get(("semif_busy_refusals_total", (("reason", reason),)), 0.0)
+                              for reason in ("queue", "wait")},
+            "estimate_error_n": count,
+            "estimate_error_within_half_s_share": (bucket("0.5") - bucket("-0.5")) / count if count else None,
+            "estimate_error_within_1s_share": (bucket("1.0") - bucket("-1.0")) / count if count else None,
+            "estimate_low_share": (count - bucket("0.0")) / count if count else None}
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:
@@ -378,6 +397,18 @@ def table(shape: dict[str, Any], questions: str) -> str:
     return markdown_table(headers, rows)
 
 
+def budget_table(cells: list[dict[str, Any]]) -> str:
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
+    rows = [(f"{c['rate_per_s']:.2f}", int(m["busy_refusals"]["queue"]), int(m["busy_refusals"]["wait"]),
+             int(m["estimate_error_n"]), share(m["estimate_error_within_half_s_share"]),
+             share(m["estimate_error_within_1s_share"]), share(m["estimate_low_share"]))
+            for c in cells for m in [c["wait_budget_metrics"]]]
+    return markdown_table(("offered /s", "busy: queue", "busy: wait", "estimates checked", "within ±0.5 s",
+                           "within ±1 s", "estimate low (waited longer)"), rows)
+
+
 def markdown(result: dict[str, Any], plot: Path | None, md_dir: Path | None) -> str:
     info, s = result["machine"], result["settings"]
     lines = ["## Open loop: Poisson arrivals against semif-serve and the peer server", "",
@@ -401,6 +432,11 @@ def markdown(result: dict[str, Any], plot: Path | None, md_dir: Path | None) -> 
                   f"Capacity (one at a time, on {cap['measured_on']}): {cap['requests_per_s']:.2f} requests/s "
                   f"(call p50 {cap['call_p50_s'] * 1e3:.0f} ms, n = {cap['n']}); semif-wait's SEMIF_MAX_WAIT_S: "
                   f"{shape['budget_s']:g} s.", "", table(shape, questions)]
+        accounts = [c for c in shape["cells"] if c.get("wait_budget_metrics")]
+        if accounts:
+            lines += ["", "semif-wait's own account (its /metrics after the window): 429 busy by reason, and its "
+                          "estimate against each admitted request's actual wait (admission to the end of its call).", "",
+                      budget_table(accounts)]
     if plot is not None:
         where = os.path.relpath(plot, md_dir) if md_dir is not None else str(plot)
         lines += ["", f"![p99 and goodput against offered load]({where})"]
