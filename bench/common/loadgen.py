@@ -72,13 +72,14 @@ class Response:
         return json.loads(self.body)
 
 
-def encode(target: Target, method: str, path: str, payload: Any = None) -> bytes:
-    """A complete request, rendered once so the load loop only writes bytes."""
+def encode(target: Target, method: str, path: str, payload: Any = None, bearer: bool = False) -> bytes:
+    """A complete request, rendered once so the load loop only writes bytes (a GET carries the bearer if asked)."""
     body = b"" if payload is None else payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     head = [f"{method} {path} HTTP/1.1", f"host: {target.host}:{target.port}"]
+    if method != "GET" or bearer:
+        head.append(f"authorization: Bearer {target.token}")
     if method != "GET":
-        head += [f"authorization: Bearer {target.token}", "content-type: application/json",
-                 f"content-length: {len(body)}"]
+        head += ["content-type: application/json", f"content-length: {len(body)}"]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 

@@ -53,6 +53,7 @@ DEFAULT_CELLS = ("1/semif,semif-wait,peer/0.5x,0.9x,1.5x,2.5x,4x", "21/semif,sem
 # The load generator could have been the bottleneck past either of these.
 LOADGEN_CPU_MAX = 0.5  # share of one core over the window
 LOADGEN_LAG_P99_MAX_S = 0.05  # sends behind schedule, p99
+START_ATTEMPTS = 3
 ALIAS = "jev-latest"  # the model our servers answer to (their default alias); the peer answers to its own name
 
 
@@ -160,10 +161,26 @@ class Servers:
 
     @contextlib.contextmanager
     def start(self, name: str, budget_s: float | None = None) -> Iterator[Live]:
-        """A fresh server `name` (semif-wait with SEMIF_MAX_WAIT_S=budget_s), stopped on exit."""
+        """A fresh server `name` (semif-wait with SEMIF_MAX_WAIT_S=budget_s), stopped on exit.
+
+        On a shared machine another process can take the free port while ours loads its model,
+        and answer the readiness poll in its place: a server that refuses our bearer on
+        GET /v1/models is not ours, so ours is started again on another port.
+        """
         if name == "url":
             yield Live(Target.from_url(self.args.url, self.token), self.args.health, self.args.model_name, self.args.pid)
             return
+        for _ in range(START_ATTEMPTS):
+            with self._started(name, budget_s) as live:
+                models = encode(live.target, "GET", "/v1/models", bearer=True)
+                if asyncio.run(call_raw(live.target, models, 10.0)).status == 200:
+                    yield live
+                    return
+            note(f"openloop: {name}'s port answered another server (taken while ours loaded); starting it again")
+        raise RuntimeError(f"openloop: {name} never answered on a port of its own in {START_ATTEMPTS} starts")
+
+    @contextlib.contextmanager
+    def _started(self, name: str, budget_s: float | None) -> Iterator[Live]:
         if name == "peer":
             if self.args.scorer == "stub":
                 raise SystemExit("openloop: the peer serves a real model; it cannot run with --scorer stub")
@@ -307,10 +324,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             capacity = measure_capacity(live, raw, args.capacity_s, args.timeout)
         note(f"openloop: {cell.questions}q capacity on {first}: {capacity['requests_per_s']:.2f} requests/s")
         budget_s = budget_seconds(args.budget, capacity["call_p50_s"])
-        cells = [run_cell(servers, name, cell.questions, rate, multiple, budget_s, args)
-                 for name in cell.servers for rate, multiple in cell.offered(capacity["requests_per_s"])]
+        cells: list[dict[str, Any]] = []
         result["shapes"][str(cell.questions)] = {"capacity": capacity | {"measured_on": first}, "budget_s": budget_s,
                                                  "cells": cells}
+        for name in cell.servers:
+            for rate, multiple in cell.offered(capacity["requests_per_s"]):
+                cells.append(run_cell(servers, name, cell.questions, rate, multiple, budget_s, args))
+                write_json(args.out, result)  # so far: a run cut short keeps what it measured
     if "peer" in {name for cell in args.cell for name in cell.servers}:
         from bench.load.peer_fastjev import versions
 
