@@ -5,7 +5,9 @@ Rules: bench-only. Every request leaves at its scheduled time whatever the compl
 server of a shape is offered the very same arrivals (the seed, the shape and the rate
 seed them). One server runs at a time, a fresh process for each rate (a backlog one
 rate leaves, such as a peer still scoring requests its callers abandoned, never loads
-the next), so one server alone has both cores. The load generator checks itself: its
+the next), so one server alone has both cores. At each rate the servers run one after
+another (rate by rate, not server by server), so a drift in a shared machine's load falls
+on them alike. The load generator checks itself: its
 own CPU share and how late its sends left against the schedule; the verdict says
 whether it could have been the bottleneck. Figures are reported as measured.
 
@@ -327,8 +329,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cells: list[dict[str, Any]] = []
         result["shapes"][str(cell.questions)] = {"capacity": capacity | {"measured_on": first}, "budget_s": budget_s,
                                                  "cells": cells}
-        for name in cell.servers:
-            for rate, multiple in cell.offered(capacity["requests_per_s"]):
+        for rate, multiple in cell.offered(capacity["requests_per_s"]):
+            for name in cell.servers:  # the servers side by side at each rate: the machine's load drifts
                 cells.append(run_cell(servers, name, cell.questions, rate, multiple, budget_s, args))
                 write_json(args.out, result)  # so far: a run cut short keeps what it measured
     if "peer" in {name for cell in args.cell for name in cell.servers}:
