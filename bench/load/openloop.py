@@ -533,7 +533,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model-name", default=ALIAS, help=f"server `url`'s model name in the body (default {ALIAS})")
     p.add_argument("--out", type=Path, default=HERE / "results" / "openloop.json", help="the JSON results")
     p.add_argument("--plot", type=Path, help="draw the plot here (PNG)")
-    p.add_argument("--md", type=Path, help="splice the report into this markdown file's `openloop` section")
+    p.add_argument("--md", type=Path, help="splice the report into this markdown file's --section")
+    p.add_argument("--section", default="openloop", help="the marked section --md rewrites (default openloop)")
     return p
 
 
@@ -558,6 +559,6 @@ def main(argv: list[str] | None = None) -> int:
     report = markdown(result, args.plot, args.md.parent if args.md else None)
     if args.md is not None:
         old = args.md.read_text(encoding="utf-8") if args.md.exists() else ""
-        args.md.write_text(splice(old, "openloop", report), encoding="utf-8")
+        args.md.write_text(splice(old, args.section, report), encoding="utf-8")
     print(report)
     return 0
