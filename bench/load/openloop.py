@@ -431,9 +431,10 @@ def budget_table(cells: list[dict[str, Any]]) -> str:
                            "within ±1 s", "estimate low (waited longer)"), rows)
 
 
-def markdown(result: dict[str, Any], plot: Path | None, md_dir: Path | None) -> str:
+def markdown(result: dict[str, Any], plot: Path | None, md_dir: Path | None, section: str = "openloop") -> str:
     info, s = result["machine"], result["settings"]
-    lines = ["## Open loop: Poisson arrivals against semif-serve and the peer server", "",
+    named = "" if section == "openloop" else f" (`{section}`)"
+    lines = [f"## Open loop{named}: Poisson arrivals against semif-serve and the peer server", "",
              f"`python -m bench openloop` on `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}, "
              f"{info['date']}; `uptime` before: {result['uptime_before']}; after: {result['uptime_after']}. "
              f"Each cell: a fresh server, {s['duration_s']:g} s of Poisson arrivals (seed {s['seed']}; the same "
@@ -556,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, result)
     if args.plot is not None:
         draw(result, args.plot)
-    report = markdown(result, args.plot, args.md.parent if args.md else None)
+    report = markdown(result, args.plot, args.md.parent if args.md else None, args.section)
     if args.md is not None:
         old = args.md.read_text(encoding="utf-8") if args.md.exists() else ""
         args.md.write_text(splice(old, args.section, report), encoding="utf-8")
