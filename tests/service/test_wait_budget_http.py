@@ -118,3 +118,14 @@ async def test_without_a_budget_nothing_of_it_shows(start_server, budget: float 
     assert shown == ((False, False) if budget is None else (True, True))
     assert (server.service.budget is None) == (budget is None)
     assert len(server.service.engine.observers) == (1 if budget is None else 2)
+
+
+async def test_only_a_successful_call_teaches_the_estimate(start_server, fake) -> None:
+    """A call the scorer refused (422) ends in milliseconds: counted, it would price every row at nothing."""
+    fake.raise_ = ValueError("the scorer refuses this row")
+    server = await start_server(fake, max_wait_s=30.0)
+    assert (await request(server.port, "POST", "/decide", ROW)).status == 422
+    assert server.service.budget.estimator.per_row("direct") is None
+    fake.raise_ = None
+    assert (await request(server.port, "POST", "/decide", ROW)).status == 200
+    assert server.service.budget.estimator.per_row("direct") is not None
