@@ -40,6 +40,7 @@ COMMANDS: dict[str, Command] = {
     "server-cpu": Command("bench.load.server_cpu", "load: server CPU per request under wrk, one checkout against another"),
     "soak": Command("bench.load.soak", "load: sustained overload on the stub; nothing lost, doubled or leaked"),
     "verify-cost": Command("bench.load.verify_cost", "load: time of the weights check (hash and presence) before serving"),
+    "openloop": Command("bench.load.openloop", "load: open-loop Poisson arrivals, one server at a time (ours, the peer fastjev): goodput, p99, refusals, health"),
     "systemone": Command("bench.load.systemone", "load: /v1/systemone against /decide/shared on the same rows (stub CPU, SmolLM2 p50)"),
     # labelled/: how accurate and how calibrated?
     "evaluate": Command("bench.labelled.evaluate", "labelled: accuracy, NLL, Brier, ECE and positions per ordering method"),

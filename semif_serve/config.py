@@ -58,6 +58,8 @@ class Settings:
     max_decisions: int = 64
     max_body_bytes: int = 1 << 20
     max_queue: int = 32
+    # Extension (issue 31): admission by a wait budget, checked once the body's rows are known (None: off).
+    max_wait_s: float | None = None
     # workload -> {method: T}; a plain {workload: T} mapping is accepted and validated.
     calibration: calibration.Table = field(default_factory=calibration.Table)
     verify_weights: str = "hash"
@@ -214,6 +216,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", 64),
         max_body_bytes=_positive_int(env, "SEMIF_MAX_BODY_BYTES", 1 << 20),
         max_queue=_positive_int(env, "SEMIF_MAX_QUEUE", 32),
+        max_wait_s=_positive_float(env, "SEMIF_MAX_WAIT_S", None),
         calibration=calibration_table,
         verify_weights=_choice(env, "SEMIF_VERIFY_WEIGHTS", "hash", VERIFY_MODES),
         scorer=_choice(env, "SEMIF_SCORER", "semif_phase1", SCORERS),

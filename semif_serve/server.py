@@ -38,6 +38,7 @@ from .ops.retry_after import RetryAfter
 from .scorer import Scorer
 from .routes import METRICS_ROUTES, ROUTES, Answer, Head, Reply, Route, Ticket
 from .service import Admission, Service
+from .wait_budget import WaitBudget, WaitEstimator
 from .wire import MAX_BUFFERED, Drain, HttpConnection
 
 log = logging.getLogger("semif_serve.server")
@@ -80,11 +81,16 @@ class Server:
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
         admission = Admission(settings.max_queue)
+        # Extension (issue 31): admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
+        budget = None if settings.max_wait_s is None else WaitBudget(settings.max_wait_s, WaitEstimator())
+        busy = None if budget is None else lambda: {"queue": admission.refused, "wait": budget.refused}
         self.ops = ops = Operations(settings, lambda: admission.in_progress, engine.health,
-                                    lambda: len(self.connections), self.drain.seconds)
+                                    lambda: len(self.connections), self.drain.seconds, busy)
         # /metrics is a route like any other; its answer lives in ops.
-        self.service = Service(settings, engine, admission, {"metrics": lambda head: ops.metrics_reply()})
+        self.service = Service(settings, engine, admission, {"metrics": lambda head: ops.metrics_reply()}, budget)
         engine.observers.append(self.ops.scorer_call)
+        if budget is not None and ops.metrics is not None:
+            budget.estimator.observers.append(ops.metrics.wait_error)
         self._listener: asyncio.base_events.Server | None = None
         self._metrics_listener: asyncio.base_events.Server | None = None
         self.port = 0

@@ -28,6 +28,7 @@ import logging
 from typing import Any, Awaitable, Callable, Mapping
 
 from . import averaging, calibration, request_model
+from .wait_budget import WaitBudget
 from .systemone import assemble, catalogue, translate
 from .config import Settings
 from .engine import CallTiming, Engine
@@ -55,9 +56,11 @@ class Admission:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.in_progress = 0
+        self.refused = 0  # read at scrape time: semif_busy_refusals_total{reason="queue"}
 
     def enter(self) -> None:
         if self.in_progress >= self.limit:
+            self.refused += 1
             raise ApiError("busy", f"{self.limit} requests already in progress; retry later")
         self.in_progress += 1
 
@@ -95,12 +98,16 @@ class Service:
     """The endpoints over one engine."""
 
     def __init__(self, settings: Settings, engine: Engine, admission: Admission | None = None,
-                 handlers: Mapping[str, Handler] | None = None) -> None:
-        """`admission` is shared with whoever reports it (ops); `handlers` are the GET routes whose
-        answer lives elsewhere, by route name (the server registers ops's /metrics)."""
+                 handlers: Mapping[str, Handler] | None = None, budget: WaitBudget | None = None) -> None:
+        """`admission` and `budget` are shared with whoever reports them (ops); `handlers` are the GET
+        routes whose answer lives elsewhere, by route name (the server registers ops's /metrics)."""
         self.settings = settings
         self.engine = engine
         self.admission = admission if admission is not None else Admission(settings.max_queue)
+        # Extension (issue 31): SEMIF_MAX_WAIT_S, built by the server beside admission; None: by count alone.
+        self.budget = budget
+        if budget is not None:
+            engine.observers.append(self._scorer_call)
         self.handlers: dict[str, Handler] = {
             "health": lambda head: self.health(draining=head.draining),
             "models": lambda head: self.models(),
@@ -216,7 +223,7 @@ class Service:
         try:
             request, respond = self._read(name, body)
             call, rows = self._engine_call(request)
-            scored = await self._score(rows, call)
+            scored = await self._within_budget(rows, call)
         except ApiError as error:
             return Reply.error(error, call)
         try:
@@ -249,6 +256,21 @@ class Service:
             return CallTiming("direct", 1), [request.decisions[0].row]
         rows = [row for d in request.decisions for row in _rows(d)]
         return CallTiming("shared", len(rows)), rows
+
+    async def _within_budget(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
+        """The engine call, once the wait budget (if any) admits the request: refused, it never joins the queue."""
+        if self.budget is None:
+            return await self._score(rows, call)
+        admitted = self.budget.admit(call.kind, len(rows))
+        try:
+            return await self._score(rows, call)
+        finally:
+            self.budget.estimator.leave(admitted, scored=call.ended is not None)
+
+    def _scorer_call(self, call: CallTiming) -> None:
+        """A scorer call ended (on the loop): a successful one updates the per-row time the budget reads."""
+        if call.outcome == "ok" and call.scoring is not None and self.budget is not None:
+            self.budget.estimator.observe(call.kind, call.rows, call.scoring)
 
     async def _score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
         """One engine call per request, timed in `call`."""

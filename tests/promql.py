@@ -100,7 +100,8 @@ def exposed() -> set[str]:
     """Every sample name /metrics can carry, CUDA's included: rendered by the server's own
     Metrics after one request (request counters appear with their first route and status)."""
     facts = {key: 1.0 for key in CUDA_MEMORY} | {"scorer": "stub"}
-    metrics = Metrics(2, lambda: 0, lambda: 0, lambda: facts, lambda: 0.0, 30.0)
+    metrics = Metrics(2, lambda: 0, lambda: 0, lambda: facts, lambda: 0.0, 30.0, lambda: {"queue": 0, "wait": 0})
     metrics.request("/decide", 200, None, 0.001)
+    metrics.wait_error(1.0, 1.2)  # the budget's series (SEMIF_MAX_WAIT_S) exist once it is set
     text = metrics.render().decode()
     return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}

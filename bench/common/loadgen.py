@@ -4,15 +4,19 @@ Every Python-side tool (acceptance checks, the 429 check, the model timings,
 soak, scale) talks to a server through this module; the overhead against the
 peers is measured with wrk instead (bench/load/wrk.py). It is deliberately small (no h11, no parsing beyond the status
 line and Content-Length) so that on a 2-core machine the load generator costs
-far less CPU than the server it measures. Every exchange runs under a deadline;
+far less CPU than the server it measures. Closed loop (`drive`: N connections, each
+waiting for its answer) and open loop (`open_loop`: Poisson arrivals, each sent at its
+time whatever the completions, with health probes beside it). Every exchange runs under a deadline;
 loopback only, so a benchmark can never be pointed at another host by mistake.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import random
 import statistics
 import time
 from collections import Counter
@@ -68,13 +72,14 @@ class Response:
         return json.loads(self.body)
 
 
-def encode(target: Target, method: str, path: str, payload: Any = None) -> bytes:
-    """A complete request, rendered once so the load loop only writes bytes."""
+def encode(target: Target, method: str, path: str, payload: Any = None, bearer: bool = False) -> bytes:
+    """A complete request, rendered once so the load loop only writes bytes (a GET carries the bearer if asked)."""
     body = b"" if payload is None else payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     head = [f"{method} {path} HTTP/1.1", f"host: {target.host}:{target.port}"]
+    if method != "GET" or bearer:
+        head.append(f"authorization: Bearer {target.token}")
     if method != "GET":
-        head += [f"authorization: Bearer {target.token}", "content-type: application/json",
-                 f"content-length: {len(body)}"]
+        head += ["content-type: application/json", f"content-length: {len(body)}"]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
@@ -150,9 +155,14 @@ class Connection:
 async def call(target: Target, method: str, path: str, payload: Any = None,
                timeout: float = DEFAULT_TIMEOUT) -> Response:
     """One request on a fresh connection (checks, health polls)."""
+    return await call_raw(target, encode(target, method, path, payload), timeout)
+
+
+async def call_raw(target: Target, raw: bytes, timeout: float = DEFAULT_TIMEOUT) -> Response:
+    """One pre-encoded request on a fresh connection."""
     connection = await Connection.open(target)
     try:
-        return await connection.request(target, method, path, payload, timeout)
+        return await connection.exchange(raw, timeout)
     finally:
         await connection.close()
 
@@ -257,3 +267,112 @@ async def drive(target: Target, requests: Sequence[bytes], concurrency: int, dur
     finally:
         await asyncio.gather(*(c.close() for c in connections))
     return tally
+
+
+# -- open loop -------------------------------------------------------------------
+
+
+def poisson_arrivals(rate: float, duration: float, seed: str) -> list[float]:
+    """Send times (seconds from the start) of a Poisson process at `rate`/s over `duration` s.
+
+    Seeded by a string, so every server offered the same (seed, rate) gets the very same times.
+    """
+    draw = random.Random(seed)
+    times, now = [], draw.expovariate(rate)
+    while now < duration:
+        times.append(now)
+        now += draw.expovariate(rate)
+    return times
+
+
+@dataclass(frozen=True)
+class Fate:
+    """One open-loop request: when it was due, how late it left, and what came back (status None: no answer)."""
+
+    due: float
+    lag: float
+    status: int | None
+    latency: float
+    outcome: str  # "timeout" or "error" when status is None
+    body: bytes = b""
+    retry_after: str | None = None
+
+    @property
+    def done(self) -> float:
+        """When its answer (or its abandonment) came, in seconds from the start of the window."""
+        return self.due + self.lag + self.latency
+
+
+@dataclass
+class OpenLoopRun:
+    """What one open-loop window offered and got back, and what it cost the load generator."""
+
+    offered: int
+    duration: float  # the window the arrivals were drawn over
+    fates: list[Fate]
+    client_cpu: float  # seconds of this process's CPU from the first send to the last answer
+    wall: float  # seconds from the first send to the last answer
+
+
+async def _send(target: Target, raw: bytes, due: float, started: float, timeout: float) -> Fate:
+    """One request on a fresh connection (one caller of a fleet), abandoned at `timeout`."""
+    sent = time.perf_counter()
+    lag = sent - (started + due)
+    connection: Connection | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            connection = await Connection.open(target, timeout)
+            response = await connection.exchange(raw, timeout)
+    except TimeoutError:
+        return Fate(due, lag, None, time.perf_counter() - sent, "timeout")
+    except (ConnectionError, asyncio.IncompleteReadError, ValueError, OSError):
+        return Fate(due, lag, None, time.perf_counter() - sent, "error")
+    finally:
+        if connection is not None:
+            await connection.close()
+    return Fate(due, lag, response.status, time.perf_counter() - sent, "answered", response.body,
+                response.header("retry-after"))
+
+
+async def open_loop(target: Target, raw: bytes, arrivals: Sequence[float], duration: float,
+                    timeout: float = DEFAULT_TIMEOUT) -> OpenLoopRun:
+    """Send `raw` at each arrival time (within `duration` s) whatever the completions (open loop), then
+    wait for every answer.
+
+    Each request leaves on its own connection at its scheduled time; how late it left
+    (`lag`) is recorded, so a load generator that cannot keep up shows in its own figures.
+    """
+    cpu, started = time.process_time(), time.perf_counter()
+    tasks = []
+    for due in arrivals:
+        delay = started + due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(_send(target, raw, due, started, timeout)))
+    fates = list(await asyncio.gather(*tasks))
+    return OpenLoopRun(len(arrivals), duration, fates, time.process_time() - cpu, time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One health probe: seconds it took (up to its timeout) and whether it failed (no 200 in time)."""
+
+    latency: float
+    failed: bool
+
+
+async def probe_health(target: Target, path: str, stop: asyncio.Event, interval: float, timeout: float) -> list[Probe]:
+    """GET `path` on a fresh connection every `interval` s until `stop`, as a kubelet probes a pod."""
+    probes: list[Probe] = []
+    while not stop.is_set():
+        started = time.perf_counter()
+        try:
+            failed = (await call(target, "GET", path, timeout=timeout)).status != 200
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError, OSError):
+            failed = True
+        elapsed = time.perf_counter() - started
+        probes.append(Probe(min(elapsed, timeout), failed))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, interval - elapsed)):
+                await stop.wait()
+    return probes

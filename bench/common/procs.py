@@ -1,8 +1,9 @@
 """The one way the bench starts a server: a subprocess on a free loopback port.
 
-Ours (`python -m semif_serve`) and the baseline (`python -m uvicorn
-bench.load.baseline_fastapi:app`) both start here, in their own session so they can
-be stopped as a group, and both are always stopped in a `finally`: a failed
+Ours (`python -m semif_serve`), the baseline (`python -m uvicorn
+bench.load.baseline_fastapi:app`) and the open-loop peer (`python -m
+bench.load.peer_fastjev`, fastjev's own server) all start here, in their own session so they can
+be stopped as a group, and all are always stopped in a `finally`: a failed
 benchmark never leaves a server behind. Readiness is polled through the bench's
 own client with a deadline, and a server that exits early is reported with the
 tail of its log rather than waited on.
@@ -46,11 +47,27 @@ class Running:
 
     def cpu_seconds(self) -> float:
         """User + system CPU the server process has used so far (Linux /proc; NaN elsewhere)."""
-        try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return float("nan")
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.process.pid)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU process `pid` has used so far, all its threads (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_bytes(pid: int) -> float:
+    """The peak resident set of process `pid` since it started (VmHWM; NaN where /proc has none)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024.0
+    except OSError:
+        pass
+    return float("nan")
 
 
 def token() -> str:
@@ -94,14 +111,15 @@ def _log_tail(path: Path, limit: int = 2000) -> str:
         return ""
 
 
-def _wait_ready(target: Target, process: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
-    """Poll GET /health until 200; fail fast if the process exits or the deadline passes."""
+def _wait_ready(target: Target, process: subprocess.Popen[bytes], log: Path, timeout: float,
+                health: str = "/health") -> None:
+    """Poll GET `health` until 200; fail fast if the process exits or the deadline passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode} before it was ready:\n{_log_tail(log)}")
         try:
-            if asyncio.run(call(target, "GET", "/health", timeout=2.0)).status == 200:
+            if asyncio.run(call(target, "GET", health, timeout=2.0)).status == 200:
                 return
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError):
             pass
@@ -125,8 +143,9 @@ def _stop(process: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None
 
 @contextlib.contextmanager
 def running(argv: list[str], env: Mapping[str, str], port: int, api_token: str,
-            ready_timeout: float = 60.0, log_dir: Path | None = None, cwd: Path = ROOT) -> Iterator[Running]:
-    """Start argv with env (over ours) in `cwd`, wait until /health answers, stop it on exit.
+            ready_timeout: float = 60.0, log_dir: Path | None = None, cwd: Path = ROOT,
+            health: str = "/health") -> Iterator[Running]:
+    """Start argv with env (over ours) in `cwd`, wait until `health` answers 200, stop it on exit.
 
     Without `log_dir` the log goes to a temporary folder that is removed after a clean exit
     (a bench with the access log on writes megabytes) and kept, for reading, after a failure.
@@ -138,7 +157,7 @@ def running(argv: list[str], env: Mapping[str, str], port: int, api_token: str,
     with open(log, "wb") as sink:
         process = _popen(argv, full_env, sink, cwd)
         try:
-            _wait_ready(target, process, log, ready_timeout)
+            _wait_ready(target, process, log, ready_timeout, health)
             yield Running(target, process, log)
         finally:
             _stop(process)
@@ -170,6 +189,18 @@ def fastapi_baseline(env: Mapping[str, str], api_token: str, ready_timeout: floa
     """The FastAPI + uvicorn baseline over the same stub, on a free port (uvicorn's access log on or off)."""
     port = free_port()
     return running(uvicorn_argv(port, access_log), env, port, api_token, ready_timeout, log_dir)
+
+
+def peer_fastjev(model: Mapping[str, str], api_token: str, ready_timeout: float = 600.0,
+                 log_dir: Path | None = None) -> contextlib.AbstractContextManager[Running]:
+    """fastjev's own System One server (bench/load/peer_fastjev.py) over the snapshot `model` names
+    (small_model's settings: SEMIF_MODEL, SEMIF_REVISION, HF_HOME...), on the CPU, on a free port."""
+    from bench.load.peer_fastjev import HEALTH
+
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.load.peer_fastjev", "--port", str(port),
+            "--model", model["SEMIF_MODEL"], "--revision", model["SEMIF_REVISION"]]
+    return running(argv, model, port, api_token, ready_timeout, log_dir, health=HEALTH)
 
 
 def tiny_model(out: Path, timeout: float = 300.0) -> dict[str, str]:

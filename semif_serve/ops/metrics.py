@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..averaging import ORDERINGS
@@ -38,6 +38,9 @@ CUDA_MEMORY = {
 }
 INFO_KEYS = ("scorer", "semif_commit", "model", "revision", "device")
 KINDS = ("direct", "shared")  # engine.CallTiming's kinds of scorer call that metrics count
+# Actual wait minus the wait-budget estimate: both signs, from a tenth of a second to a minute.
+ERROR_BUCKETS = (-60.0, -30.0, -10.0, -5.0, -2.5, -1.0, -0.5, -0.25, -0.1, 0.0,
+                 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class _CudaMemory(Collector):
@@ -53,12 +56,26 @@ class _CudaMemory(Collector):
                 yield GaugeMetricFamily(name, documentation, value=facts[key])
 
 
+class _BusyRefusals(Collector):
+    """429 `busy` by reason, read at scrape time from the counts admission keeps (extension, issue 31)."""
+
+    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("semif_busy_refusals", "429 busy by reason: queue (SEMIF_MAX_QUEUE, before "
+                                     "the body) or wait (SEMIF_MAX_WAIT_S, after it).", labels=("reason",))
+        for reason, count in self._counts().items():
+            family.add_metric((reason,), count)
+        yield family
+
+
 class Metrics:
     """Every semif_ metric of one server, in its own registry."""
 
     def __init__(self, max_queue: int, in_progress: Callable[[], int], open_connections: Callable[[], int],
                  facts: Callable[[], dict[str, Any]], drain_seconds: Callable[[], float],
-                 shutdown_grace: float) -> None:
+                 shutdown_grace: float, busy_refusals: Callable[[], dict[str, int]] | None = None) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
         self._requests = Counter("semif_http_requests", "HTTP requests answered, by route and status.",
                                  ("route", "status"), registry=registry)
@@ -89,6 +106,12 @@ class Metrics:
         Info("semif_build", "What this process serves.", registry=registry).info(
             {key: "" if info.get(key) is None else str(info[key]) for key in INFO_KEYS})
         registry.register(_CudaMemory(facts))
+        self._wait_error: Any = None
+        if busy_refusals is not None:  # only with SEMIF_MAX_WAIT_S: without it, the exposition is as before
+            registry.register(_BusyRefusals(busy_refusals))
+            self._wait_error = Histogram(
+                "semif_wait_estimate_error_seconds", "Actual wait (admitted to scorer call ended) minus the "
+                "SEMIF_MAX_WAIT_S estimate; positive: the estimate was low.", buckets=ERROR_BUCKETS, registry=registry)
         self._per_request: dict[tuple[str, int, str | None], tuple[Any, Any, Any]] = {}
         self._per_call: dict[str, tuple[Any, Any]] = {}
         for code in STATUS:
@@ -120,6 +143,10 @@ class Metrics:
         self._rows.inc(rows)
         if out_of_memory:
             self._oom.inc()
+
+    def wait_error(self, predicted: float, actual: float) -> None:
+        """One admitted request's call ended: how far its wait was from the estimate (registered only with a budget)."""
+        self._wait_error.observe(actual - predicted)
 
     def _bind_call(self, kind: str) -> tuple[Any, Any]:
         """The queue and call histograms of one kind, bound once."""

@@ -63,13 +63,15 @@ class Operations:
     """Request ids, Retry-After, the access log and the metrics of one server."""
 
     def __init__(self, settings: Settings, in_progress: Callable[[], int], scorer_facts: Callable[[], dict[str, Any]],
-                 open_connections: Callable[[], int], drain_seconds: Callable[[], float]) -> None:
+                 open_connections: Callable[[], int], drain_seconds: Callable[[], float],
+                 busy_refusals: Callable[[], dict[str, int]] | None = None) -> None:
         """`in_progress` counts the admitted POSTs (the busy Retry-After and a gauge); `scorer_facts`
-        is the engine's health (the model info metric); both are read when needed, never cached."""
+        is the engine's health (the model info metric); both are read when needed, never cached.
+        `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time."""
         self.in_progress = in_progress
         self.retry_after = RetryAfter()
         self.access_log = settings.access_log
-        self.metrics = (_metrics(settings, in_progress, scorer_facts, open_connections, drain_seconds)
+        self.metrics = (_metrics(settings, in_progress, scorer_facts, open_connections, drain_seconds, busy_refusals)
                         if settings.metrics else None)
 
     # -- the wire's side ------------------------------------------------------------------
@@ -90,7 +92,8 @@ class Operations:
         fields = [(b"x-request-id", request_id)]
         if exchange.route in TYPESAFE_ROUTES or reply.status == 404:
             fields.append((b"x-typesafe-request-id", request_id))
-        if reply.status == 429:
+        if reply.status == 429 and not any(name == b"retry-after" for name, _ in reply.headers):
+            # A wait-budget refusal brings its own (the estimate); a full queue's is estimated here.
             fields.append((b"retry-after", b"%d" % self.retry_after.busy(self.in_progress())))
         elif reply.status == 503:
             fields.append((b"retry-after", b"%d" % self.retry_after.unavailable()))
@@ -134,7 +137,8 @@ def _content_type() -> bytes:
 
 
 def _metrics(settings: Settings, in_progress: Callable[[], int], scorer_facts: Callable[[], dict[str, Any]],
-             open_connections: Callable[[], int], drain_seconds: Callable[[], float]) -> Any:
+             open_connections: Callable[[], int], drain_seconds: Callable[[], float],
+             busy_refusals: Callable[[], dict[str, int]] | None) -> Any:
     """The metrics, or None (logged once) where prometheus_client is not installed."""
     try:
         from .metrics import Metrics
@@ -142,4 +146,4 @@ def _metrics(settings: Settings, in_progress: Callable[[], int], scorer_facts: C
         log.warning("metrics are off: prometheus_client is not installed (pip install 'semif-serve[metrics]')")
         return None
     return Metrics(settings.max_queue, in_progress, open_connections, scorer_facts, drain_seconds,
-                   settings.shutdown_grace)
+                   settings.shutdown_grace, busy_refusals)

@@ -43,6 +43,7 @@ BAD: dict[str, list[str]] = {
     "SEMIF_METRICS_PORT": NOT_A_COUNT + ["65536", "8000"],  # 8000: SEMIF_PORT's default, taken
     **{name: NOT_POSITIVE + [""] for name in POSITIVE_FLOATS if name != "SEMIF_VRAM_CAP_GIB"},
     "SEMIF_VRAM_CAP_GIB": NOT_POSITIVE,  # "" means uncapped for the one setting whose default is absent
+    "SEMIF_MAX_WAIT_S": NOT_POSITIVE,  # likewise: "" means no wait budget
     "SEMIF_CALIBRATION": ["/nonexistent/semif-calibration.json"],
 }
 CASES = [(name, value) for name, values in BAD.items() for value in values]
@@ -148,6 +149,9 @@ def test_the_boundary_values_are_accepted(tmp_path: Path) -> None:
     ({"SEMIF_SCORER": "fastjev"}, "scorer", "fastjev"),
     ({"SEMIF_SCORER": "semif_phase1"}, "scorer", "semif_phase1"),
     ({"SEMIF_VRAM_CAP_GIB": ""}, "vram_cap_gib", None),
+    ({}, "max_wait_s", None),
+    ({"SEMIF_MAX_WAIT_S": ""}, "max_wait_s", None),
+    ({"SEMIF_MAX_WAIT_S": "2.5"}, "max_wait_s", 2.5),
     ({"SEMIF_PORT": "1"}, "port", 1),
     ({"SEMIF_STUB_DELAY_MS": "250"}, "stub_delay_ms", 250),
 ])

@@ -1,0 +1,132 @@
+"""Admission by a wait budget (SEMIF_MAX_WAIT_S, extension): can this request be answered in time?
+
+Rule 1: the estimate is in rows, never in tokens. Tokens are known only once the
+engine thread tokenises, after admission; rows are known once the body is parsed.
+A request's wait is (the rows admitted ahead of it, not yet scored, + its own rows)
+x the recent scorer time per row. Each call kind (`direct`, `shared`) keeps its own
+per-row time: one shared call over 21 rows costs far less than 21 direct calls.
+Rule 2: cold start admits. A kind with no measured call yet prices its rows at 0,
+so its first requests are admitted (SEMIF_MAX_QUEUE alone bounds them) and the
+first call measures it; borrowing the other kind's figure would price a shared row
+as a direct one, refuse every shared request and never measure one.
+Rule 3: a refused request never enters: only `admit` adds rows ahead, only the
+`Admitted` it returns takes them away (`leave`, once, whatever the outcome).
+Rule 4: pure bookkeeping: no I/O, no asyncio, no HTTP, no metrics. The clock is
+injected (tests pass a fake one); observers of the estimate's error are callables.
+
+Theory of operation: the service asks `WaitBudget.admit(kind, rows)` once the body is
+parsed, before the engine call. Admitted, the request's rows count as ahead of every
+later request until it leaves; its predicted wait and the clock at admission travel in
+its `Admitted`. When its call ends, `leave` hands each observer (predicted, actual):
+the metrics' histogram of the error, so an operator can see whether to trust it. The
+call in progress counts whole (its elapsed part is not subtracted): the estimate errs
+high by at most one call, never low on that account.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import ApiError
+from .ops.retry_after import clamp
+
+WINDOW = 64  # recent scorer calls of a kind the per-row time averages over
+KINDS = ("direct", "shared")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A request's predicted wait: the rows ahead of it, its own, and the seconds they cost."""
+
+    kind: str
+    rows: int
+    rows_ahead: int
+    seconds: float
+
+
+@dataclass
+class Admitted:
+    """An admitted request's rows, predicted wait and admission time, until it leaves."""
+
+    estimate: Estimate
+    since: float
+    left: bool = False
+
+
+class WaitEstimator:
+    """Rows ahead by kind, and the recent scorer seconds per row by kind."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter, window: int = WINDOW) -> None:
+        self.clock = clock
+        self._calls: dict[str, deque[tuple[int, float]]] = {kind: deque(maxlen=window) for kind in KINDS}
+        self._ahead: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self.observers: list[Callable[[float, float], None]] = []  # (predicted, actual) after each scored request
+
+    def observe(self, kind: str, rows: int, seconds: float) -> None:
+        """One scorer call of `kind` over `rows` rows took `seconds`."""
+        if kind in self._calls and rows > 0:
+            self._calls[kind].append((rows, seconds))
+
+    def per_row(self, kind: str) -> float | None:
+        """Recent seconds per row of `kind` (total time over total rows); None before its first call."""
+        calls = self._calls[kind]
+        if not calls:
+            return None
+        return sum(seconds for _, seconds in calls) / sum(rows for rows, _ in calls)
+
+    def rows_ahead(self) -> int:
+        return sum(self._ahead.values())
+
+    def estimate(self, kind: str, rows: int) -> Estimate:
+        """This request's wait if admitted now: every admitted row not yet scored, then its own (Rule 1, 2)."""
+        seconds = sum((self._ahead[k] + (rows if k == kind else 0)) * (self.per_row(k) or 0.0) for k in KINDS)
+        return Estimate(kind, rows, self.rows_ahead(), seconds)
+
+    def enter(self, estimate: Estimate) -> Admitted:
+        self._ahead[estimate.kind] += estimate.rows
+        return Admitted(estimate, self.clock())
+
+    def leave(self, admitted: Admitted, scored: bool) -> None:
+        """The request's call ended (`scored`) or it left before one ran: its rows are no longer ahead."""
+        if admitted.left:
+            return
+        admitted.left = True
+        self._ahead[admitted.estimate.kind] -= admitted.estimate.rows
+        if scored:
+            actual = self.clock() - admitted.since
+            for observe in self.observers:
+                observe(admitted.estimate.seconds, actual)
+
+
+class WaitBudget:
+    """Refuses, before it joins the queue, a request whose estimated wait exceeds the budget."""
+
+    def __init__(self, seconds: float, estimator: WaitEstimator) -> None:
+        self.seconds = seconds
+        self.estimator = estimator
+        self.refused = 0  # read at scrape time: semif_busy_refusals_total{reason="wait"}
+
+    def admit(self, kind: str, rows: int) -> Admitted:
+        """Admit the request or raise 429 `busy` naming the budget, Retry-After the estimate (1..60 s)."""
+        estimate = self.estimator.estimate(kind, rows)
+        if estimate.seconds > self.seconds:
+            self.refused += 1
+            raise ApiError("busy", refusal_message(estimate, self.seconds),
+                           ((b"retry-after", b"%d" % retry_after(estimate.seconds)),))
+        return self.estimator.enter(estimate)
+
+
+def retry_after(seconds: float) -> int:
+    """The estimate in whole seconds, rounded up, within the contract's 1..60."""
+    return clamp(math.ceil(seconds))
+
+
+def refusal_message(estimate: Estimate, budget: float) -> str:
+    """Names the budget; the estimate rounded up to 0.01 s, so a refused one always reads as over it."""
+    shown = math.ceil(estimate.seconds * 100 - 1e-9) / 100  # not 2.41 for a float 2.4000000000000004
+    return (f"estimated wait {shown:.2f} s ({estimate.rows_ahead} rows ahead + {estimate.rows} of this "
+            f"request) exceeds the SEMIF_MAX_WAIT_S budget of {budget:g} s; retry later")

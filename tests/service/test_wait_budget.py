@@ -1,0 +1,101 @@
+"""The wait estimator and the budget check (SEMIF_MAX_WAIT_S), in process with a fake clock:
+rows ahead times the recent per-row time of each kind, cold start admitting, a refusal that
+names the budget with the estimate as its Retry-After, and the (predicted, actual) pairs the
+error histogram receives."""
+
+from __future__ import annotations
+
+import pytest
+
+from semif_serve.errors import ApiError
+from semif_serve.wait_budget import WaitBudget, WaitEstimator, retry_after
+
+
+class Clock:
+    """A clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def estimator(**per_row: float) -> tuple[WaitEstimator, Clock]:
+    clock = Clock()
+    made = WaitEstimator(clock)
+    for kind, seconds in per_row.items():
+        made.observe(kind, 4, 4 * seconds)
+    return made, clock
+
+
+def test_per_row_time_is_recent_total_seconds_over_total_rows_of_its_kind() -> None:
+    made, _ = estimator()
+    assert made.per_row("direct") is None and made.per_row("shared") is None
+    made.observe("shared", 20, 1.0)
+    made.observe("shared", 1, 0.05)
+    assert made.per_row("shared") == pytest.approx(1.05 / 21)
+    assert made.per_row("direct") is None  # kinds never mix
+
+
+def test_the_window_keeps_only_recent_calls() -> None:
+    made = WaitEstimator(Clock(), window=2)
+    for seconds in (9.0, 1.0, 1.0):
+        made.observe("direct", 1, seconds)
+    assert made.per_row("direct") == 1.0
+
+
+def test_estimate_is_rows_ahead_plus_own_rows_times_each_kinds_per_row_time() -> None:
+    made, _ = estimator(direct=0.3, shared=0.05)
+    assert made.estimate("direct", 1).seconds == pytest.approx(0.3)
+    made.enter(made.estimate("shared", 21))
+    made.enter(made.estimate("direct", 1))
+    estimate = made.estimate("direct", 1)
+    assert estimate.rows_ahead == 22
+    assert estimate.seconds == pytest.approx(21 * 0.05 + 2 * 0.3)
+    assert made.estimate("shared", 21).seconds == pytest.approx(42 * 0.05 + 0.3)
+
+
+def test_cold_start_prices_an_unmeasured_kind_at_zero_so_it_is_admitted() -> None:
+    made, _ = estimator(direct=0.3)
+    budget = WaitBudget(1.0, made)
+    budget.admit("shared", 64)  # no shared call measured yet: admitted, never priced as 64 direct rows
+    budget.admit("shared", 64)
+    assert made.rows_ahead() == 128 and budget.refused == 0
+    made.observe("shared", 64, 0.64)  # measured now: 128 ahead + 64 own at 10 ms each
+    with pytest.raises(ApiError):
+        budget.admit("shared", 64)
+
+
+def test_over_budget_is_busy_naming_the_budget_with_the_estimate_as_retry_after() -> None:
+    made, _ = estimator(direct=0.4)
+    budget = WaitBudget(2.0, made)
+    for _ in range(5):
+        budget.admit("direct", 1)  # the fifth: 4 ahead + 1 = 2.0 s, not over the budget
+    with pytest.raises(ApiError) as refused:
+        budget.admit("direct", 1)
+    error = refused.value
+    assert error.code == "busy" and error.status == 429
+    assert error.message == ("estimated wait 2.40 s (5 rows ahead + 1 of this request) exceeds the "
+                             "SEMIF_MAX_WAIT_S budget of 2 s; retry later")
+    assert error.headers == ((b"retry-after", b"3"),)
+    assert made.rows_ahead() == 5 and budget.refused == 1  # the refused one never joined
+
+
+def test_retry_after_rounds_up_and_clamps_to_the_contracts_range() -> None:
+    assert [retry_after(s) for s in (0.01, 1.0, 1.01, 59.5, 60.0, 61.0, 4000.0)] == [1, 1, 2, 60, 60, 60, 60]
+
+
+def test_leaving_frees_the_rows_once_and_reports_predicted_against_actual() -> None:
+    made, clock = estimator(direct=0.5)
+    errors: list[tuple[float, float]] = []
+    made.observers.append(lambda predicted, actual: errors.append((predicted, actual)))
+    first = made.enter(made.estimate("direct", 1))
+    second = made.enter(made.estimate("direct", 1))
+    clock.now += 0.7
+    made.leave(first, scored=True)
+    made.leave(first, scored=True)  # twice: counted once
+    assert made.rows_ahead() == 1
+    made.leave(second, scored=False)  # left before its call ran: freed, not an error sample
+    assert made.rows_ahead() == 0
+    assert errors == [(pytest.approx(0.5), pytest.approx(0.7))]

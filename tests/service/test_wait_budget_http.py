@@ -1,0 +1,131 @@
+"""SEMIF_MAX_WAIT_S on a real socket, over the stub scorer paying a fixed delay per row: a burst
+of mixed requests gets each answer within the budget (plus the one call the estimate may miss)
+or a 429 `busy` at once, naming the budget, with the estimate as its Retry-After; a refused
+request never reaches the scorer; the count check before the body stays as it was; the metrics
+tell the two refusals apart, and without the budget nothing of this shows."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from semif_serve.stub import StubScorer
+from tests.bodies import ROW, SHARED
+from tests.fakes import settings
+from tests.wire_client import request
+
+PER_ROW_S = 0.4  # the stub's delay per row: a direct call 0.4 s, SHARED's two rows 0.8 s
+BUDGET_S = 2.0
+LONGEST_CALL_S = PER_ROW_S * len(SHARED["decisions"])
+ESTIMATE = re.compile(r"^estimated wait (\d+\.\d\d) s \(\d+ rows ahead \+ (\d) of this request\) exceeds the "
+                      r"SEMIF_MAX_WAIT_S budget of 2 s; retry later$")
+
+
+class PerRowStub(StubScorer):
+    """The stub with its delay paid per row (a shared call over n rows takes n direct calls' time); counts its calls."""
+
+    def __init__(self, per_row_s: float) -> None:
+        super().__init__(settings())
+        self.per_row_s = per_row_s
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def _pay(self, rows: int) -> None:
+        with self._lock:
+            self.calls += 1
+        time.sleep(self.per_row_s * rows)
+
+    def score(self, row: dict[str, Any]) -> dict[str, Any]:
+        self._pay(1)
+        return super().score(row)
+
+    def score_shared(self, rows: list[dict[str, Any]]) -> Any:
+        self._pay(len(rows))
+        return super().score_shared(rows)
+
+
+async def timed(port: int, path: str, body: Any) -> tuple[Any, float]:
+    started = time.perf_counter()
+    response = await request(port, "POST", path, body)
+    return response, time.perf_counter() - started
+
+
+def metric(text: str, line_start: str) -> float:
+    (value,) = [line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(line_start)]
+    return float(value)
+
+
+async def test_a_burst_is_answered_within_the_budget_or_refused_at_once_with_the_estimate(start_server) -> None:
+    scorer = PerRowStub(PER_ROW_S)
+    server = await start_server(scorer, max_wait_s=BUDGET_S)
+    # Cold start admits: these two measure each kind's per-row time.
+    assert (await request(server.port, "POST", "/decide", ROW)).status == 200
+    assert (await request(server.port, "POST", "/decide/shared", SHARED)).status == 200
+    burst = [("/decide", ROW) if k % 2 else ("/decide/shared", SHARED) for k in range(10)]  # 15 rows, 6 s of work
+    answers = await asyncio.gather(*(timed(server.port, path, body) for path, body in burst))
+
+    admitted = [seconds for response, seconds in answers if response.status == 200]
+    refused = [(response, seconds) for response, seconds in answers if response.status != 200]
+    assert admitted and refused
+    assert max(admitted) <= BUDGET_S + LONGEST_CALL_S, admitted
+    for response, seconds in refused:
+        assert response.status == 429 and response.code == "busy"
+        assert seconds < PER_ROW_S  # at once: before even one row could have been scored
+        found = ESTIMATE.match(response.json["error"]["message"])
+        assert found, response.json["error"]["message"]
+        estimate = float(found.group(1))
+        assert estimate > BUDGET_S
+        # The estimate rounded up to whole seconds (the message shows it rounded up to 0.01 s), at most 60.
+        assert int(response.headers[b"retry-after"]) in {min(60, math.ceil(estimate - 0.01)), min(60, math.ceil(estimate))}
+    assert scorer.calls == 2 + len(admitted)  # a refused request never reached the scorer
+    assert server.service.admission.in_progress == 0 and server.service.budget.estimator.rows_ahead() == 0
+
+    metrics = (await request(server.port, "GET", "/metrics")).body.decode()
+    assert metric(metrics, 'semif_busy_refusals_total{reason="wait"}') == len(refused)
+    assert metric(metrics, 'semif_busy_refusals_total{reason="queue"}') == 0
+    assert metric(metrics, 'semif_refusals_total{code="busy"}') == len(refused)  # its meaning kept: every 429 busy
+    assert metric(metrics, "semif_wait_estimate_error_seconds_count") == 2 + len(admitted)
+
+
+async def test_the_count_check_before_the_body_stays_and_is_told_apart(start_server) -> None:
+    """With a budget, SEMIF_MAX_QUEUE still refuses before the body with today's message, counted as `queue`."""
+    scorer = PerRowStub(PER_ROW_S)
+    server = await start_server(scorer, max_wait_s=60.0, max_queue=1)
+    first = asyncio.ensure_future(request(server.port, "POST", "/decide", ROW))
+    while server.service.admission.in_progress == 0:
+        await asyncio.sleep(0.01)
+    second = await request(server.port, "POST", "/decide", ROW)
+    assert second.status == 429 and second.json["error"]["message"] == "1 requests already in progress; retry later"
+    assert (await first).status == 200
+    metrics = (await request(server.port, "GET", "/metrics")).body.decode()
+    assert metric(metrics, 'semif_busy_refusals_total{reason="queue"}') == 1
+    assert metric(metrics, 'semif_busy_refusals_total{reason="wait"}') == 0
+
+
+@pytest.mark.parametrize("budget", [None, 30.0])
+async def test_without_a_budget_nothing_of_it_shows(start_server, budget: float | None) -> None:
+    """Unset, the exposition and the engine's observers are as before; set, both gain the budget's parts."""
+    server = await start_server(PerRowStub(0.0), max_wait_s=budget)
+    assert (await request(server.port, "POST", "/decide", ROW)).status == 200
+    metrics = (await request(server.port, "GET", "/metrics")).body.decode()
+    shown = ("semif_busy_refusals" in metrics, "semif_wait_estimate_error_seconds" in metrics)
+    assert shown == ((False, False) if budget is None else (True, True))
+    assert (server.service.budget is None) == (budget is None)
+    assert len(server.service.engine.observers) == (1 if budget is None else 2)
+
+
+async def test_only_a_successful_call_teaches_the_estimate(start_server, fake) -> None:
+    """A call the scorer refused (422) ends in milliseconds: counted, it would price every row at nothing."""
+    fake.raise_ = ValueError("the scorer refuses this row")
+    server = await start_server(fake, max_wait_s=30.0)
+    assert (await request(server.port, "POST", "/decide", ROW)).status == 422
+    assert server.service.budget.estimator.per_row("direct") is None
+    fake.raise_ = None
+    assert (await request(server.port, "POST", "/decide", ROW)).status == 200
+    assert server.service.budget.estimator.per_row("direct") is not None
