@@ -1,10 +1,11 @@
 """Routes and replies: what the wire and the application both speak, and nothing else.
 
-Rule 1: data and one lookup. This module holds the route table (which paths exist,
-their method, whether they need the bearer), the Head the wire hands over, the
-Reply every answer is, the Ticket an accepted request becomes, and `route`, which
-finds a request line's route or refuses it; it runs no handler, reads no body and
-knows no socket.
+Rule 1: types and one lookup. This module holds what a route is (its handler name,
+method, whether it needs the bearer), the Head the wire hands over, the Reply every
+answer is, the Ticket an accepted request becomes, and `route`, which finds a
+request line's route in a listener's table or refuses it; it runs no handler, reads
+no body and knows no socket. The table itself is the application's (service.ROUTES),
+beside the handlers, so that adding an endpoint touches that one module.
 Rule 2: both sides read it, neither is imported here. service.py (and ops, for
 /metrics) decide what a route answers; wire.py frames and writes; this module
 imports neither.
@@ -35,27 +36,13 @@ class Route:
     name: str
     method: bytes
     protected: bool
+    # Extension: System One's route family, whose every response carries the SDK's own request-id field.
+    typesafe: bool = False
 
     @property
     def methods(self) -> tuple[bytes, ...]:
         """What it answers: a GET route answers HEAD too, the same head without the content (RFC 9110 9.1, 9.3.2)."""
         return (b"GET", b"HEAD") if self.method == b"GET" else (self.method,)
-
-
-ROUTES = {
-    b"/health": Route("health", b"GET", protected=False),
-    b"/decide": Route("decide", b"POST", protected=True),
-    b"/decide/shared": Route("shared", b"POST", protected=True),
-    # Extension: Prometheus metrics (semif_serve/ops). Like /health: no token, no admission slot.
-    b"/metrics": Route("metrics", b"GET", protected=False),
-    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
-    b"/v1/systemone": Route("systemone", b"POST", protected=True),
-    b"/v1/models": Route("models", b"GET", protected=True),
-    # Extension (issue 30): SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
-    b"/healthz": Route("healthz", b"GET", protected=False),
-}
-# Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
-METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
 
 
 @dataclass(frozen=True)
@@ -104,7 +91,7 @@ Answer = Callable[[Head], "Reply | Ticket"]
 Handler = Callable[[Head], Reply]
 
 
-def route(method: bytes, target: bytes, host: bytes | None = None, routes: Mapping[bytes, Route] = ROUTES) -> Route:
+def route(method: bytes, target: bytes, host: bytes | None, routes: Mapping[bytes, Route]) -> Route:
     """The route for a request line and its Host field among a listener's `routes`, or 400 / 404 / 405
     in the envelope."""
     try:

@@ -36,8 +36,8 @@ from .ops.logs import log_settings
 from .ops.operations import Operations, peer_of
 from .ops.retry_after import RetryAfter
 from .scorer import Scorer
-from .routes import METRICS_ROUTES, ROUTES, Answer, Head, Reply, Route, Ticket
-from .service import Admission, Service
+from .routes import Answer, Head, Reply, Route, Ticket
+from .service import METRICS_ROUTES, ROUTES, Admission, Service
 from .wait_budget import WaitBudget, WaitEstimator
 from .wire import MAX_BUFFERED, Drain, HttpConnection
 
@@ -84,7 +84,7 @@ class Server:
         # Extension (issue 31): admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
         budget = None if settings.max_wait_s is None else WaitBudget(settings.max_wait_s, WaitEstimator())
         busy = None if budget is None else lambda: {"queue": admission.refused, "wait": budget.refused}
-        self.ops = ops = Operations(settings, lambda: admission.in_progress, engine.health,
+        self.ops = ops = Operations(settings, ROUTES, lambda: admission.in_progress, engine.health,
                                     lambda: len(self.connections), self.drain.seconds, busy)
         # /metrics is a route like any other; its answer lives in ops.
         self.service = Service(settings, engine, admission, {"metrics": lambda head: ops.metrics_reply()}, budget)

@@ -7,8 +7,10 @@ of the head checks is `answer`'s: the route (400 target, 404, 405), for a
 protected route the drain (503) then the bearer (401); a GET's reply; for a POST
 the admission slot (429), the declared length (413) and the content (415, 422),
 and only then a ticket, which holds the slot until the wire releases it.
-Rule 2: every endpoint's answer is decided here (or, for /metrics, by the ops
-handler the server registers by route name); the wire names no route.
+Rule 2: every endpoint is declared here (`ROUTES`: path, method, bearer) beside
+its handler, so adding one touches this module alone; its answer is decided here
+(or, for /metrics, by the ops handler the server registers by route name). The
+wire names no route; ops is handed the table for its labels.
 Rule 3: the scorer's failures (scorer.py) become envelopes in one place, `_score`.
 
 Scores pass through untouched (INV-1): the only things added are `calibrated` and
@@ -35,10 +37,26 @@ from .engine import CallTiming, Engine
 from .errors import ApiError, excerpt
 from .prior import METHOD as PRIOR
 from .request_model import DecideRequest, Decision
-from .routes import ROUTES, Handler, Head, Reply, Route, Ticket, route
+from .routes import Handler, Head, Reply, Route, Ticket, route
 from .scorer import OutOfMemory, ScoringFailed
 
 log = logging.getLogger("semif_serve.service")
+# Every endpoint: path -> its handler's name (a GET's in `Service.handlers`, a POST's in `_read`), method and
+# bearer. A GET route answers HEAD too and takes no admission slot; a POST takes one.
+ROUTES = {
+    b"/health": Route("health", b"GET", protected=False),
+    b"/decide": Route("decide", b"POST", protected=True),
+    b"/decide/shared": Route("shared", b"POST", protected=True),
+    # Extension: Prometheus metrics, answered by ops (the server registers its handler). No token, no slot.
+    b"/metrics": Route("metrics", b"GET", protected=False),
+    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
+    b"/v1/systemone": Route("systemone", b"POST", protected=True, typesafe=True),
+    b"/v1/models": Route("models", b"GET", protected=True, typesafe=True),
+    # Extension (issue 30): SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
+    b"/healthz": Route("healthz", b"GET", protected=False, typesafe=True),
+}
+# Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
+METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
 PARSERS = {"decide": request_model.parse_decide, "shared": request_model.parse_shared}
 # What one engine call gives back: SemIf's results, and SemIf's own timing dict (None for a direct call).
 Scored = tuple[list[dict[str, Any]], dict[str, Any] | None]

@@ -22,7 +22,7 @@ from semif_serve.engine import CallTiming, Engine
 from semif_serve.ops.logs import configure
 from semif_serve.ops.operations import Operations
 from semif_serve.routes import Reply
-from semif_serve.service import Service
+from semif_serve.service import ROUTES, Service
 from semif_serve.stub import StubScorer
 
 from bench.common.report import machine, splice
@@ -35,7 +35,7 @@ def cost(metrics: bool, access_log: bool, repeats: int, batches: int = 5) -> flo
     """Microseconds of CPU per request for one configuration."""
     settings = Settings(api_token="t" * 40, scorer="stub", metrics=metrics, access_log=access_log)
     service = Service(settings, Engine(StubScorer(settings)))
-    ops = Operations(settings, lambda: service.admission.in_progress, service.engine.health, lambda: 1, lambda: 0.0)
+    ops = Operations(settings, ROUTES, lambda: service.admission.in_progress, service.engine.health, lambda: 1, lambda: 0.0)
     reply = Reply(200, b"x" * 600, timing=CallTiming("direct", 1, 0.0, 0.0001, 0.0002))
     best = float("inf")
     for _ in range(batches):

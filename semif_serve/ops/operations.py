@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import h11
 
@@ -21,15 +21,11 @@ from .. import request_target
 from ..config import Settings
 from ..engine import CallTiming
 from ..errors import ApiError, excerpt
-from ..routes import ROUTES, Reply
+from ..routes import Reply, Route
 from . import access_log, request_ids
 from .retry_after import RetryAfter
 
 log = logging.getLogger("semif_serve.ops")
-ROUTE_LABELS = {path: path.decode() for path in ROUTES}
-# Extension: System One's SDK reads a response's request id from its own header name.
-# On its own routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives the SDK an id.
-TYPESAFE_ROUTES = frozenset(label for label in ROUTE_LABELS.values() if label.startswith("/v1/") or label == "/healthz")
 
 
 @dataclass
@@ -62,12 +58,18 @@ def _printable(value: bytes, limit: int) -> str:
 class Operations:
     """Request ids, Retry-After, the access log and the metrics of one server."""
 
-    def __init__(self, settings: Settings, in_progress: Callable[[], int], scorer_facts: Callable[[], dict[str, Any]],
-                 open_connections: Callable[[], int], drain_seconds: Callable[[], float],
-                 busy_refusals: Callable[[], dict[str, int]] | None = None) -> None:
-        """`in_progress` counts the admitted POSTs (the busy Retry-After and a gauge); `scorer_facts`
+    def __init__(self, settings: Settings, routes: Mapping[bytes, Route], in_progress: Callable[[], int],
+                 scorer_facts: Callable[[], dict[str, Any]], open_connections: Callable[[], int],
+                 drain_seconds: Callable[[], float], busy_refusals: Callable[[], dict[str, int]] | None = None) -> None:
+        """`routes` is the application's table: its paths are the route labels (any other path is
+        "other"), and a route marked `typesafe` answers with the SDK's own request-id field too.
+        `in_progress` counts the admitted POSTs (the busy Retry-After and a gauge); `scorer_facts`
         is the engine's health (the model info metric); both are read when needed, never cached.
         `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time."""
+        self.labels = {path: path.decode() for path in routes}
+        # Extension: System One's SDK reads a response's request id from its own header name: on its
+        # routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives it an id.
+        self.typesafe = frozenset(self.labels[path] for path, found in routes.items() if found.typesafe)
         self.in_progress = in_progress
         self.retry_after = RetryAfter()
         self.access_log = settings.access_log
@@ -84,13 +86,13 @@ class Operations:
         path = request_target.path(request.target)
         return Exchange(request_ids.accept(request_id),
                         _printable(request.method, 16), _printable(path, 200),
-                        ROUTE_LABELS.get(path, "other"), bytes_in=head_bytes)
+                        self.labels.get(path, "other"), bytes_in=head_bytes)
 
     def headers(self, exchange: Exchange, reply: Reply) -> list[tuple[bytes, bytes]]:
         """What every response carries beyond the reply's own headers."""
         request_id = exchange.request_id.encode()
         fields = [(b"x-request-id", request_id)]
-        if exchange.route in TYPESAFE_ROUTES or reply.status == 404:
+        if exchange.route in self.typesafe or reply.status == 404:
             fields.append((b"x-typesafe-request-id", request_id))
         if reply.status == 429 and not any(name == b"retry-after" for name, _ in reply.headers):
             # A wait-budget refusal brings its own (the estimate); a full queue's is estimated here.

@@ -335,15 +335,15 @@ def test_an_excerpt_is_cut_at_80_characters_by_default() -> None:
     (b"POST", b"/decide/shared", "shared"),
 ])
 def test_routing_ignores_the_query(method: bytes, target: bytes, name: str) -> None:
-    assert route(method, target).name == name
+    assert route(method, target, None, service_module.ROUTES).name == name
 
 
 def test_routing_refusals_are_exact() -> None:
     with pytest.raises(ApiError) as missing:
-        route(b"GET", b"/" + b"n" * 100 + b"?q")
+        route(b"GET", b"/" + b"n" * 100 + b"?q", None, service_module.ROUTES)
     assert (missing.value.code, missing.value.message) == ("not_found", "no endpoint at /" + "n" * 59 + "…")
     with pytest.raises(ApiError) as wrong:
-        route(b"GET", b"/decide/shared?x")
+        route(b"GET", b"/decide/shared?x", None, service_module.ROUTES)
     assert (wrong.value.code, wrong.value.message) == ("method_not_allowed", "/decide/shared accepts POST only")
     assert wrong.value.headers == ((b"allow", b"POST"),)
 

@@ -1,7 +1,7 @@
 """HEAD on every GET route (RFC 9110 9.1, 9.3.2): GET's status and headers, Content-Length
 included, and no content; no admission slot, never the scorer; the connection stays usable.
 
-Every GET route in `routes.ROUTES` is tested, so a GET route added later is covered here too.
+Every GET route in `service.ROUTES` is tested, so a GET route added later is covered here too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 import h11
 import pytest
 
-from semif_serve.routes import ROUTES
+from semif_serve.service import ROUTES
 from tests.bodies import POST
 from tests.wire_client import AUTH, Connection, eventually, no_error_logs, raw_session  # noqa: F401 - fixture
 
