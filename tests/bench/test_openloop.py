@@ -98,4 +98,5 @@ def test_a_short_run_on_the_stub_writes_its_json_plot_and_section(tmp_path: Path
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = md.read_text()
     assert text.startswith("# results\n\nkept\n") and "<!-- openloop: begin -->" in text
+    assert "## Open loop: Poisson arrivals against semif-serve\n" in text  # no peer ran, so none is named
     assert "### 1-question System One request" in text and any(v.startswith("loadgen: ") for v in result["verdicts"])
