@@ -434,7 +434,8 @@ def budget_table(cells: list[dict[str, Any]]) -> str:
 def markdown(result: dict[str, Any], plot: Path | None, md_dir: Path | None, section: str = "openloop") -> str:
     info, s = result["machine"], result["settings"]
     named = "" if section == "openloop" else f" (`{section}`)"
-    lines = [f"## Open loop{named}: Poisson arrivals against semif-serve and the peer server", "",
+    against = "semif-serve and the peer server" if "peer" in result else "semif-serve"  # only what ran
+    lines = [f"## Open loop{named}: Poisson arrivals against {against}", "",
              f"`python -m bench openloop` on `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}, "
              f"{info['date']}; `uptime` before: {result['uptime_before']}; after: {result['uptime_after']}. "
              f"Each cell: a fresh server, {s['duration_s']:g} s of Poisson arrivals (seed {s['seed']}; the same "

@@ -13,31 +13,13 @@ import threading
 from typing import Any
 
 import pytest
-from prometheus_client import CONTENT_TYPE_LATEST
-from prometheus_client.parser import text_string_to_metric_families
 
 from semif_serve import calibration
 from semif_serve.scorer import OutOfMemory
 
 from tests.bodies import ROW, SHARED
+from tests.metrics_samples import Samples, scrape, value
 from tests.wire_client import TOKEN, Connection, eventually, request
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-async def scrape(port: int) -> Samples:
-    """Every sample of /metrics, keyed by (sample name, labels)."""
-    response = await request(port, "GET", "/metrics", headers=[])
-    assert response.status == 200 and response.headers[b"content-type"] == CONTENT_TYPE_LATEST.encode()
-    samples: Samples = {}
-    for family in text_string_to_metric_families(response.body.decode()):
-        for sample in family.samples:
-            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return samples
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:

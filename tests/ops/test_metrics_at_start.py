@@ -8,24 +8,19 @@ with prometheus_client's own parser.
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from semif_serve.errors import STATUS
 from semif_serve.ops.metrics import KINDS
-from tests.wire_client import request
+from tests.metrics_samples import sample, scrape
 
 
 async def test_a_fresh_server_exports_every_refusal_code_and_scorer_kind_at_zero(start_server, fake) -> None:
     server = await start_server(fake)
-    response = await request(server.port, "GET", "/metrics", headers=[])
-    assert response.status == 200
-    samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-               for family in text_string_to_metric_families(response.body.decode()) for sample in family.samples}
+    samples = await scrape(server.port)
     for code in STATUS:
-        assert samples[("semif_refusals_total", (("code", code),))] == 0, code
+        assert sample(samples, "semif_refusals_total", code=code) == 0, code
     for kind in KINDS:
         for name in ("semif_scorer_call_duration_seconds_count", "semif_scorer_queue_seconds_count"):
-            assert samples[(name, (("kind", kind),))] == 0, (name, kind)
+            assert sample(samples, name, kind=kind) == 0, (name, kind)
     for method in ("none", "rotations", "all", "prior"):
-        assert samples[("semif_decisions_total", (("method", method),))] == 0, method
+        assert sample(samples, "semif_decisions_total", method=method) == 0, method
     assert fake.calls == []

@@ -13,21 +13,15 @@ import signal
 import threading
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common.procs import free_port
 from semif_serve.server import MAX_SCRAPERS
 from tests.bodies import POST, ROW
+from tests.metrics_samples import sample, scrape
 from tests.served_process import Process
 from tests.wire_client import Connection, eventually, no_error_logs, request  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("no_error_logs")
-
-
-def samples(body: bytes) -> dict[str, float]:
-    """Unlabelled samples by name, parsed with prometheus_client's own parser."""
-    return {sample.name: sample.value for family in text_string_to_metric_families(body.decode())
-            for sample in family.samples if not sample.labels}
 
 
 async def refused(port: int) -> None:
@@ -41,16 +35,10 @@ async def refused(port: int) -> None:
         await asyncio.sleep(0.02)
 
 
-async def scrape(port: int) -> dict[str, float]:
-    response = await request(port, "GET", "/metrics", headers=[])
-    assert response.status == 200, response.body
-    return samples(response.body)
-
-
 async def test_the_metrics_port_answers_metrics_and_nothing_else(start_server, fake) -> None:
     server = await start_server(fake, metrics_port=0)
     assert server.metrics_port not in (None, 0, server.port)
-    assert (await scrape(server.metrics_port))["semif_drain_elapsed_seconds"] == 0
+    assert sample(await scrape(server.metrics_port), "semif_drain_elapsed_seconds") == 0
     head = await request(server.metrics_port, "HEAD", "/metrics", headers=[])
     assert head.status == 200 and head.body == b""
     for method, path, body in (("POST", "/decide", ROW), ("GET", "/health", None),
@@ -64,7 +52,7 @@ async def test_the_metrics_port_answers_metrics_and_nothing_else(start_server, f
 async def test_without_the_setting_there_is_no_metrics_listener(start_server, fake) -> None:
     server = await start_server(fake)
     assert server.metrics_port is None
-    assert (await scrape(server.port))["semif_drain_elapsed_seconds"] == 0  # /metrics on the client port, as before
+    assert sample(await scrape(server.port), "semif_drain_elapsed_seconds") == 0  # /metrics on the client port, as before
 
 
 async def test_scrapers_never_take_a_callers_connection_slot(start_server, fake) -> None:
@@ -74,7 +62,7 @@ async def test_scrapers_never_take_a_callers_connection_slot(start_server, fake)
     scrapers = [await Connection.open(server.metrics_port) for _ in range(3)]
     for scraper in scrapers:
         assert (await scraper.request("GET", "/metrics", headers=[])).status == 200
-    assert (await scrape(server.metrics_port))["semif_open_connections"] == 1  # the caller alone
+    assert sample(await scrape(server.metrics_port), "semif_open_connections") == 1  # the caller alone
     assert (await caller.request("GET", "/health", headers=[])).status == 200
     for connection in (caller, *scrapers):
         await connection.close()
@@ -103,11 +91,11 @@ async def test_a_drain_is_watched_through_the_metrics_port_until_it_ends(start_s
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_connection("127.0.0.1", server.port)  # the client port closed at once
     first = await scrape(server.metrics_port)
-    await eventually(lambda: server.drain.seconds() > first["semif_drain_elapsed_seconds"])
+    await eventually(lambda: server.drain.seconds() > sample(first, "semif_drain_elapsed_seconds"))
     second = await scrape(server.metrics_port)
-    assert 0 < first["semif_drain_elapsed_seconds"] < second["semif_drain_elapsed_seconds"]
-    assert second["semif_shutdown_grace_seconds"] == 30.0
-    assert second["semif_requests_in_progress"] == 1
+    assert 0 < sample(first, "semif_drain_elapsed_seconds") < sample(second, "semif_drain_elapsed_seconds")
+    assert sample(second, "semif_shutdown_grace_seconds") == 30.0
+    assert sample(second, "semif_requests_in_progress") == 1
     fake.gate.set()
     assert (await busy.read_response()).status == 200  # the drain lets it finish
     await asyncio.wait_for(stopping, 10)
@@ -129,6 +117,6 @@ async def test_the_real_process_keeps_its_metrics_port_through_a_sigterm_drain()
     await asyncio.wait_for(refused(process.port), 5)  # the listener closes just after that line
     scraped = await scrape(metrics_port)
     assert not in_flight.done()  # scraped while the drain still held the call
-    assert scraped["semif_drain_elapsed_seconds"] > 0 and scraped["semif_shutdown_grace_seconds"] == 20
+    assert sample(scraped, "semif_drain_elapsed_seconds") > 0 and sample(scraped, "semif_shutdown_grace_seconds") == 20
     assert (await asyncio.wait_for(in_flight, 10)).status == 200
     assert await process.exit_code(10) == 0

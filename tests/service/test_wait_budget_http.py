@@ -18,6 +18,7 @@ import pytest
 from semif_serve.stub import StubScorer
 from tests.bodies import ROW, SHARED
 from tests.fakes import settings
+from tests.metrics_samples import sample, scrape
 from tests.wire_client import request
 
 PER_ROW_S = 0.4  # the stub's delay per row: a direct call 0.4 s, SHARED's two rows 0.8 s
@@ -56,11 +57,6 @@ async def timed(port: int, path: str, body: Any) -> tuple[Any, float]:
     return response, time.perf_counter() - started
 
 
-def metric(text: str, line_start: str) -> float:
-    (value,) = [line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(line_start)]
-    return float(value)
-
-
 async def test_a_burst_is_answered_within_the_budget_or_refused_at_once_with_the_estimate(start_server) -> None:
     scorer = PerRowStub(PER_ROW_S)
     server = await start_server(scorer, max_wait_s=BUDGET_S)
@@ -86,11 +82,11 @@ async def test_a_burst_is_answered_within_the_budget_or_refused_at_once_with_the
     assert scorer.calls == 2 + len(admitted)  # a refused request never reached the scorer
     assert server.service.admission.in_progress == 0 and server.service.budget.estimator.rows_ahead() == 0
 
-    metrics = (await request(server.port, "GET", "/metrics")).body.decode()
-    assert metric(metrics, 'semif_busy_refusals_total{reason="wait"}') == len(refused)
-    assert metric(metrics, 'semif_busy_refusals_total{reason="queue"}') == 0
-    assert metric(metrics, 'semif_refusals_total{code="busy"}') == len(refused)  # its meaning kept: every 429 busy
-    assert metric(metrics, "semif_wait_estimate_error_seconds_count") == 2 + len(admitted)
+    metrics = await scrape(server.port)
+    assert sample(metrics, "semif_busy_refusals_total", reason="wait") == len(refused)
+    assert sample(metrics, "semif_busy_refusals_total", reason="queue") == 0
+    assert sample(metrics, "semif_refusals_total", code="busy") == len(refused)  # its meaning kept: every 429 busy
+    assert sample(metrics, "semif_wait_estimate_error_seconds_count") == 2 + len(admitted)
 
 
 async def test_the_count_check_before_the_body_stays_and_is_told_apart(start_server) -> None:
@@ -103,9 +99,9 @@ async def test_the_count_check_before_the_body_stays_and_is_told_apart(start_ser
     second = await request(server.port, "POST", "/decide", ROW)
     assert second.status == 429 and second.json["error"]["message"] == "1 requests already in progress; retry later"
     assert (await first).status == 200
-    metrics = (await request(server.port, "GET", "/metrics")).body.decode()
-    assert metric(metrics, 'semif_busy_refusals_total{reason="queue"}') == 1
-    assert metric(metrics, 'semif_busy_refusals_total{reason="wait"}') == 0
+    metrics = await scrape(server.port)
+    assert sample(metrics, "semif_busy_refusals_total", reason="queue") == 1
+    assert sample(metrics, "semif_busy_refusals_total", reason="wait") == 0
 
 
 @pytest.mark.parametrize("budget", [None, 30.0])
