@@ -21,13 +21,15 @@ from .scorer import OutOfMemory, Row, Scorer, SharedResult
 
 # Process-wide: any scorer call anywhere in the process takes it (INV-2).
 SCORER_LOCK = threading.Lock()
+# The kinds of scorer call a request makes (CallTiming.kind; the engine's own load is not one).
+KINDS = ("direct", "shared")
 
 
 @dataclass
 class CallTiming:
     """One scorer call: its kind, rows, when it was submitted, began and ended (perf_counter)."""
 
-    kind: str  # "direct" or "shared"
+    kind: str  # one of KINDS, or "load"
     rows: int
     submitted: float = 0.0
     started: float | None = None

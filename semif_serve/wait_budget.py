@@ -31,11 +31,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
+from .engine import KINDS
 from .errors import ApiError
 from .ops.retry_after import clamp
 
 WINDOW = 64  # recent scorer calls of a kind the per-row time averages over
-KINDS = ("direct", "shared")
 
 
 @dataclass(frozen=True)
