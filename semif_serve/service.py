@@ -96,7 +96,7 @@ def _rows(decision: Decision) -> list[dict[str, Any]]:
     return averaging.expand(decision.row, decision.orderings) if decision.averaged else [decision.row]
 
 
-class Admitted:
+class SlotTicket:
     """The ticket of a POST that holds an admission slot: its body in, its reply out, the slot freed once."""
 
     __slots__ = ("_service", "_name")
@@ -171,7 +171,7 @@ class Service:
         except ApiError as error:
             self.admission.leave()
             return Reply.error(error, close=True)
-        return Admitted(self, name)
+        return SlotTicket(self, name)
 
     def _check_length(self, length: bytes | None) -> None:
         """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
