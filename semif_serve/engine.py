@@ -4,8 +4,8 @@ The event loop never runs a scorer call itself, so /health answers while one is
 in progress (INV-2); a single-thread executor plus a process-wide lock means two
 calls can never overlap inside the scorer, whoever submits them. Each call
 fills a CallTiming (queued, scoring, outcome) that the caller keeps for its access
-log line and that every observer (metrics, the Retry-After estimate) receives on
-the loop once the call has ended; the engine does not know who observes.
+log line and that every observer (metrics, the Retry-After estimate, the wait budget's
+per-row time) receives on the loop once the call has ended; the engine does not know who observes.
 """
 
 from __future__ import annotations
