@@ -250,7 +250,7 @@ class Service:
         try:
             payload, headers = respond(scored, call.kind)
             return Reply(200, render(payload), headers, timing=call,
-                         methods=tuple(decision.orderings for decision in request.decisions))
+                         orderings=tuple(decision.orderings for decision in request.decisions))
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)

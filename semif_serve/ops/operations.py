@@ -107,7 +107,7 @@ class Operations:
         total = time.perf_counter() - exchange.started
         if self.metrics is not None:
             self.metrics.request(exchange.route, reply.status, reply.code, total)
-            self.metrics.decisions(reply.methods)
+            self.metrics.decisions(reply.orderings)
         if self.access_log:
             timing = reply.timing
             access_log.write(access_log.AccessRecord(
