@@ -36,6 +36,7 @@ from .numerics import log_softmax, softmax
 METHODS: tuple[str, ...] = ("none", "rotations", "all")
 ORDERINGS: tuple[str, ...] = (*METHODS, position_prior.METHOD)
 MAX_ALL_OPTIONS = 4
+MAX_OPTIONS = 16  # SemIf's letters A..P
 
 
 def orderings(n: int, method: str) -> list[tuple[int, ...]]:

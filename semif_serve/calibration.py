@@ -43,9 +43,8 @@ from types import MappingProxyType
 from typing import Any, Sequence
 
 from . import prior as position_prior
-from .averaging import ORDERINGS
+from .averaging import MAX_OPTIONS, ORDERINGS
 from .numerics import softmax
-from .request_model import MAX_OPTIONS
 
 T_MIN, T_MAX = 0.05, 20.0
 VARIABLE = "SEMIF_CALIBRATION"

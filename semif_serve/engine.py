@@ -4,8 +4,8 @@ The event loop never runs a scorer call itself, so /health answers while one is
 in progress (INV-2); a single-thread executor plus a process-wide lock means two
 calls can never overlap inside the scorer, whoever submits them. Each call
 fills a CallTiming (queued, scoring, outcome) that the caller keeps for its access
-log line and that every observer (metrics, the Retry-After estimate) receives on
-the loop once the call has ended; the engine does not know who observes.
+log line and that every observer (metrics, the Retry-After estimate, the wait budget's
+per-row time) receives on the loop once the call has ended; the engine does not know who observes.
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ from .scorer import OutOfMemory, Row, Scorer, SharedResult
 
 # Process-wide: any scorer call anywhere in the process takes it (INV-2).
 SCORER_LOCK = threading.Lock()
+# The kinds of scorer call a request makes (CallTiming.kind; the engine's own load is not one).
+KINDS = ("direct", "shared")
 
 
 @dataclass
 class CallTiming:
     """One scorer call: its kind, rows, when it was submitted, began and ended (perf_counter)."""
 
-    kind: str  # "direct" or "shared"
+    kind: str  # one of KINDS, or "load"
     rows: int
     submitted: float = 0.0
     started: float | None = None

@@ -143,8 +143,3 @@ def debias(log_scores: Sequence[float], prior: Sequence[float]) -> list[float]:
     if len(log_scores) != len(prior):
         raise ValueError(f"a prior over {len(prior)} positions cannot debias {len(log_scores)} options")
     return [score - math.log(weight) for score, weight in zip(log_scores, prior)]
-
-
-def debiased(logits: Sequence[float], prior: Sequence[float]) -> list[float]:
-    """softmax(log p − log prior): one row's probabilities with the position prior divided out."""
-    return softmax(debias(log_softmax(logits), prior))

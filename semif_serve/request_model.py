@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from . import averaging
+from .averaging import MAX_OPTIONS
 from .errors import ApiError, excerpt
 from .prior import METHOD as PRIOR
 
-MAX_OPTIONS = 16  # SemIf's letters A..P
 EXPANDED_ID = re.compile(r"#o\d+")
 DECIDE_KEYS = {"id", "state", "question", "options", "workload", "orderings"}
 SHARED_KEYS = {"state", "decisions", "workload"}

@@ -57,7 +57,7 @@ class Reply:
     timing: CallTiming | None = None
     content_type: bytes = b"application/json"
     close: bool = False  # the connection ends after this reply, whether or not the body was read
-    methods: tuple[str, ...] = ()
+    orderings: tuple[str, ...] = ()  # each decision's orderings method, in order (Route.methods are HTTP methods)
 
     @classmethod
     def error(cls, error: ApiError, timing: CallTiming | None = None, close: bool = False) -> "Reply":

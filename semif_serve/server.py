@@ -7,8 +7,9 @@ opens only after the model has loaded and warmed up (`Engine.start`), so a
 connection refused means "not ready yet" and a 503 `draining` means "leaving".
 Every effective setting is logged once at startup, the token redacted. Here the
 parts meet: one Admission shared by the service (which takes and frees slots) and
-ops (which reports it), ops's /metrics handler registered with the service, and
-each listener's route table bound into the `answer` its connections ask.
+ops (which reports it), with SEMIF_MAX_WAIT_S the WaitBudget beside it, ops's
+/metrics handler registered with the service, and each listener's route table
+bound into the `answer` its connections ask.
 
 *Extension:* with SEMIF_METRICS_PORT set, a second listener answers `/metrics` alone
 and stays open through the drain until the process exits, so Prometheus keeps

@@ -6,7 +6,9 @@ that it only reads the body a ticket takes and writes what it returns. The order
 of the head checks is `answer`'s: the route (400 target, 404, 405), for a
 protected route the drain (503) then the bearer (401); a GET's reply; for a POST
 the admission slot (429), the declared length (413) and the content (415, 422),
-and only then a ticket, which holds the slot until the wire releases it.
+and only then a ticket, which holds the slot until the wire releases it. What the
+ticket's body holds may still be refused: a 422, or with SEMIF_MAX_WAIT_S a 429 for
+the estimated wait (`_within_budget`), both before anything reaches the scorer.
 Rule 2: every endpoint is declared here (`ROUTES`: path, method, bearer) beside
 its handler, so adding one touches this module alone; its answer is decided here
 (or, for /metrics, by the ops handler the server registers by route name). The
@@ -14,8 +16,9 @@ wire names no route; ops is handed the table for its labels.
 Rule 3: the scorer's failures (scorer.py) become envelopes in one place, `_score`.
 
 Scores pass through untouched (INV-1): the only things added are `calibrated` and
-the order-averaged `combined` view. *Extension:* /v1/systemone and /v1/models speak
-TypeSafe's System One API through the pure `systemone` package; its requests take
+the order-averaged `combined` view (under orderings "prior", the debiased one).
+*Extension:* /v1/systemone and /v1/models speak TypeSafe's System One API through
+the pure `systemone` package; its requests take
 the same request model, engine call and views as /decide and /decide/shared. Like
 SemIf's own server (issue 30) they name the weights in SemIf's id form, send
 `x-semif-mode` and `x-semif-backend`, and /healthz answers SemIf's probe.
@@ -96,7 +99,7 @@ def _rows(decision: Decision) -> list[dict[str, Any]]:
     return averaging.expand(decision.row, decision.orderings) if decision.averaged else [decision.row]
 
 
-class Admitted:
+class SlotTicket:
     """The ticket of a POST that holds an admission slot: its body in, its reply out, the slot freed once."""
 
     __slots__ = ("_service", "_name")
@@ -171,7 +174,7 @@ class Service:
         except ApiError as error:
             self.admission.leave()
             return Reply.error(error, close=True)
-        return Admitted(self, name)
+        return SlotTicket(self, name)
 
     def _check_length(self, length: bytes | None) -> None:
         """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
@@ -247,7 +250,7 @@ class Service:
         try:
             payload, headers = respond(scored, call.kind)
             return Reply(200, render(payload), headers, timing=call,
-                         methods=tuple(decision.orderings for decision in request.decisions))
+                         orderings=tuple(decision.orderings for decision in request.decisions))
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)

@@ -11,8 +11,10 @@ first call measures it; borrowing the other kind's figure would price a shared r
 as a direct one, refuse every shared request and never measure one.
 Rule 3: a refused request never enters: only `admit` adds rows ahead, only the
 `Admitted` it returns takes them away (`leave`, once, whatever the outcome).
-Rule 4: pure bookkeeping: no I/O, no asyncio, no HTTP, no metrics. The clock is
-injected (tests pass a fake one); observers of the estimate's error are callables.
+Rule 4: pure bookkeeping: no I/O, no asyncio, no metrics. Its refusal is data, an
+ApiError whose one header is its own Retry-After, held to the contract's 1..60 by
+ops/retry_after's `clamp` (ops then adds none). The clock is injected (tests pass a
+fake one); observers of the estimate's error are callables.
 
 Theory of operation: the service asks `WaitBudget.admit(kind, rows)` once the body is
 parsed, before the engine call. Admitted, the request's rows count as ahead of every
@@ -31,11 +33,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
+from .engine import KINDS
 from .errors import ApiError
 from .ops.retry_after import clamp
 
 WINDOW = 64  # recent scorer calls of a kind the per-row time averages over
-KINDS = ("direct", "shared")
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ import h11
 
 from .channel import Channel
 from .config import Settings
-from .errors import ApiError, envelope, excerpt
+from .errors import ApiError, excerpt
 from .ops.operations import Exchange, Operations, peer_of
 from .routes import Answer, Head, Reply, Ticket
 
@@ -388,7 +388,7 @@ class HttpConnection:
         code = PROTOCOL_CODES.get(status, "bad_request")
         # h11 quotes the offending bytes (perhaps a credential) after ": bytearray(": keep its description only.
         message = excerpt(str(error).split(": bytearray(", 1)[0], 120) or "malformed request"
-        await self._send(Reply(ApiError(code, "").status, envelope(code, message), code=code), close=True)
+        await self._refuse(ApiError(code, message), close=True)
 
     async def _dispatch(self, request: h11.Request, fields: Fields) -> bool:
         """Run the wire's framing checks, ask the application once, then read the body a ticket takes."""

@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..averaging import ORDERINGS
+from ..engine import KINDS
 from ..errors import STATUS
 
 # Sub-millisecond HTTP answers up to multi-second scorer calls on a loaded card.
@@ -37,7 +38,6 @@ CUDA_MEMORY = {
     "max_memory_reserved_bytes": ("semif_cuda_memory_peak_reserved_bytes", "Peak CUDA memory reserved since start."),
 }
 INFO_KEYS = ("scorer", "semif_commit", "model", "revision", "device")
-KINDS = ("direct", "shared")  # engine.CallTiming's kinds of scorer call that metrics count
 # Actual wait minus the wait-budget estimate: both signs, from a tenth of a second to a minute.
 ERROR_BUCKETS = (-60.0, -30.0, -10.0, -5.0, -2.5, -1.0, -0.5, -0.25, -0.1, 0.0,
                  0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

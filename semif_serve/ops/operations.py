@@ -2,7 +2,8 @@
 
 Rules: observes only. It adds the operational headers to a response the wire
 already chose (`X-Request-Id` always, and on the System One routes and every 404 the same id as
-`x-typesafe-request-id`; `Retry-After` on 429 and 503) and records
+`x-typesafe-request-id`; `Retry-After` on 503 and on a 429 that carries none: a wait-budget 429
+carries its own estimate) and records
 the exchange once the response is written; it never changes a status or a body.
 Metrics are built here only when SEMIF_METRICS is on and prometheus_client
 imports; otherwise `/metrics` is 404 and nothing else changes.
@@ -106,7 +107,7 @@ class Operations:
         total = time.perf_counter() - exchange.started
         if self.metrics is not None:
             self.metrics.request(exchange.route, reply.status, reply.code, total)
-            self.metrics.decisions(reply.methods)
+            self.metrics.decisions(reply.orderings)
         if self.access_log:
             timing = reply.timing
             access_log.write(access_log.AccessRecord(

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semif_serve.prior import MIN_DECISIONS, SUM_TOLERANCE, checked, debias, debiased, decision_prior, entry, workload_prior
+from semif_serve.averaging import combine
+from semif_serve.prior import METHOD, MIN_DECISIONS, SUM_TOLERANCE, checked, debias, decision_prior, entry, workload_prior
 
 from tests.reference import softmax
 
@@ -42,6 +43,14 @@ def rotations(option_ids: Sequence[str], logit: Any) -> list[dict[str, Any]]:
 WORKED = [result("ab", [0.8, 0.2]), result("ba", [0.6, 0.4])]
 
 
+def debiased(scored: dict[str, Any], prior: Sequence[float]) -> list[float]:
+    """What the server serves for one row under orderings "prior": `combined.probabilities` from
+    averaging.combine, the row's options in the order it was scored."""
+    row = {"id": "q", "options": [{"id": option_id} for option_id in scored["option_ids"]]}
+    native = {**scored, "probabilities": softmax(scored["option_logits"])}
+    return combine(row, METHOD, [native], prior=prior)["combined"]["probabilities"]
+
+
 def test_decision_prior_matches_the_worked_example() -> None:
     assert decision_prior(WORKED) == pytest.approx([ROOT6 / (ROOT6 + 1), 1 / (ROOT6 + 1)], abs=1e-12)
     assert decision_prior(WORKED) == pytest.approx([0.7101020514, 0.2898979486], abs=1e-10)
@@ -55,8 +64,8 @@ def test_decision_prior_ignores_each_rows_constant() -> None:
 
 def test_debiased_matches_the_worked_example() -> None:
     prior = decision_prior(WORKED)
-    assert debiased(WORKED[0]["option_logits"], prior) == pytest.approx([4 / (4 + ROOT6), ROOT6 / (4 + ROOT6)], abs=1e-12)
-    assert debiased(WORKED[0]["option_logits"], prior) == pytest.approx([0.6202041029, 0.3797958971], abs=1e-10)
+    assert debiased(WORKED[0], prior) == pytest.approx([4 / (4 + ROOT6), ROOT6 / (4 + ROOT6)], abs=1e-12)
+    assert debiased(WORKED[0], prior) == pytest.approx([0.6202041029, 0.3797958971], abs=1e-10)
 
 
 def test_calibrated_is_the_tempered_softmax_of_the_debiased_scores() -> None:
@@ -87,7 +96,7 @@ def test_an_exact_prior_is_recovered_and_divided_out() -> None:
     prior = decision_prior(rows)
     assert prior == pytest.approx(PRIOR, abs=1e-12)
     for row in rows:  # every rotation, debiased, gives the content preference of its own options
-        assert debiased(row["option_logits"], prior) == pytest.approx([CONTENT[o] for o in row["option_ids"]], abs=1e-12)
+        assert debiased(row, prior) == pytest.approx([CONTENT[o] for o in row["option_ids"]], abs=1e-12)
 
 
 @settings(max_examples=60, deadline=None)

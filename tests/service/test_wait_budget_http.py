@@ -7,6 +7,7 @@ tell the two refusals apart, and without the budget nothing of this shows."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import threading
@@ -19,7 +20,7 @@ from semif_serve.stub import StubScorer
 from tests.bodies import ROW, SHARED
 from tests.fakes import settings
 from tests.metrics_samples import sample, scrape
-from tests.wire_client import request
+from tests.wire_client import parse_responses, raw_request, raw_responses, request
 
 PER_ROW_S = 0.4  # the stub's delay per row: a direct call 0.4 s, SHARED's two rows 0.8 s
 BUDGET_S = 2.0
@@ -87,6 +88,19 @@ async def test_a_burst_is_answered_within_the_budget_or_refused_at_once_with_the
     assert sample(metrics, "semif_busy_refusals_total", reason="queue") == 0
     assert sample(metrics, "semif_refusals_total", code="busy") == len(refused)  # its meaning kept: every 429 busy
     assert sample(metrics, "semif_wait_estimate_error_seconds_count") == 2 + len(admitted)
+
+
+async def test_a_budget_refusal_carries_one_retry_after_its_estimate(start_server) -> None:
+    """The refusal brings its own Retry-After (the estimate); ops adds no second one beside it, which
+    would leave a client to pick one of two values (read from the raw head: a dict would hide it)."""
+    server = await start_server(PerRowStub(0.1), max_wait_s=0.05)
+    assert (await request(server.port, "POST", "/decide", ROW)).status == 200  # cold start admits; measures >= 0.1 s a row
+    body = json.dumps(ROW).encode()
+    sent = await raw_responses(server.port, raw_request(fields=b"content-length: %d\r\n" % len(body), body=body), 1)
+    (response,) = parse_responses(sent.data)
+    assert response.status == 429 and "exceeds the SEMIF_MAX_WAIT_S budget" in response.json["error"]["message"]
+    head = sent.data.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.count(b"\r\nretry-after:") == 1, head
 
 
 async def test_the_count_check_before_the_body_stays_and_is_told_apart(start_server) -> None:
