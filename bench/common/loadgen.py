@@ -7,7 +7,8 @@ line and Content-Length) so that on a 2-core machine the load generator costs
 far less CPU than the server it measures. Closed loop (`drive`: N connections, each
 waiting for its answer) and open loop (`open_loop`: Poisson arrivals, each sent at its
 time whatever the completions, with health probes beside it). Every exchange runs under a deadline;
-loopback only, so a benchmark can never be pointed at another host by mistake.
+loopback only unless the caller opts in (`remote=True`, openloop's `--remote`), so a benchmark can
+never be pointed at another host by mistake.
 """
 
 from __future__ import annotations
@@ -38,11 +39,14 @@ class Target:
     token: str
 
     @classmethod
-    def from_url(cls, url: str, token: str | None = None) -> "Target":
-        """Parse http://127.0.0.1:PORT; refuse anything but loopback over plain HTTP."""
+    def from_url(cls, url: str, token: str | None = None, remote: bool = False) -> "Target":
+        """Parse http://HOST:PORT over plain HTTP; HOST must be loopback unless `remote` says another
+        host is meant (a replica in the fleet: the bearer token then crosses the network)."""
         parts = urlsplit(url)
-        if parts.scheme != "http" or parts.hostname not in LOOPBACK or parts.port is None:
-            raise ValueError(f"--url must be http://127.0.0.1:PORT (loopback only), got {url!r}")
+        if parts.scheme != "http" or not parts.hostname or parts.port is None:
+            raise ValueError(f"--url must be http://HOST:PORT, got {url!r}")
+        if parts.hostname not in LOOPBACK and not remote:
+            raise ValueError(f"--url must be http://127.0.0.1:PORT (loopback only, unless --remote), got {url!r}")
         token = token if token is not None else os.environ.get(TOKEN_ENV, "")
         return cls(parts.hostname, parts.port, token)
 

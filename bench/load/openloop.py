@@ -170,7 +170,7 @@ class Servers:
         GET /v1/models is not ours, so ours is started again on another port.
         """
         if name == "url":
-            yield Live(Target.from_url(self.args.url, self.token), self.args.health, self.args.model_name, self.args.pid)
+            yield Live(Target.from_url(self.args.url, self.token, self.args.remote), self.args.health, self.args.model_name, self.args.pid)
             return
         for _ in range(START_ATTEMPTS):
             with self._started(name, budget_s) as live:
@@ -529,7 +529,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--capacity-s", type=float, default=10.0, help="seconds of the capacity run per shape (default 10)")
     p.add_argument("--probe-every", type=float, default=0.25, help="seconds between health probes (default 0.25)")
     p.add_argument("--probe-timeout", type=float, default=2.0, help="a probe fails past this (default 2 s)")
-    p.add_argument("--url", help="server `url`: one already running, http://127.0.0.1:PORT (loopback only)")
+    p.add_argument("--url", help="server `url`: one already running, http://127.0.0.1:PORT (loopback unless --remote)")
+    p.add_argument("--remote", action="store_true",
+                   help="let --url name another host (a replica in the fleet); --pid is for a local server only")
     p.add_argument("--pid", type=int, help="server `url`'s process, for its CPU and peak RSS")
     p.add_argument("--health", default="/health", help="server `url`'s health path (default /health)")
     p.add_argument("--model-name", default=ALIAS, help=f"server `url`'s model name in the body (default {ALIAS})")

@@ -48,6 +48,22 @@ def fate(status: int | None, latency: float, due: float = 1.0, lag: float = 0.00
     return Fate(due, lag, status, latency, outcome, body, "3" if status == 429 else None)
 
 
+def test_url_is_loopback_unless_remote_is_asked_for() -> None:
+    """A fleet's replica can be measured, but only when the caller says another host is meant: the
+    bearer token crosses the network then, so a typo never sends it there."""
+    with pytest.raises(ValueError) as refused:
+        Target.from_url("http://10.0.0.5:8000", TOKEN)
+    assert str(refused.value) == "--url must be http://127.0.0.1:PORT (loopback only, unless --remote), got 'http://10.0.0.5:8000'"
+    assert Target.from_url("http://10.0.0.5:8000", TOKEN, remote=True) == Target("10.0.0.5", 8000, TOKEN)
+    assert Target.from_url("http://127.0.0.1:8000", TOKEN) == Target("127.0.0.1", 8000, TOKEN)
+    for url in ("https://10.0.0.5:8000", "http://10.0.0.5"):
+        with pytest.raises(ValueError) as refused:
+            Target.from_url(url, TOKEN, remote=True)
+        assert str(refused.value) == f"--url must be http://HOST:PORT, got {url!r}"
+    assert openloop.parser().parse_args(["--url", "http://10.0.0.5:8000", "--remote"]).remote is True
+    assert openloop.parser().parse_args(["--url", "http://127.0.0.1:8000"]).remote is False
+
+
 def test_a_cells_figures_count_every_request_once_and_goodput_within_the_window() -> None:
     fates = [fate(200, 0.5), fate(200, 1.0, due=9.5), fate(200, 0.7, body=b'{"answers": {"q": {"noul": 0.6}}}'),
              fate(429, 0.002), fate(None, 30.0, outcome="timeout"), fate(None, 0.1, outcome="error"), fate(503, 0.01)]
