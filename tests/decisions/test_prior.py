@@ -115,15 +115,19 @@ def test_every_permutation_is_balanced_too() -> None:
 
 
 @pytest.mark.parametrize(("rows", "message"), [
-    ([], "needs the results of its orderings, got none"),
+    ([], "^a decision prior needs the results of its orderings, got none$"),
     ([result("a", [1.0])], "at least 2 distinct options"),
     ([result("aa", [0.5, 0.5])], "at least 2 distinct options"),
-    ([result("ab", [0.8, 0.2]), result("ac", [0.6, 0.4])], "does not score exactly the options"),
-    ([result("ab", [0.8, 0.2]), {"id": "q", "option_ids": ["b", "a"], "option_logits": [0.0]}], "does not score exactly"),
+    ([result("ab", [0.8, 0.2]), result("ac", [0.6, 0.4])], r"^result 'q#o' does not score exactly the options \['a', 'b'\]$"),
+    ([result("ab", [0.8, 0.2]), {"id": "q", "option_ids": ["b", "a"], "option_logits": [0.0]}],
+     r"^result 'q' does not score exactly the options \['a', 'b'\]$"),
     ([result("ab", [0.8, 0.2])], "1 orderings of 2 options cannot put each option in each position equally often"),
-    ([result("ab", [0.8, 0.2]), result("ab", [0.6, 0.4])], "position 0 does not hold each option equally often"),
-    ([{"id": "q", "option_ids": ["a", "b"], "option_logits": [math.nan, 0.0]}, result("ba", [0.6, 0.4])], "not a finite number"),
-    ([{"id": "q", "option_ids": ["a", "b"], "option_logits": [True, 0.0]}, result("ba", [0.6, 0.4])], "not a finite number"),
+    ([result("ab", [0.8, 0.2]), result("ab", [0.6, 0.4])],
+     "^position 0 does not hold each option equally often: score the decision under its n cyclic rotations$"),
+    ([{"id": "q", "option_ids": ["a", "b"], "option_logits": [math.nan, 0.0]}, result("ba", [0.6, 0.4])],
+     "^result 'q''s option_logits holds a value that is not a finite number$"),
+    ([{"id": "q", "option_ids": ["a", "b"], "option_logits": [True, 0.0]}, result("ba", [0.6, 0.4])],
+     "^result 'q''s option_logits holds a value that is not a finite number$"),
 ])
 def test_decision_prior_refuses_what_does_not_cancel_the_content(rows: list[dict[str, Any]], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -133,7 +137,7 @@ def test_decision_prior_refuses_what_does_not_cancel_the_content(rows: list[dict
 def test_workload_prior_is_the_mean_of_its_decisions() -> None:
     assert workload_prior([[0.6, 0.4], [0.8, 0.2]]) == pytest.approx([0.7, 0.3], abs=1e-15)
     assert workload_prior([[0.5, 0.3, 0.2]]) == [0.5, 0.3, 0.2]
-    with pytest.raises(ValueError, match="at least one decision prior"):
+    with pytest.raises(ValueError, match="^a workload prior needs at least one decision prior$"):
         workload_prior([])
     with pytest.raises(ValueError, match=r"different option counts cannot be averaged: \[2, 3\]"):
         workload_prior([[0.5, 0.5], [0.2, 0.3, 0.5]])
@@ -162,9 +166,9 @@ def test_checked_accepts_a_prior_that_sums_to_one_within_the_tolerance() -> None
     ([0.2, 0.3, 0.25, 0.25], 3, "^prior has 4 entries; 3 options need 3$"),
     ([1.5, -0.5], 2, r"^prior holds a value <= 0 \(-0.5\); every position needs a positive prior$"),
     ([1.0, 0.0], 2, r"^prior holds a value <= 0 \(0.0\)"),
-    ([math.nan, 0.5], 2, "not a finite number"),
-    ([math.inf, 0.5], 2, "not a finite number"),
-    ([10 ** 400, 0.5], 2, "not a finite number"),
+    ([math.nan, 0.5], 2, "^prior holds a value that is not a finite number$"),
+    ([math.inf, 0.5], 2, "^prior holds a value that is not a finite number$"),
+    ([10 ** 400, 0.5], 2, "^prior holds a value that is not a finite number$"),  # past float: OverflowError
     ([0.5, 0.5 + 2 * SUM_TOLERANCE], 2, r"^prior sums to 1.000002, not 1 within 1e-06$"),
     ([0.4, 0.4], 2, r"^prior sums to 0.8, not 1 within 1e-06$"),
 ])

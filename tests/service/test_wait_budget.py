@@ -38,6 +38,17 @@ def test_per_row_time_is_recent_total_seconds_over_total_rows_of_its_kind() -> N
     assert made.per_row("direct") is None  # kinds never mix
 
 
+def test_a_call_without_rows_or_of_an_unknown_kind_is_not_measured() -> None:
+    made, _ = estimator()
+    made.observe("direct", 0, 5.0)  # no rows: no per-row time to learn (and no division by 0)
+    made.observe("shared", -1, 5.0)
+    made.observe("neither", 3, 5.0)  # not a kind: ignored, not a KeyError
+    assert made.per_row("direct") is None and made.per_row("shared") is None
+    made.observe("direct", 1, 0.25)
+    made.observe("direct", 0, 5.0)  # nor does it dilute a measured kind
+    assert made.per_row("direct") == 0.25
+
+
 def test_the_window_keeps_only_recent_calls() -> None:
     made = WaitEstimator(Clock(), window=2)
     for seconds in (9.0, 1.0, 1.0):
