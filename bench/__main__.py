@@ -17,39 +17,99 @@ from typing import NamedTuple, TextIO
 class Command(NamedTuple):
     module: str
     summary: str
-    named: bool = False  # the module's main takes the command's own name first (the acceptance checks)
+    named: bool = (
+        False  # the module's main takes the command's own name first (the acceptance checks)
+    )
 
 
 ACCEPTANCE = "bench.acceptance.acceptance"
 
 COMMANDS: dict[str, Command] = {
     # acceptance/: does a live server pass the contract's checks?
-    "reference": Command(ACCEPTANCE, "acceptance: score the rows in-process with the scorer /health names (reference predictions)", True),
-    "parity": Command(ACCEPTANCE, "acceptance: /decide against reference predictions (agreement, probability gap)", True),
+    "reference": Command(
+        ACCEPTANCE,
+        "acceptance: score the rows in-process with the scorer /health names (reference predictions)",
+        True,
+    ),
+    "parity": Command(
+        ACCEPTANCE,
+        "acceptance: /decide against reference predictions (agreement, probability gap)",
+        True,
+    ),
     "noise": Command(ACCEPTANCE, "acceptance: the same /decide run twice (A vs A)", True),
     "negative": Command(ACCEPTANCE, "acceptance: shuffled descriptions must break agreement", True),
-    "shared": Command(ACCEPTANCE, "acceptance: /decide/shared agrees with /decide as well as A vs A does", True),
-    "speed": Command(ACCEPTANCE, "acceptance: 21 criteria, 21 x /decide against 1 x /decide/shared", True),
-    "vram": Command(ACCEPTANCE, "acceptance: a 4096-token prompt answered, peak reserved memory and the cap it derives", True),
-    "boundary": Command(ACCEPTANCE, "acceptance: object states ending in ) ; } through /decide/shared (INV-7)", True),
-    "schemathesis": Command("bench.acceptance.schemathesis_run", "acceptance: the live server against semif_serve/openapi.json"),
+    "shared": Command(
+        ACCEPTANCE, "acceptance: /decide/shared agrees with /decide as well as A vs A does", True
+    ),
+    "speed": Command(
+        ACCEPTANCE, "acceptance: 21 criteria, 21 x /decide against 1 x /decide/shared", True
+    ),
+    "vram": Command(
+        ACCEPTANCE,
+        "acceptance: a 4096-token prompt answered, peak reserved memory and the cap it derives",
+        True,
+    ),
+    "boundary": Command(
+        ACCEPTANCE, "acceptance: object states ending in ) ; } through /decide/shared (INV-7)", True
+    ),
+    "schemathesis": Command(
+        "bench.acceptance.schemathesis_run",
+        "acceptance: the live server against semif_serve/openapi.json",
+    ),
     # load/: how fast, at what cost, and does admission hold?
-    "load": Command("bench.load.load", "load: admission past SEMIF_MAX_QUEUE, and the tiny and small models served against in-process"),
-    "wrk": Command("bench.load.wrk", "load: overhead against the peers (FastAPI + uvicorn), driven by wrk: rps and server CPU per request"),
-    "ops-cost": Command("bench.load.ops_cost", "load: CPU per request of the ops layer alone, in process"),
-    "server-cpu": Command("bench.load.server_cpu", "load: server CPU per request under wrk, one checkout against another"),
-    "soak": Command("bench.load.soak", "load: sustained overload on the stub; nothing lost, doubled or leaked"),
-    "verify-cost": Command("bench.load.verify_cost", "load: time of the weights check (hash and presence) before serving"),
-    "openloop": Command("bench.load.openloop", "load: open-loop Poisson arrivals, one server at a time (ours, the peer fastjev): goodput, p99, refusals, health"),
-    "systemone": Command("bench.load.systemone", "load: /v1/systemone against /decide/shared on the same rows (stub CPU, SmolLM2 p50)"),
+    "load": Command(
+        "bench.load.load",
+        "load: admission past SEMIF_MAX_QUEUE, and the tiny and small models served against in-process",
+    ),
+    "wrk": Command(
+        "bench.load.wrk",
+        "load: overhead against the peers (FastAPI + uvicorn), driven by wrk: rps and server CPU per request",
+    ),
+    "ops-cost": Command(
+        "bench.load.ops_cost", "load: CPU per request of the ops layer alone, in process"
+    ),
+    "server-cpu": Command(
+        "bench.load.server_cpu",
+        "load: server CPU per request under wrk, one checkout against another",
+    ),
+    "soak": Command(
+        "bench.load.soak", "load: sustained overload on the stub; nothing lost, doubled or leaked"
+    ),
+    "verify-cost": Command(
+        "bench.load.verify_cost",
+        "load: time of the weights check (hash and presence) before serving",
+    ),
+    "openloop": Command(
+        "bench.load.openloop",
+        "load: open-loop Poisson arrivals, one server at a time (ours, the peer fastjev): goodput, p99, refusals, health",
+    ),
+    "systemone": Command(
+        "bench.load.systemone",
+        "load: /v1/systemone against /decide/shared on the same rows (stub CPU, SmolLM2 p50)",
+    ),
     # labelled/: how accurate and how calibrated?
-    "evaluate": Command("bench.labelled.evaluate", "labelled: accuracy, NLL, Brier, ECE and positions per ordering method"),
-    "calibrate": Command("bench.labelled.calibrate", "labelled: fit one temperature per workload and method, write the calibration file"),
-    "prior": Command("bench.labelled.prior", "labelled: fit a position prior per workload and option count (PriDe), into the calibration file"),
+    "evaluate": Command(
+        "bench.labelled.evaluate",
+        "labelled: accuracy, NLL, Brier, ECE and positions per ordering method",
+    ),
+    "calibrate": Command(
+        "bench.labelled.calibrate",
+        "labelled: fit one temperature per workload and method, write the calibration file",
+    ),
+    "prior": Command(
+        "bench.labelled.prior",
+        "labelled: fit a position prior per workload and option count (PriDe), into the calibration file",
+    ),
     # scale/: replicas behind nginx
-    "scale": Command("bench.scale.scale", "scale: stub replicas behind nginx: spread, full queues, rolling restart, kill, throughput"),
+    "scale": Command(
+        "bench.scale.scale",
+        "scale: stub replicas behind nginx: spread, full queues, rolling restart, kill, throughput",
+    ),
     # gpu/: the prepared check on a lent card
-    "gpu-check": Command("bench.gpu.gpu_check", "gpu: the CUDA checks on a lent card (bench/gpu/gpu_check.sh runs this)"),
+    "gpu-check": Command(
+        "bench.gpu.gpu_check",
+        "gpu: the CUDA checks on a lent card (bench/gpu/gpu_check.sh runs this)",
+    ),
 }
 
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from . import prior as position_prior
 from .numerics import log_softmax, softmax
@@ -79,7 +80,9 @@ def _first_max(option_ids: Sequence[str], score: Mapping[str, float]) -> str:
     return max(option_ids, key=score.__getitem__)  # max keeps the first of equal keys
 
 
-def _by_id(option_ids: Sequence[str], result: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+def _by_id(
+    option_ids: Sequence[str], result: Mapping[str, Any]
+) -> tuple[dict[str, float], dict[str, float]]:
     """(log-probs, native probabilities) of one result, keyed by option id, not position.
 
     The result's own `option_ids` say which option each logit belongs to; a
@@ -87,7 +90,9 @@ def _by_id(option_ids: Sequence[str], result: Mapping[str, Any]) -> tuple[dict[s
     """
     ids, logits, native = result["option_ids"], result["option_logits"], result["probabilities"]
     if sorted(ids) != sorted(option_ids) or not len(ids) == len(logits) == len(native):
-        raise ValueError(f"result {result.get('id')!r} does not score exactly the options {list(option_ids)}")
+        raise ValueError(
+            f"result {result.get('id')!r} does not score exactly the options {list(option_ids)}"
+        )
     if not all(math.isfinite(value) for value in [*logits, *native]):
         raise ValueError(f"result {result.get('id')!r} has a non-finite logit or probability")
     return dict(zip(ids, log_softmax(logits))), dict(zip(ids, native))
@@ -102,24 +107,36 @@ def _scored(
         raise ValueError(f"decision {row['id']!r} repeats an option id: {option_ids}")
     expected = len(orderings(len(option_ids), method))
     if len(results) != expected:
-        raise ValueError(f"{method!r} over {len(option_ids)} options needs {expected} results, got {len(results)}")
+        raise ValueError(
+            f"{method!r} over {len(option_ids)} options needs {expected} results, got {len(results)}"
+        )
     return option_ids, [_by_id(option_ids, result) for result in results]
 
 
-def _mean(option_ids: Sequence[str], scored: Sequence[tuple[dict[str, float], dict[str, float]]]) -> list[float]:
+def _mean(
+    option_ids: Sequence[str], scored: Sequence[tuple[dict[str, float], dict[str, float]]]
+) -> list[float]:
     return [math.fsum(logp[oid] for logp, _ in scored) / len(scored) for oid in option_ids]
 
 
-def _debiased(option_ids: Sequence[str], results: Sequence[Mapping[str, Any]],
-              scored: Sequence[tuple[dict[str, float], dict[str, float]]], prior: Sequence[float]) -> list[float]:
+def _debiased(
+    option_ids: Sequence[str],
+    results: Sequence[Mapping[str, Any]],
+    scored: Sequence[tuple[dict[str, float], dict[str, float]]],
+    prior: Sequence[float],
+) -> list[float]:
     """log p − log prior for method "prior": the prior is over positions, so the one result
     must hold the options in the caller's order (position i is option i)."""
     if list(results[0]["option_ids"]) != list(option_ids):
-        raise ValueError(f"result {results[0].get('id')!r} does not score the options {list(option_ids)} in order")
+        raise ValueError(
+            f"result {results[0].get('id')!r} does not score the options {list(option_ids)} in order"
+        )
     return position_prior.debias(_mean(option_ids, scored), prior)
 
 
-def mean_log_probabilities(row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, Any]]) -> list[float]:
+def mean_log_probabilities(
+    row: Mapping[str, Any], method: str, results: Sequence[Mapping[str, Any]]
+) -> list[float]:
     """Per option id, the mean of each ordering's log-softmax, in the caller's order.
 
     `combined.probabilities` is its softmax; a calibrated view tempers it. Kept in log
@@ -154,13 +171,22 @@ def combine(
     `combined.prior` the prior divided out.
     """
     if (method == position_prior.METHOD) != (prior is not None):
-        raise ValueError(f"orderings {position_prior.METHOD!r} needs a position prior, and only it takes one (got {method!r})")
+        raise ValueError(
+            f"orderings {position_prior.METHOD!r} needs a position prior, and only it takes one (got {method!r})"
+        )
     option_ids, scored = _scored(row, method, results)
-    scores = _mean(option_ids, scored) if prior is None else _debiased(option_ids, results, scored, prior)
+    scores = (
+        _mean(option_ids, scored)
+        if prior is None
+        else _debiased(option_ids, results, scored, prior)
+    )
     probabilities = softmax(scores)
     top = _first_max(option_ids, dict(zip(option_ids, probabilities)))
     tops = [_first_max(option_ids, native) for _, native in scored]
-    spread = {oid: [min(nat[oid] for _, nat in scored), max(nat[oid] for _, nat in scored)] for oid in option_ids}
+    spread = {
+        oid: [min(nat[oid] for _, nat in scored), max(nat[oid] for _, nat in scored)]
+        for oid in option_ids
+    }
     combined = {
         "method": method,
         "orderings": len(scored),
@@ -173,4 +199,9 @@ def combine(
         combined["prior"] = list(prior)
     if temper is not None:
         combined["calibrated"] = temper(scores)
-    return {"id": row["id"], "option_ids": option_ids, "combined": combined, "orderings": list(results)}
+    return {
+        "id": row["id"],
+        "option_ids": option_ids,
+        "combined": combined,
+        "orderings": list(results),
+    }

@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
-from typing import Any, Sequence
+from typing import Any
 
 from . import prior as position_prior
 from .averaging import MAX_OPTIONS, ORDERINGS
@@ -88,7 +88,9 @@ class Table(Mapping[str, Mapping[str, float]]):
     priors: Mapping[str, Mapping[int, Prior]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        frozen = {name: MappingProxyType(dict(methods)) for name, methods in self.temperatures.items()}
+        frozen = {
+            name: MappingProxyType(dict(methods)) for name, methods in self.temperatures.items()
+        }
         object.__setattr__(self, "temperatures", MappingProxyType(frozen))
         priors = {name: MappingProxyType(dict(counts)) for name, counts in self.priors.items()}
         object.__setattr__(self, "priors", MappingProxyType(priors))
@@ -121,7 +123,9 @@ class Table(Mapping[str, Mapping[str, float]]):
         return {
             "binding": None if self.binding is None else asdict(self.binding),
             "fitted": None if self.fitted is None else dict(self.fitted),
-            "workloads": {name: dict(methods) for name, methods in sorted(self.temperatures.items())},
+            "workloads": {
+                name: dict(methods) for name, methods in sorted(self.temperatures.items())
+            },
             "priors": {name: sorted(counts) for name, counts in sorted(self.priors.items())},
         }
 
@@ -155,23 +159,34 @@ def _plain(table: Any, path: str) -> dict[str, float]:
 
 def is_bound(document: Any) -> bool:
     """The bound form carries an object under "workloads" or "priors"; a plain file maps names to numbers."""
-    return isinstance(document, dict) and any(isinstance(document.get(key), dict) for key in ("workloads", "priors"))
+    return isinstance(document, dict) and any(
+        isinstance(document.get(key), dict) for key in ("workloads", "priors")
+    )
 
 
 def _nonempty(document: Mapping[str, Any], key: str) -> str:
     value = document.get(key)
     if not isinstance(value, str) or not value:
-        raise ValueError(f"{VARIABLE}: a bound file needs {key!r} as a nonempty string, got {value!r}")
+        raise ValueError(
+            f"{VARIABLE}: a bound file needs {key!r} as a nonempty string, got {value!r}"
+        )
     return value
 
 
 def _methods(name: str, methods: Any) -> dict[str, float]:
     if not isinstance(methods, dict) or not methods:
-        raise ValueError(f"{VARIABLE}: workload {name!r} needs an object {{method: temperature}} with at least one method")
+        raise ValueError(
+            f"{VARIABLE}: workload {name!r} needs an object {{method: temperature}} with at least one method"
+        )
     unknown = sorted(set(methods) - set(ORDERINGS))
     if unknown:
-        raise ValueError(f"{VARIABLE}: workload {name!r} names unknown method(s) {unknown}; methods are {', '.join(ORDERINGS)}")
-    return {method: _temperature(f"workload {name!r} method {method!r}", value) for method, value in methods.items()}
+        raise ValueError(
+            f"{VARIABLE}: workload {name!r} names unknown method(s) {unknown}; methods are {', '.join(ORDERINGS)}"
+        )
+    return {
+        method: _temperature(f"workload {name!r} method {method!r}", value)
+        for method, value in methods.items()
+    }
 
 
 def _fitted(value: Any) -> Mapping[str, Any] | None:
@@ -180,7 +195,9 @@ def _fitted(value: Any) -> Mapping[str, Any] | None:
     if not isinstance(value, dict):
         raise ValueError(f"{VARIABLE}: 'fitted' must be an object, got {type(value).__name__}")
     try:
-        json.dumps(value, allow_nan=False)  # /health renders it; a NaN there would break the response
+        json.dumps(
+            value, allow_nan=False
+        )  # /health renders it; a NaN there would break the response
     except ValueError:
         raise ValueError(f"{VARIABLE}: 'fitted' holds a non-finite number") from None
     return value
@@ -189,16 +206,22 @@ def _fitted(value: Any) -> Mapping[str, Any] | None:
 def _object(document: Mapping[str, Any], key: str, shape: str) -> dict[str, Any]:
     value = document.get(key, {})
     if not isinstance(value, dict):
-        raise ValueError(f"{VARIABLE}: {key!r} must be an object {shape}, got {type(value).__name__}")
+        raise ValueError(
+            f"{VARIABLE}: {key!r} must be an object {shape}, got {type(value).__name__}"
+        )
     return value
 
 
 def _option_count(name: str, key: str) -> int:
     """An entry's key: n as a decimal without sign or leading zero, 2..MAX_OPTIONS (one spelling per n;
     no request can ask a prior for more options than SemIf has letters)."""
-    if not (key.isascii() and key.isdigit() and not key.startswith("0") and 2 <= int(key) <= MAX_OPTIONS):
-        raise ValueError(f"{VARIABLE}: priors {name!r} entry {key!r} must be an option count 2..{MAX_OPTIONS} "
-                         "written as a plain decimal")
+    if not (
+        key.isascii() and key.isdigit() and not key.startswith("0") and 2 <= int(key) <= MAX_OPTIONS
+    ):
+        raise ValueError(
+            f"{VARIABLE}: priors {name!r} entry {key!r} must be an option count 2..{MAX_OPTIONS} "
+            "written as a plain decimal"
+        )
     return int(key)
 
 
@@ -223,7 +246,9 @@ def _priors(document: Mapping[str, Any]) -> dict[str, dict[int, Prior]]:
     priors = {}
     for name, entries in _object(document, "priors", "{workload: {n: {prior, decisions}}}").items():
         if not isinstance(entries, dict) or not entries:
-            raise ValueError(f"{VARIABLE}: priors {name!r} needs an object {{n: {{prior, decisions}}}} with at least one entry")
+            raise ValueError(
+                f"{VARIABLE}: priors {name!r} needs an object {{n: {{prior, decisions}}}} with at least one entry"
+            )
         priors[str(name)] = dict(_prior(name, key, value) for key, value in entries.items())
     return priors
 
@@ -232,21 +257,34 @@ def bound(document: dict[str, Any]) -> Table:
     """The bound form, validated: binding strings, known methods, every T in range, every prior sound."""
     unknown = sorted(set(document) - BOUND_KEYS)
     if unknown:
-        raise ValueError(f"{VARIABLE}: a bound file has unknown key(s) {unknown}; keys are {', '.join(sorted(BOUND_KEYS))}")
+        raise ValueError(
+            f"{VARIABLE}: a bound file has unknown key(s) {unknown}; keys are {', '.join(sorted(BOUND_KEYS))}"
+        )
     binding = Binding(*(_nonempty(document, key) for key in BINDING_KEYS))
-    workloads = {str(name): _methods(name, methods)
-                 for name, methods in _object(document, "workloads", "{workload: {method: temperature}}").items()}
+    workloads = {
+        str(name): _methods(name, methods)
+        for name, methods in _object(
+            document, "workloads", "{workload: {method: temperature}}"
+        ).items()
+    }
     priors = _priors(document)
     for name, methods in workloads.items():
         if position_prior.METHOD in methods and name not in priors:
-            raise ValueError(f"{VARIABLE}: workload {name!r} has a temperature for method {position_prior.METHOD!r} "
-                             "but no entry under 'priors'")
+            raise ValueError(
+                f"{VARIABLE}: workload {name!r} has a temperature for method {position_prior.METHOD!r} "
+                "but no entry under 'priors'"
+            )
     return Table(workloads, binding, _fitted(document.get("fitted")), priors)
 
 
 def plain(temperatures: Mapping[str, float]) -> Table:
     """The plain form as a table: each T is its workload's `none` temperature."""
-    return Table({name: {PLAIN_METHOD: _temperature(f"workload {name!r}", value)} for name, value in temperatures.items()})
+    return Table(
+        {
+            name: {PLAIN_METHOD: _temperature(f"workload {name!r}", value)}
+            for name, value in temperatures.items()
+        }
+    )
 
 
 def load(path: str) -> Table:
@@ -276,7 +314,9 @@ def check_binding(table: Table, model: str, revision: str, prompt_version: str |
     for key, (actual, source) in loaded.items():
         expected = getattr(table.binding, key)
         if expected != actual:
-            raise BindingMismatch(f"{VARIABLE} is bound to {key} {expected!r}, but {source} is {actual!r}")
+            raise BindingMismatch(
+                f"{VARIABLE} is bound to {key} {expected!r}, but {source} is {actual!r}"
+            )
 
 
 def tempered_softmax(logits: Sequence[float], temperature: float) -> list[float]:
@@ -293,7 +333,9 @@ def calibrated_view(result: Mapping[str, Any], workload: str, temperature: float
     }
 
 
-def combined_view(workload: str, method: str, temperature: float, mean_log_probabilities: Sequence[float]) -> dict[str, Any]:
+def combined_view(
+    workload: str, method: str, temperature: float, mean_log_probabilities: Sequence[float]
+) -> dict[str, Any]:
     """`combined.calibrated` for an averaged decision: softmax(mean per-option log-softmax / T)."""
     return {
         "workload": workload,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 
 def _settle(waiter: asyncio.Future[None] | None) -> None:
@@ -136,8 +136,12 @@ class Channel(asyncio.Protocol):
             self._chunks, self._size = [rest], len(rest)
         else:
             self._chunks, self._size = [], 0
-        if self._reading_paused and self._size <= self.limit and self.transport is not None \
-                and not self.transport.is_closing():
+        if (
+            self._reading_paused
+            and self._size <= self.limit
+            and self.transport is not None
+            and not self.transport.is_closing()
+        ):
             self._reading_paused = False
             self.transport.resume_reading()
         return data
@@ -177,14 +181,19 @@ class Channel(asyncio.Protocol):
             return
         try:
             await asyncio.wait_for(asyncio.shield(self._closed), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        except (TimeoutError, asyncio.CancelledError):
             with contextlib.suppress(Exception):
                 self.transport.abort()  # type: ignore[union-attr]
 
     async def _linger(self, seconds: float) -> None:
         """Half-close, then drop what arrives until the peer's EOF or `seconds` pass."""
         transport = self.transport
-        if self._eof or transport is None or transport.is_closing() or not transport.can_write_eof():
+        if (
+            self._eof
+            or transport is None
+            or transport.is_closing()
+            or not transport.can_write_eof()
+        ):
             return
         transport.write_eof()
         self._discarding = True

@@ -40,7 +40,9 @@ def _serve() -> int:
     try:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             code = runner.run(serve(settings))
-    except calibration.BindingMismatch as error:  # an invalid setting, found once the scorer is known
+    except (
+        calibration.BindingMismatch
+    ) as error:  # an invalid setting, found once the scorer is known
         _refusal(settings, str(error))
         return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam

@@ -15,8 +15,8 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from . import averaging, calibration, prior
 from .errors import excerpt
@@ -34,14 +34,36 @@ DEFAULT_ALIASES = ("jev-latest", "jev-preview", "jev-1.13.0", "semif-latest")
 SEMIF_NAMES = {"SEMIF_API_TOKEN": "SEMIF_API_KEY", "SEMIF_MAX_TOKENS": "SEMIF_MAX_INPUT_TOKENS"}
 # SemIf's settings that mean something we do not do -> (the one value that is what we do, or None; what to set here).
 SEMIF_ONLY: dict[str, tuple[str | None, str]] = {
-    "SEMIF_BACKEND": ("torch", "SEMIF_SCORER picks the torch scorer package; other backends are not served"),
-    "SEMIF_MODE": ("auto", "routing is always auto: one question direct, several shared (no serial fallback)"),
+    "SEMIF_BACKEND": (
+        "torch",
+        "SEMIF_SCORER picks the torch scorer package; other backends are not served",
+    ),
+    "SEMIF_MODE": (
+        "auto",
+        "routing is always auto: one question direct, several shared (no serial fallback)",
+    ),
     "SEMIF_DTYPE": (None, "SEMIF_DEVICE decides it: bfloat16 on CUDA, float32 on CPU"),
-    "SEMIF_ACCEPT_JEV_ALIASES": (None, "SEMIF_MODEL_ALIASES lists the names accepted (empty: none)"),
-    "SEMIF_TEMPERATURE": (None, "SEMIF_CALIBRATION holds temperatures per workload, SEMIF_SYSTEMONE_WORKLOAD picks one"),
-    "SEMIF_PROMPT_VERSION": (None, "the scorer package (SEMIF_SCORER) fixes the prompt version; /healthz reports it"),
-    **{name: (None, "SEMIF_SCORER: only the torch scorers are served")
-       for name in ("SEMIF_GGUF", "SEMIF_LLAMA_THREADS", "SEMIF_MLX_BITS", "SEMIF_MLX_CACHE_LIMIT_MIB")},
+    "SEMIF_ACCEPT_JEV_ALIASES": (
+        None,
+        "SEMIF_MODEL_ALIASES lists the names accepted (empty: none)",
+    ),
+    "SEMIF_TEMPERATURE": (
+        None,
+        "SEMIF_CALIBRATION holds temperatures per workload, SEMIF_SYSTEMONE_WORKLOAD picks one",
+    ),
+    "SEMIF_PROMPT_VERSION": (
+        None,
+        "the scorer package (SEMIF_SCORER) fixes the prompt version; /healthz reports it",
+    ),
+    **{
+        name: (None, "SEMIF_SCORER: only the torch scorers are served")
+        for name in (
+            "SEMIF_GGUF",
+            "SEMIF_LLAMA_THREADS",
+            "SEMIF_MLX_BITS",
+            "SEMIF_MLX_CACHE_LIMIT_MIB",
+        )
+    },
 }
 
 
@@ -102,7 +124,9 @@ def _named(env: Mapping[str, str], ours: str) -> str:
     if theirs not in env:
         return ours
     if ours in env and env[ours] != env[theirs]:
-        raise ValueError(f"{ours} and {theirs} (SemIf's name for it) are set to different values; set one")
+        raise ValueError(
+            f"{ours} and {theirs} (SemIf's name for it) are set to different values; set one"
+        )
     return theirs
 
 
@@ -111,7 +135,9 @@ def _semif_only(env: Mapping[str, str]) -> None:
     for name, (same, instead) in SEMIF_ONLY.items():
         value = env.get(name)
         if value is not None and value != same:
-            raise ValueError(f"{name}={excerpt(value, 40)!r} is SemIf's setting and is not read here: {instead}")
+            raise ValueError(
+                f"{name}={excerpt(value, 40)!r} is SemIf's setting and is not read here: {instead}"
+            )
 
 
 def _token(env: Mapping[str, str]) -> str:
@@ -154,8 +180,10 @@ def _metrics_port(env: Mapping[str, str], port: int, metrics: bool) -> int | Non
     if metrics_port == port:
         raise ValueError(f"SEMIF_METRICS_PORT must differ from SEMIF_PORT ({port})")
     if not metrics:
-        raise ValueError("SEMIF_METRICS_PORT needs metrics on (SEMIF_METRICS is off or prometheus_client "
-                         "is not installed: pip install 'semif-serve[metrics]')")
+        raise ValueError(
+            "SEMIF_METRICS_PORT needs metrics on (SEMIF_METRICS is off or prometheus_client "
+            "is not installed: pip install 'semif-serve[metrics]')"
+        )
     return metrics_port
 
 
@@ -190,11 +218,15 @@ def _nonempty(env: Mapping[str, str], name: str, default: str) -> str:
 def _device(env: Mapping[str, str]) -> str:
     value = _nonempty(env, "SEMIF_DEVICE", "cuda")
     if value == "auto":  # SemIf's default: whatever accelerator it finds
-        raise ValueError("SEMIF_DEVICE=auto (SemIf's default) is refused: INV-3 wants the device said explicitly, "
-                         "so a missing GPU never falls back to CPU; set SEMIF_DEVICE to cuda, cuda:N or cpu")
+        raise ValueError(
+            "SEMIF_DEVICE=auto (SemIf's default) is refused: INV-3 wants the device said explicitly, "
+            "so a missing GPU never falls back to CPU; set SEMIF_DEVICE to cuda, cuda:N or cpu"
+        )
     # N as plain ASCII digits: `cuda:x` or `cuda:+1` would pass here and fail only at load (exit 1).
     index = value.removeprefix("cuda:")
-    if value not in ("cpu", "cuda") and not (index != value and index.isascii() and index.isdigit()):
+    if value not in ("cpu", "cuda") and not (
+        index != value and index.isascii() and index.isdigit()
+    ):
         raise ValueError(f"SEMIF_DEVICE must be cuda, cuda:N or cpu, got {value!r}")
     return value
 
@@ -269,7 +301,9 @@ def _metrics(env: Mapping[str, str]) -> bool:
     value = _choice(env, "SEMIF_METRICS", "auto", ("auto", "on", "off"))
     installed = importlib.util.find_spec("prometheus_client") is not None
     if value == "on" and not installed:
-        raise ValueError("SEMIF_METRICS=on needs prometheus_client: pip install 'semif-serve[metrics]'")
+        raise ValueError(
+            "SEMIF_METRICS=on needs prometheus_client: pip install 'semif-serve[metrics]'"
+        )
     return value != "off" and installed
 
 
@@ -293,8 +327,10 @@ def _aliases(env: Mapping[str, str]) -> tuple[str, ...]:
     names = tuple(name.strip() for name in raw.split(",")) if raw.strip() else ()
     for name in names:
         if not name or len(name) > MAX_ALIAS_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in name):
-            raise ValueError(f"SEMIF_MODEL_ALIASES must be comma-separated names of 1..{MAX_ALIAS_LENGTH} "
-                             f"visible ASCII characters, got {raw!r}")
+            raise ValueError(
+                f"SEMIF_MODEL_ALIASES must be comma-separated names of 1..{MAX_ALIAS_LENGTH} "
+                f"visible ASCII characters, got {raw!r}"
+            )
     if len(set(names)) != len(names):
         raise ValueError(f"SEMIF_MODEL_ALIASES names a model twice: {raw!r}")
     return names
@@ -306,17 +342,29 @@ def _systemone(env: Mapping[str, str], table: calibration.Table) -> dict[str, ob
     orderings = _choice(env, "SEMIF_SYSTEMONE_ORDERINGS", "none", averaging.ORDERINGS)
     workload = env.get("SEMIF_SYSTEMONE_WORKLOAD") or None
     if workload is None and orderings == prior.METHOD:
-        raise ValueError("SEMIF_SYSTEMONE_ORDERINGS=prior needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
-                         "with priors in SEMIF_CALIBRATION")
+        raise ValueError(
+            "SEMIF_SYSTEMONE_ORDERINGS=prior needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
+            "with priors in SEMIF_CALIBRATION"
+        )
     if workload is not None:
         if workload not in table:
-            raise ValueError(f"SEMIF_SYSTEMONE_WORKLOAD names {workload!r}, which SEMIF_CALIBRATION does not hold "
-                             f"(it holds: {', '.join(sorted(table)) or 'none'})")
+            raise ValueError(
+                f"SEMIF_SYSTEMONE_WORKLOAD names {workload!r}, which SEMIF_CALIBRATION does not hold "
+                f"(it holds: {', '.join(sorted(table)) or 'none'})"
+            )
         if orderings == prior.METHOD:
             if workload not in table.priors:
-                raise ValueError(f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no priors for SEMIF_SYSTEMONE_ORDERINGS="
-                                 f"'prior'; workloads with priors: {', '.join(sorted(table.priors)) or 'none'}")
+                raise ValueError(
+                    f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no priors for SEMIF_SYSTEMONE_ORDERINGS="
+                    f"'prior'; workloads with priors: {', '.join(sorted(table.priors)) or 'none'}"
+                )
         elif orderings not in (fitted := table.methods()[workload]):
-            raise ValueError(f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no temperature for "
-                             f"SEMIF_SYSTEMONE_ORDERINGS={orderings!r}; it has: {', '.join(sorted(fitted)) or 'none at all'}")
-    return {"model_aliases": _aliases(env), "systemone_orderings": orderings, "systemone_workload": workload}
+            raise ValueError(
+                f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no temperature for "
+                f"SEMIF_SYSTEMONE_ORDERINGS={orderings!r}; it has: {', '.join(sorted(fitted)) or 'none at all'}"
+            )
+    return {
+        "model_aliases": _aliases(env),
+        "systemone_orderings": orderings,
+        "systemone_workload": workload,
+    }

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .scorer import OutOfMemory, Row, Scorer, SharedResult
 
@@ -57,7 +58,9 @@ class Engine:
     def __init__(self, scorer: Scorer) -> None:
         self.scorer = scorer
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semif-engine")
-        self.observers: list[Callable[[CallTiming], None]] = []  # called on the loop after each call
+        self.observers: list[
+            Callable[[CallTiming], None]
+        ] = []  # called on the loop after each call
 
     @staticmethod
     def _serialised(timing: CallTiming, fn: Any, *args: Any) -> Any:
@@ -104,7 +107,9 @@ class Engine:
         return await self._submit(timing or CallTiming("direct", 1), self.scorer.score, row)
 
     async def score_shared(self, rows: list[Row], timing: CallTiming | None = None) -> SharedResult:
-        return await self._submit(timing or CallTiming("shared", len(rows)), self.scorer.score_shared, rows)
+        return await self._submit(
+            timing or CallTiming("shared", len(rows)), self.scorer.score_shared, rows
+        )
 
     def health(self) -> dict[str, Any]:
         """Read the scorer's facts without queueing behind a running call."""
@@ -113,4 +118,3 @@ class Engine:
     def close(self) -> None:
         """Drop queued calls; a running one finishes on its thread."""
         self._executor.shutdown(wait=False, cancel_futures=True)
-

@@ -6,7 +6,7 @@ Max-shifted so no weight overflows: logits of ±1e4 stay finite.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def softmax(values: Sequence[float]) -> list[float]:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import dis
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 StatePrefix = Callable[[Any, Any], list[int]]
 EncodePrompt = Callable[[Any, dict[str, Any], int], tuple[list[int], list[int], str]]
@@ -39,7 +40,12 @@ def _two_options() -> list[dict[str, str]]:
 
 def probe_row(state: Any) -> dict[str, Any]:
     """A real row for `state`: the state as evidence, then a placeholder criterion."""
-    return {"id": "prefix-probe", "state": state, "question": "prefix boundary placeholder", "options": _two_options()}
+    return {
+        "id": "prefix-probe",
+        "state": state,
+        "question": "prefix boundary placeholder",
+        "options": _two_options(),
+    }
 
 
 def common_length(left: list[int], right: list[int]) -> int:
@@ -81,16 +87,22 @@ def check_hook(shared: ModuleType) -> None:
     """
     hook = getattr(shared, HOOK, None)
     if not callable(hook):
-        raise PrefixHookError(f"{shared.__name__}.{HOOK} is missing or not callable; INV-7 cannot be installed")
+        raise PrefixHookError(
+            f"{shared.__name__}.{HOOK} is missing or not callable; INV-7 cannot be installed"
+        )
     score_shared = getattr(shared, "score_shared", None)
     code = getattr(score_shared, "__code__", None)
     if code is None or getattr(score_shared, "__globals__", None) is not vars(shared):
-        raise PrefixHookError(f"{shared.__name__}.score_shared does not resolve its globals from {shared.__name__}")
+        raise PrefixHookError(
+            f"{shared.__name__}.score_shared does not resolve its globals from {shared.__name__}"
+        )
     # A LOAD_GLOBAL name is one of co_names that is looked up in __globals__ at call time
     # (co_names alone would also match an attribute such as `obj._state_prefix`).
     global_loads = {ins.argval for ins in dis.get_instructions(code) if ins.opname == "LOAD_GLOBAL"}
     if HOOK not in global_loads:
-        raise PrefixHookError(f"{shared.__name__}.score_shared does not look up {HOOK} as a module global")
+        raise PrefixHookError(
+            f"{shared.__name__}.score_shared does not look up {HOOK} as a module global"
+        )
 
 
 def install(shared: ModuleType, encode_prompt: EncodePrompt) -> StatePrefix:
@@ -100,20 +112,36 @@ def install(shared: ModuleType, encode_prompt: EncodePrompt) -> StatePrefix:
     return wrapper
 
 
-def prove(shared: ModuleType, model: Any, tokenizer: Any, metadata: dict[str, Any], max_tokens: int, warm_state: Any) -> None:
+def prove(
+    shared: ModuleType,
+    model: Any,
+    tokenizer: Any,
+    metadata: dict[str, Any],
+    max_tokens: int,
+    warm_state: Any,
+) -> None:
     """After warm-up: show the installed wrapper is correct and that score_shared calls it."""
     wrapper = getattr(shared, HOOK)
     if not getattr(wrapper, _MARK, False):
         raise PrefixHookError(f"{shared.__name__}.{HOOK} is not the INV-7 wrapper after install")
     # A wrapper rendering the wrong prompt would silently drop all sharing.
     if wrapper(tokenizer, warm_state) != wrapper.__wrapped__(tokenizer, warm_state):
-        raise PrefixHookError("INV-7 wrapper does not return upstream's prefix for the warm-up state")
-    row = {"id": "inv7-proof", "state": PROOF_STATE, "question": "Did the person say ok?", "options": _two_options()}
+        raise PrefixHookError(
+            "INV-7 wrapper does not return upstream's prefix for the warm-up state"
+        )
+    row = {
+        "id": "inv7-proof",
+        "state": PROOF_STATE,
+        "question": "Did the person say ok?",
+        "options": _two_options(),
+    }
     before = wrapper.calls
     try:
         shared.score_shared(model, tokenizer, [row], metadata, max_tokens)
     except ValueError as error:
-        raise PrefixHookError(f"INV-7 proof state {PROOF_STATE} is refused by score_shared: {error}") from error
+        raise PrefixHookError(
+            f"INV-7 proof state {PROOF_STATE} is refused by score_shared: {error}"
+        ) from error
     # A hook bound before the patch would score without ever calling the wrapper.
     if wrapper.calls == before:
         raise PrefixHookError("score_shared did not call the installed INV-7 wrapper")

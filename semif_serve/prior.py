@@ -40,18 +40,23 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .numerics import log_softmax, softmax
 
-METHOD = "prior"  # the orderings value, and the calibration method, of a decision debiased by the prior
+METHOD = (
+    "prior"  # the orderings value, and the calibration method, of a decision debiased by the prior
+)
 MIN_DECISIONS = 8  # a (workload, n) fitted from fewer decisions is not fitted at all
 SUM_TOLERANCE = 1e-6  # a stored prior sums to 1 within this
 
 
 def _finite(values: Sequence[float], what: str) -> None:
-    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-               for value in values):
+    if not all(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        for value in values
+    ):
         raise ValueError(f"{what} holds a value that is not a finite number")
 
 
@@ -66,14 +71,20 @@ def _balanced(results: Sequence[Mapping[str, Any]]) -> int:
         raise ValueError(f"a decision prior needs at least 2 distinct options, got {first}")
     for result in results:
         if sorted(result["option_ids"]) != sorted(first) or len(result["option_logits"]) != n:
-            raise ValueError(f"result {result.get('id')!r} does not score exactly the options {sorted(first)}")
+            raise ValueError(
+                f"result {result.get('id')!r} does not score exactly the options {sorted(first)}"
+            )
     if len(results) % n:
-        raise ValueError(f"{len(results)} orderings of {n} options cannot put each option in each position equally often")
+        raise ValueError(
+            f"{len(results)} orderings of {n} options cannot put each option in each position equally often"
+        )
     even = {option: len(results) // n for option in first}
     for position in range(n):
         if Counter(result["option_ids"][position] for result in results) != even:
-            raise ValueError(f"position {position} does not hold each option equally often: "
-                             "score the decision under its n cyclic rotations")
+            raise ValueError(
+                f"position {position} does not hold each option equally often: "
+                "score the decision under its n cyclic rotations"
+            )
     return n
 
 
@@ -88,7 +99,10 @@ def decision_prior(results: Sequence[Mapping[str, Any]]) -> list[float]:
     for result in results:
         _finite(result["option_logits"], f"result {result.get('id')!r}'s option_logits")
         per_ordering.append(log_softmax(result["option_logits"]))
-    mean = [math.fsum(logp[position] for logp in per_ordering) / len(per_ordering) for position in range(n)]
+    mean = [
+        math.fsum(logp[position] for logp in per_ordering) / len(per_ordering)
+        for position in range(n)
+    ]
     return softmax(mean)
 
 
@@ -98,7 +112,9 @@ def workload_prior(priors: Sequence[Sequence[float]]) -> list[float]:
         raise ValueError("a workload prior needs at least one decision prior")
     n = len(priors[0])
     if any(len(prior) != n for prior in priors):
-        raise ValueError(f"decision priors over different option counts cannot be averaged: {sorted({len(p) for p in priors})}")
+        raise ValueError(
+            f"decision priors over different option counts cannot be averaged: {sorted({len(p) for p in priors})}"
+        )
     return [math.fsum(prior[position] for prior in priors) / len(priors) for position in range(n)]
 
 
@@ -117,7 +133,9 @@ def checked(prior: Any, n: int) -> tuple[float, ...]:
     """A stored prior over n positions, as read from a file: n finite numbers, each > 0, summing
     to 1 within SUM_TOLERANCE. Zero would make log prior infinite; a wrong length or sum means
     the entry belongs to another option count or was edited by hand."""
-    if not isinstance(prior, list) or not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in prior):
+    if not isinstance(prior, list) or not all(
+        isinstance(p, (int, float)) and not isinstance(p, bool) for p in prior
+    ):
         raise ValueError(f"prior must be an array of numbers, got {prior!r}")
     if len(prior) != n:
         raise ValueError(f"prior has {len(prior)} entries; {n} options need {n}")
@@ -129,7 +147,9 @@ def checked(prior: Any, n: int) -> tuple[float, ...]:
         raise ValueError("prior holds a value that is not a finite number") from None
     _finite(values, "prior")
     if any(value <= 0 for value in values):
-        raise ValueError(f"prior holds a value <= 0 ({min(values)!r}); every position needs a positive prior")
+        raise ValueError(
+            f"prior holds a value <= 0 ({min(values)!r}); every position needs a positive prior"
+        )
     total = math.fsum(values)
     if abs(total - 1.0) > SUM_TOLERANCE:
         raise ValueError(f"prior sums to {total:.9g}, not 1 within {SUM_TOLERANCE:g}")
@@ -141,5 +161,7 @@ def debias(log_scores: Sequence[float], prior: Sequence[float]) -> list[float]:
     calibrated view its tempered softmax. Any per-row constant in `log_scores` (logits or
     log-probabilities) cancels in that softmax."""
     if len(log_scores) != len(prior):
-        raise ValueError(f"a prior over {len(prior)} positions cannot debias {len(log_scores)} options")
+        raise ValueError(
+            f"a prior over {len(prior)} positions cannot debias {len(log_scores)} options"
+        )
     return [score - math.log(weight) for score, weight in zip(log_scores, prior)]

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from . import averaging
 from .averaging import MAX_OPTIONS
@@ -91,21 +92,29 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def parse_json(body: bytes, pairs_hook: Callable[[list[tuple[str, Any]]], Any] = _unique_keys) -> Any:
+def parse_json(
+    body: bytes, pairs_hook: Callable[[list[tuple[str, Any]]], Any] = _unique_keys
+) -> Any:
     """Strict JSON: UTF-8, no NaN/Infinity (nor a number that overflows to it), no duplicate keys,
     no lone surrogate, bounded nesting. `pairs_hook` builds each object: the default refuses a
     duplicate key at once; a caller that names the offending path passes one that records it."""
     try:
         text = body.decode("utf-8")
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
-                           object_pairs_hook=pairs_hook)
+        value = json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=pairs_hook,
+        )
     except UnicodeDecodeError:
         raise invalid("body is not UTF-8") from None
     except RecursionError:
         raise invalid("body is nested too deeply") from None
     except ValueError as error:
         raise invalid(f"body is not valid JSON: {excerpt(str(error), 120)}") from None
-    if "\\u" in text:  # only an escape like \ud800 can decode to a lone surrogate, which no UTF-8 carries
+    if (
+        "\\u" in text
+    ):  # only an escape like \ud800 can decode to a lone surrogate, which no UTF-8 carries
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
@@ -118,7 +127,9 @@ def _object(value: Any, where: str, allowed: set[str], required: set[str]) -> di
         raise invalid(f"{where} must be a JSON object")
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise invalid(f"{where} has unknown field(s): {', '.join(excerpt(key, 40) for key in unknown[:5])}")
+        raise invalid(
+            f"{where} has unknown field(s): {', '.join(excerpt(key, 40) for key in unknown[:5])}"
+        )
     missing = sorted(required - set(value))
     if missing:
         raise invalid(f"{where} is missing field(s): {', '.join(missing)}")
@@ -151,13 +162,16 @@ def _options(value: Any, where: str) -> list[dict[str, str]]:
     return options
 
 
-def checked_orderings(value: Any, options: list[dict[str, str]], field: str, param: str | None = None) -> str:
+def checked_orderings(
+    value: Any, options: list[dict[str, str]], field: str, param: str | None = None
+) -> str:
     """`value` as the orderings method for these options; `field` names where it came from in the message."""
     if value not in averaging.ORDERINGS:
         raise invalid(f"{field} must be one of {', '.join(averaging.ORDERINGS)}", param)
     if value == "all" and len(options) > averaging.MAX_ALL_OPTIONS:
         raise invalid(
-            f"{field} \"all\" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}", param
+            f'{field} "all" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}',
+            param,
         )
     return value
 
@@ -170,23 +184,32 @@ def _decision(item: Mapping[str, Any], state: Any, where: str) -> Decision:
         "question": _nonempty_string(item["question"], f"{where}.question"),
         "options": options,
     }
-    return Decision(row=row, orderings=checked_orderings(item.get("orderings", "none"), options, f"{where}.orderings"))
+    return Decision(
+        row=row,
+        orderings=checked_orderings(item.get("orderings", "none"), options, f"{where}.orderings"),
+    )
 
 
 def checked_workload(value: Any, limits: Limits, param: str | None = None) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or value not in limits.workloads:
-        raise invalid(f"unknown workload {excerpt(value, 60)!r}; known: {', '.join(sorted(limits.workloads)) or 'none'}",
-                      param)
+        raise invalid(
+            f"unknown workload {excerpt(value, 60)!r}; known: {', '.join(sorted(limits.workloads)) or 'none'}",
+            param,
+        )
     return value
 
 
 def check_request(request: DecideRequest, limits: Limits, param: str | None = None) -> None:
     """Every expanded row counts toward the cap, and expanded ids must stay unambiguous."""
-    rows = sum(len(averaging.orderings(len(d.row["options"]), d.orderings)) for d in request.decisions)
+    rows = sum(
+        len(averaging.orderings(len(d.row["options"]), d.orderings)) for d in request.decisions
+    )
     if rows > limits.max_decisions:
-        raise invalid(f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed", param)
+        raise invalid(
+            f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed", param
+        )
     if request.workload is not None:
         check_methods(request.workload, request.decisions, limits, param)
     check_priors(request.workload, request.decisions, limits, param)
@@ -196,10 +219,15 @@ def check_request(request: DecideRequest, limits: Limits, param: str | None = No
     if request.averaged:
         clashing = [i for i in ids if EXPANDED_ID.search(i)]
         if clashing:
-            raise invalid(f"decision id {excerpt(clashing[0], 60)!r} contains '#o<digits>', reserved for orderings", param)
+            raise invalid(
+                f"decision id {excerpt(clashing[0], 60)!r} contains '#o<digits>', reserved for orderings",
+                param,
+            )
 
 
-def check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None) -> None:
+def check_methods(
+    workload: str, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None
+) -> None:
     """A workload calibrates a decision only with a temperature fitted for its orderings method.
     Not for "prior": there the workload names the prior, and a temperature is optional."""
     fitted = limits.methods_of(workload)
@@ -207,11 +235,14 @@ def check_methods(workload: str, decisions: tuple[Decision, ...], limits: Limits
         if decision.orderings not in fitted and decision.orderings != PRIOR:
             raise invalid(
                 f"workload {excerpt(workload, 60)!r} has no temperature for method {decision.orderings!r} "
-                f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted)) or 'none at all'}", param
+                f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted)) or 'none at all'}",
+                param,
             )
 
 
-def check_priors(workload: str | None, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None) -> None:
+def check_priors(
+    workload: str | None, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None
+) -> None:
     """A decision with orderings "prior" needs the request's workload to hold a prior for its
     option count: a prior is fitted per workload and per n, and a decision that cannot be
     debiased is refused, never answered undebiased."""
@@ -220,19 +251,27 @@ def check_priors(workload: str | None, decisions: tuple[Decision, ...], limits: 
             continue
         n, name = len(decision.row["options"]), excerpt(decision.row["id"], 60)
         if workload is None:
-            raise invalid(f"decision {name!r} has orderings \"prior\" over {n} options, which needs a workload "
-                          "naming the prior; the request names no workload", param)
+            raise invalid(
+                f'decision {name!r} has orderings "prior" over {n} options, which needs a workload '
+                "naming the prior; the request names no workload",
+                param,
+            )
         counts = limits.priors.get(workload, frozenset())
         if n not in counts:
-            raise invalid(f"workload {excerpt(workload, 60)!r} has no prior for {n} options (decision {name!r}); "
-                          f"it has priors for: {', '.join(str(count) for count in sorted(counts)) or 'no option count'}", param)
+            raise invalid(
+                f"workload {excerpt(workload, 60)!r} has no prior for {n} options (decision {name!r}); "
+                f"it has priors for: {', '.join(str(count) for count in sorted(counts)) or 'no option count'}",
+                param,
+            )
 
 
 def parse_decide(body: bytes, limits: Limits) -> DecideRequest:
     """A /decide body: one SemIf row, optional workload and orderings."""
     data = _object(parse_json(body), "body", DECIDE_KEYS, {"id", "state", "question", "options"})
     decision = _decision(data, checked_state(data["state"]), "body")
-    request = DecideRequest((decision,), checked_workload(data.get("workload"), limits), shared=False)
+    request = DecideRequest(
+        (decision,), checked_workload(data.get("workload"), limits), shared=False
+    )
     check_request(request, limits)
     return request
 
@@ -245,7 +284,11 @@ def parse_shared(body: bytes, limits: Limits) -> DecideRequest:
     if not isinstance(items, list) or not 1 <= len(items) <= limits.max_decisions:
         raise invalid(f"decisions must be an array of 1..{limits.max_decisions} entries")
     decisions = tuple(
-        _decision(_object(item, f"decisions[{i}]", DECISION_KEYS, {"id", "question", "options"}), state, f"decisions[{i}]")
+        _decision(
+            _object(item, f"decisions[{i}]", DECISION_KEYS, {"id", "question", "options"}),
+            state,
+            f"decisions[{i}]",
+        )
         for i, item in enumerate(items)
     )
     request = DecideRequest(decisions, checked_workload(data.get("workload"), limits), shared=True)

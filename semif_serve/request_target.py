@@ -45,7 +45,9 @@ def path(target: bytes) -> bytes:
 def _authority(scheme: str, netloc: str) -> tuple[str, int]:
     """Host (lower case) and port (the scheme's default when omitted). ValueError: not a plain host."""
     parts = urlsplit(f"//{netloc}")
-    if "@" in netloc or not parts.hostname:  # RFC 9110 4.2.4: userinfo in an http(s) URI is an error
+    if (
+        "@" in netloc or not parts.hostname
+    ):  # RFC 9110 4.2.4: userinfo in an http(s) URI is an error
         raise ValueError
     return parts.hostname, parts.port or DEFAULT_PORTS[scheme]
 
@@ -60,7 +62,9 @@ def resolve(target: bytes, host: bytes | None) -> bytes:
         named = _authority(scheme, absolute.netloc)
         agrees = host is None or _authority(scheme, host.decode("latin-1")) == named
     except ValueError:
-        raise BadTarget("the request target's authority or the Host field is not a valid host") from None
+        raise BadTarget(
+            "the request target's authority or the Host field is not a valid host"
+        ) from None
     if not agrees:
         raise BadTarget("the request target's authority and the Host field name different hosts")
     return found

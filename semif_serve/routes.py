@@ -21,8 +21,9 @@ route it served.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from . import request_target
 from .engine import CallTiming
@@ -57,12 +58,20 @@ class Reply:
     timing: CallTiming | None = None
     content_type: bytes = b"application/json"
     close: bool = False  # the connection ends after this reply, whether or not the body was read
-    orderings: tuple[str, ...] = ()  # each decision's orderings method, in order (Route.methods are HTTP methods)
+    orderings: tuple[
+        str, ...
+    ] = ()  # each decision's orderings method, in order (Route.methods are HTTP methods)
 
     @classmethod
-    def error(cls, error: ApiError, timing: CallTiming | None = None, close: bool = False) -> "Reply":
-        return cls(error.status, envelope(error.code, error.message, error.param), error.headers, error.code, timing,
-                   close=close)
+    def error(cls, error: ApiError, timing: CallTiming | None = None, close: bool = False) -> Reply:
+        return cls(
+            error.status,
+            envelope(error.code, error.message, error.param),
+            error.headers,
+            error.code,
+            timing,
+            close=close,
+        )
 
 
 class Head(NamedTuple):
@@ -70,7 +79,9 @@ class Head(NamedTuple):
 
     method: bytes
     target: bytes
-    fields: Mapping[bytes, bytes]  # each field's first value (the wire already refused an ambiguous repeat)
+    fields: Mapping[
+        bytes, bytes
+    ]  # each field's first value (the wire already refused an ambiguous repeat)
     draining: bool  # the server is shutting down
 
 
@@ -103,7 +114,9 @@ def route(method: bytes, target: bytes, host: bytes | None, routes: Mapping[byte
         raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
     if method not in found.methods:
         allow = b", ".join(found.methods)
-        raise ApiError("method_not_allowed", f"{path.decode()} accepts {allow.decode()} only", ((b"allow", allow),))
+        raise ApiError(
+            "method_not_allowed",
+            f"{path.decode()} accepts {allow.decode()} only",
+            ((b"allow", allow),),
+        )
     return found
-
-

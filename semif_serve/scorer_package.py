@@ -46,7 +46,9 @@ def resolve(name: str) -> ScorerPackage:
     """Import the direct and shared modules of package `name` and read its provenance."""
     source = _SOURCES.get(name)
     if source is None:
-        raise ValueError(f"SEMIF_SCORER {name!r} is not a torch scorer package ({', '.join(_SOURCES)})")
+        raise ValueError(
+            f"SEMIF_SCORER {name!r} is not a torch scorer package ({', '.join(_SOURCES)})"
+        )
     hint = f"pip install '.[{source.extra}]'"
     try:
         dist = metadata.distribution(source.distribution)

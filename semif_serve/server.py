@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from typing import Mapping
+from collections.abc import Mapping
 
 from . import calibration
 from .channel import Channel
@@ -36,8 +36,8 @@ from .ops import logs
 from .ops.logs import log_settings
 from .ops.operations import Operations, peer_of
 from .ops.retry_after import RetryAfter
-from .scorer import Scorer
 from .routes import Answer, Head, Reply, Route, Ticket
+from .scorer import Scorer
 from .service import METRICS_ROUTES, ROUTES, Admission, Service
 from .wait_budget import WaitBudget, WaitEstimator
 from .wire import MAX_BUFFERED, Drain, HttpConnection
@@ -83,12 +83,27 @@ class Server:
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
         admission = Admission(settings.max_queue)
         # Extension (issue 31): admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
-        budget = None if settings.max_wait_s is None else WaitBudget(settings.max_wait_s, WaitEstimator())
-        busy = None if budget is None else lambda: {"queue": admission.refused, "wait": budget.refused}
-        self.ops = ops = Operations(settings, ROUTES, lambda: admission.in_progress, engine.health,
-                                    lambda: len(self.connections), self.drain.seconds, busy)
+        budget = (
+            None
+            if settings.max_wait_s is None
+            else WaitBudget(settings.max_wait_s, WaitEstimator())
+        )
+        busy = (
+            None if budget is None else lambda: {"queue": admission.refused, "wait": budget.refused}
+        )
+        self.ops = ops = Operations(
+            settings,
+            ROUTES,
+            lambda: admission.in_progress,
+            engine.health,
+            lambda: len(self.connections),
+            self.drain.seconds,
+            busy,
+        )
         # /metrics is a route like any other; its answer lives in ops.
-        self.service = Service(settings, engine, admission, {"metrics": lambda head: ops.metrics_reply()}, budget)
+        self.service = Service(
+            settings, engine, admission, {"metrics": lambda head: ops.metrics_reply()}, budget
+        )
         engine.observers.append(self.ops.scorer_call)
         if budget is not None and ops.metrics is not None:
             budget.estimator.observers.append(ops.metrics.wait_error)
@@ -101,14 +116,21 @@ class Server:
         """Listen; return the bound port (SEMIF_PORT, or the one the OS chose for 0). The
         metrics listener, when set, binds next (metrics_port)."""
         self._listener, self.port = await self._listen(
-            self.settings.port, self.connections, self.settings.max_connections, ROUTES)
+            self.settings.port, self.connections, self.settings.max_connections, ROUTES
+        )
         if self.settings.metrics_port is not None:
             self._metrics_listener, self.metrics_port = await self._listen(
-                self.settings.metrics_port, self.scrapers, MAX_SCRAPERS, METRICS_ROUTES)
+                self.settings.metrics_port, self.scrapers, MAX_SCRAPERS, METRICS_ROUTES
+            )
         return self.port
 
-    async def _listen(self, port: int, connections: dict[asyncio.Task[None], HttpConnection], cap: int,
-                      routes: Mapping[bytes, Route]) -> tuple[asyncio.base_events.Server, int]:
+    async def _listen(
+        self,
+        port: int,
+        connections: dict[asyncio.Task[None], HttpConnection],
+        cap: int,
+        routes: Mapping[bytes, Route],
+    ) -> tuple[asyncio.base_events.Server, int]:
         def answer(head: Head) -> Reply | Ticket:
             return self.service.answer(head, routes)
 
@@ -116,18 +138,26 @@ class Server:
             self._accept(channel, connections, cap, answer)
 
         listener = await asyncio.get_running_loop().create_server(
-            lambda: Channel(MAX_BUFFERED, accept), self.settings.host, port, backlog=1024)
+            lambda: Channel(MAX_BUFFERED, accept), self.settings.host, port, backlog=1024
+        )
         return listener, listener.sockets[0].getsockname()[1]
 
-    def _accept(self, channel: Channel, connections: dict[asyncio.Task[None], HttpConnection], cap: int,
-                answer: Answer) -> None:
+    def _accept(
+        self,
+        channel: Channel,
+        connections: dict[asyncio.Task[None], HttpConnection],
+        cap: int,
+        answer: Answer,
+    ) -> None:
         """A connection is open: refuse it over the cap (one write, no parsing), else serve it in its own task."""
         if len(connections) >= cap:
             exchange = self.ops.begin(None)
             data = full(exchange.request_id)
             channel.write(data)
             channel.close()
-            self.ops.finish(exchange, Reply.error(_FULL_ERROR), peer_of(channel.transport), len(data))
+            self.ops.finish(
+                exchange, Reply.error(_FULL_ERROR), peer_of(channel.transport), len(data)
+            )
             return
         connection = HttpConnection(channel, answer, self.settings, self.drain, self.ops)
         task = asyncio.get_running_loop().create_task(connection.run())
@@ -135,7 +165,9 @@ class Server:
         task.add_done_callback(lambda ended: self._ended(ended, connections))
 
     @staticmethod
-    def _ended(task: asyncio.Task[None], connections: dict[asyncio.Task[None], HttpConnection]) -> None:
+    def _ended(
+        task: asyncio.Task[None], connections: dict[asyncio.Task[None], HttpConnection]
+    ) -> None:
         del connections[task]
         if not task.cancelled() and task.exception() is not None:
             log.error("connection failed", exc_info=task.exception())
@@ -153,7 +185,9 @@ class Server:
         await self._close_all(self.scrapers, 0.0)
 
     @staticmethod
-    async def _close_all(connections: dict[asyncio.Task[None], HttpConnection], grace: float) -> None:
+    async def _close_all(
+        connections: dict[asyncio.Task[None], HttpConnection], grace: float
+    ) -> None:
         """Close the idle ones at once, give the rest `grace` s, then cancel them (each answers 503)."""
         for connection in connections.values():
             if connection.closable:
@@ -177,7 +211,10 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     scorer = scorer if scorer is not None else build_scorer(settings)
     # Before the model loads: a table fitted on another model or prompt refuses startup.
     calibration.check_binding(
-        settings.calibration, settings.model, settings.revision, scorer.health().get("prompt_version")
+        settings.calibration,
+        settings.model,
+        settings.revision,
+        scorer.health().get("prompt_version"),
     )
     log_settings(log, settings)  # once every setting is known valid, before the (long) load
     engine = Engine(scorer)
@@ -190,12 +227,26 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     # once, and it must start a drain, not kill the process (-15) with the default action.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if server.metrics_port is not None:  # before the listening line: whoever reads that one may scrape at once
-        log.info("semif-serve metrics on %s:%d (/metrics only, open until the process exits)", settings.host,
-                 server.metrics_port)
-    log.info("semif-serve listening on %s:%d (scorer %s, event loop %s)", settings.host, port, settings.scorer,
-             loop_name(loop))
-    flusher = loop.create_task(logs.flush_periodically(settings.log_flush_s)) if settings.log_flush_s > 0 else None
+    if (
+        server.metrics_port is not None
+    ):  # before the listening line: whoever reads that one may scrape at once
+        log.info(
+            "semif-serve metrics on %s:%d (/metrics only, open until the process exits)",
+            settings.host,
+            server.metrics_port,
+        )
+    log.info(
+        "semif-serve listening on %s:%d (scorer %s, event loop %s)",
+        settings.host,
+        port,
+        settings.scorer,
+        loop_name(loop),
+    )
+    flusher = (
+        loop.create_task(logs.flush_periodically(settings.log_flush_s))
+        if settings.log_flush_s > 0
+        else None
+    )
     try:
         await stop.wait()
     finally:

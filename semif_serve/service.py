@@ -30,11 +30,10 @@ import functools
 import hmac
 import json
 import logging
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from . import averaging, calibration, request_model
-from .wait_budget import WaitBudget
-from .systemone import assemble, catalogue, translate
 from .config import Settings
 from .engine import CallTiming, Engine
 from .errors import ApiError, excerpt
@@ -42,6 +41,8 @@ from .prior import METHOD as PRIOR
 from .request_model import DecideRequest, Decision
 from .routes import Handler, Head, Reply, Route, Ticket, route
 from .scorer import OutOfMemory, ScoringFailed
+from .systemone import assemble, catalogue, translate
+from .wait_budget import WaitBudget
 
 log = logging.getLogger("semif_serve.service")
 # Every endpoint: path -> its handler's name (a GET's in `Service.handlers`, a POST's in `_read`), method and
@@ -96,7 +97,9 @@ def render(payload: Any) -> bytes:
 
 def _rows(decision: Decision) -> list[dict[str, Any]]:
     """The rows one decision sends: itself, or one per ordering."""
-    return averaging.expand(decision.row, decision.orderings) if decision.averaged else [decision.row]
+    return (
+        averaging.expand(decision.row, decision.orderings) if decision.averaged else [decision.row]
+    )
 
 
 class SlotTicket:
@@ -118,8 +121,14 @@ class SlotTicket:
 class Service:
     """The endpoints over one engine."""
 
-    def __init__(self, settings: Settings, engine: Engine, admission: Admission | None = None,
-                 handlers: Mapping[str, Handler] | None = None, budget: WaitBudget | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        admission: Admission | None = None,
+        handlers: Mapping[str, Handler] | None = None,
+        budget: WaitBudget | None = None,
+    ) -> None:
         """`admission` and `budget` are shared with whoever reports them (ops); `handlers` are the GET
         routes whose answer lives elsewhere, by route name (the server registers ops's /metrics)."""
         self.settings = settings
@@ -136,7 +145,9 @@ class Service:
             **(handlers or {}),
         }
         table = settings.calibration
-        self.limits = request_model.Limits(settings.max_decisions, frozenset(table), table.methods(), table.prior_counts())
+        self.limits = request_model.Limits(
+            settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
+        )
         self._token = settings.api_token.encode()
         facts = engine.health()
         # The System One routes name the weights in SemIf's form (issue 30); SEMIF_MODEL, the id they named
@@ -145,8 +156,12 @@ class Service:
         self.served_model = catalogue.model_id(facts)
         self.prompt_version = facts.get("prompt_version")
         self.aliases = (facts["model"], *settings.model_aliases)
-        self.systemone_policy = translate.Policy(self.limits, frozenset({self.served_model, *self.aliases}),
-                                                 settings.systemone_orderings, settings.systemone_workload)
+        self.systemone_policy = translate.Policy(
+            self.limits,
+            frozenset({self.served_model, *self.aliases}),
+            settings.systemone_orderings,
+            settings.systemone_workload,
+        )
 
     def answer(self, head: Head, routes: Mapping[bytes, Route] = ROUTES) -> Reply | Ticket:
         """The one answer to a request head among a listener's `routes`: a Reply now, or a ticket for its body."""
@@ -154,7 +169,9 @@ class Service:
             found = route(head.method, head.target, head.fields.get(b"host"), routes)
             if found.protected:
                 if head.draining:
-                    raise ApiError("shutting_down", "the server is shutting down; retry on another instance")
+                    raise ApiError(
+                        "shutting_down", "the server is shutting down; retry on another instance"
+                    )
                 self.authorize(head.fields.get(b"authorization"))
         except ApiError as error:
             return Reply.error(error)
@@ -170,7 +187,9 @@ class Service:
             return Reply.error(error)
         try:
             self._check_length(head.fields.get(b"content-length"))
-            self.check_content(head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name)
+            self.check_content(
+                head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name
+            )
         except ApiError as error:
             self.admission.leave()
             return Reply.error(error, close=True)
@@ -179,7 +198,10 @@ class Service:
     def _check_length(self, length: bytes | None) -> None:
         """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
         if length is not None and int(length) > self.settings.max_body_bytes:
-            raise ApiError("request_too_large", f"declared body over the {self.settings.max_body_bytes}-byte limit")
+            raise ApiError(
+                "request_too_large",
+                f"declared body over the {self.settings.max_body_bytes}-byte limit",
+            )
 
     def authorize(self, header: bytes | None) -> None:
         """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or
@@ -227,16 +249,28 @@ class Service:
         return Reply(503 if draining else 200, render(payload))
 
     @staticmethod
-    def check_content(content_encoding: bytes | None, content_type: bytes | None, name: str) -> None:
+    def check_content(
+        content_encoding: bytes | None, content_type: bytes | None, name: str
+    ) -> None:
         """Head checks on a POST's body before a byte of it is read: a coding we do not
         decode is a 415; System One's multipart asset upload is refused (text only)."""
         coding = None if content_encoding is None else content_encoding.strip().lower()
         if coding not in IDENTITY:
-            raise ApiError("unsupported_media_type",
-                           f"Content-Encoding {excerpt(content_encoding.decode('latin-1'), 40)!r} is not supported; "
-                           "send the body uncompressed (identity)")
-        if name == "systemone" and content_type is not None and content_type.lower().startswith(b"multipart/"):
-            raise ApiError("invalid_request", "image assets are refused: this service scores text only", param="assets")
+            raise ApiError(
+                "unsupported_media_type",
+                f"Content-Encoding {excerpt(content_encoding.decode('latin-1'), 40)!r} is not supported; "
+                "send the body uncompressed (identity)",
+            )
+        if (
+            name == "systemone"
+            and content_type is not None
+            and content_type.lower().startswith(b"multipart/")
+        ):
+            raise ApiError(
+                "invalid_request",
+                "image assets are refused: this service scores text only",
+                param="assets",
+            )
 
     async def post(self, name: str, body: bytes) -> Reply:
         """Parse, score and build the reply for /decide, /decide/shared or /v1/systemone."""
@@ -249,8 +283,13 @@ class Service:
             return Reply.error(error, call)
         try:
             payload, headers = respond(scored, call.kind)
-            return Reply(200, render(payload), headers, timing=call,
-                         orderings=tuple(decision.orderings for decision in request.decisions))
+            return Reply(
+                200,
+                render(payload),
+                headers,
+                timing=call,
+                orderings=tuple(decision.orderings for decision in request.decisions),
+            )
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
@@ -300,7 +339,9 @@ class Service:
                 return [await self.engine.score(rows[0], call)], None
             return await self.engine.score_shared(rows, call)
         except ValueError as error:
-            raise ApiError("invalid_request", excerpt(str(error), 300) or "the scorer refused the input") from None
+            raise ApiError(
+                "invalid_request", excerpt(str(error), 300) or "the scorer refused the input"
+            ) from None
         except OutOfMemory as error:
             raise ApiError("out_of_memory", str(error) or "CUDA out of memory") from None
         except ScoringFailed as error:
@@ -319,7 +360,9 @@ class Service:
         """A System One response from the same views /decide/shared would return for the rows, with SemIf's
         server's headers: the engine call made (direct or shared) and the backend that made it."""
         results, semif_timing = scored
-        body = assemble.response(plan, self.served_model, self._views(plan.request, results), results, kind, semif_timing)
+        body = assemble.response(
+            plan, self.served_model, self._views(plan.request, results), results, kind, semif_timing
+        )
         return body, ((b"x-semif-mode", kind.encode()), (b"x-semif-backend", self.backend.encode()))
 
     def _views(self, request: DecideRequest, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -327,13 +370,15 @@ class Service:
         built, offset = [], 0
         for decision in request.decisions:
             count = len(averaging.orderings(len(decision.row["options"]), decision.orderings))
-            built.append(self._one(decision, results[offset:offset + count], request.workload))
+            built.append(self._one(decision, results[offset : offset + count], request.workload))
             offset += count
         if offset != len(results):
             raise RuntimeError(f"scorer returned {len(results)} results for {offset} rows")
         return built
 
-    def _one(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
+    def _one(
+        self, decision: Decision, results: list[dict[str, Any]], workload: str | None
+    ) -> dict[str, Any]:
         if decision.averaged:
             return self._averaged(decision, results, workload)
         (result,) = results
@@ -342,7 +387,9 @@ class Service:
         temperature = self.settings.calibration[workload][calibration.PLAIN_METHOD]
         return {**result, "calibrated": calibration.calibrated_view(result, workload, temperature)}
 
-    def _averaged(self, decision: Decision, results: list[dict[str, Any]], workload: str | None) -> dict[str, Any]:
+    def _averaged(
+        self, decision: Decision, results: list[dict[str, Any]], workload: str | None
+    ) -> dict[str, Any]:
         """The combined view, plus `combined.calibrated` when a workload is named (the
         request model already refused a workload without this method's temperature)."""
         method = decision.orderings
@@ -351,16 +398,25 @@ class Service:
         if workload is None:
             return averaging.combine(decision.row, method, results)
         temperature = self.settings.calibration[workload][method]
-        return averaging.combine(decision.row, method, results,
-                                 lambda mean: calibration.combined_view(workload, method, temperature, mean))
+        return averaging.combine(
+            decision.row,
+            method,
+            results,
+            lambda mean: calibration.combined_view(workload, method, temperature, mean),
+        )
 
-    def _debiased(self, decision: Decision, results: list[dict[str, Any]], workload: str) -> dict[str, Any]:
+    def _debiased(
+        self, decision: Decision, results: list[dict[str, Any]], workload: str
+    ) -> dict[str, Any]:
         """The combined view under the workload's position prior for this option count (the request
         model refused a decision without one), plus `combined.calibrated` only where the workload has
         a temperature for "prior": for the prior a temperature is optional."""
         table = self.settings.calibration
         prior = table.priors[workload][len(decision.row["options"])].prior
         temperature = table[workload].get(PRIOR)
-        temper = None if temperature is None else (
-            lambda scores: calibration.combined_view(workload, PRIOR, temperature, scores))
+        temper = (
+            None
+            if temperature is None
+            else (lambda scores: calibration.combined_view(workload, PRIOR, temperature, scores))
+        )
         return averaging.combine(decision.row, PRIOR, results, temper, prior)

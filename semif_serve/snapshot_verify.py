@@ -42,7 +42,9 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
-CHUNK = 8 << 20  # bytes per read while hashing; large reads keep the hash, not Python, the bottleneck
+CHUNK = (
+    8 << 20
+)  # bytes per read while hashing; large reads keep the hash, not Python, the bottleneck
 MAX_HASH_THREADS = 4  # hashlib releases the GIL, so shards hash in parallel
 
 
@@ -78,7 +80,9 @@ def _commit(repo: Path, revision: str) -> str:
     try:
         commit = ref.read_text(encoding="utf-8").strip()
     except OSError:
-        raise SnapshotInvalid(f"revision {revision!r} is not a commit and {ref} does not name one") from None
+        raise SnapshotInvalid(
+            f"revision {revision!r} is not a commit and {ref} does not name one"
+        ) from None
     if not COMMIT.fullmatch(commit):
         raise SnapshotInvalid(f"{ref} does not hold a 40-hex commit")
     return commit
@@ -90,14 +94,18 @@ def _blob(snapshot: Path, blobs: Path, name: str) -> Path:
     if not entry.is_symlink():
         if not entry.exists():
             raise SnapshotInvalid(f"snapshot file {name!r} is missing from {snapshot}")
-        raise SnapshotInvalid(f"snapshot file {name!r} is not a link to a content-addressed blob, so it cannot be verified")
+        raise SnapshotInvalid(
+            f"snapshot file {name!r} is not a link to a content-addressed blob, so it cannot be verified"
+        )
     target = Path(os.path.normpath(entry.parent / os.readlink(entry)))
     # realpath on the folders only: an absolute link through a symlinked cache path still counts.
     in_blobs = os.path.realpath(target.parent) == os.path.realpath(blobs)
     if not in_blobs or not (COMMIT.fullmatch(target.name) or SHA256_NAME.fullmatch(target.name)):
         raise SnapshotInvalid(f"snapshot file {name!r} links to {target}, not to a blob of {blobs}")
     if not target.is_file():
-        raise SnapshotInvalid(f"snapshot file {name!r} is missing: its blob {target.name} is not in the cache")
+        raise SnapshotInvalid(
+            f"snapshot file {name!r} is missing: its blob {target.name} is not in the cache"
+        )
     return target
 
 
@@ -118,7 +126,9 @@ def _required(snapshot: Path, blobs: Path, present: set[str]) -> set[str]:
             weight_map = json.loads(index_blob.read_text(encoding="utf-8"))["weight_map"]
             required |= {str(shard) for shard in weight_map.values()}
         except (ValueError, KeyError, TypeError, AttributeError):
-            raise SnapshotInvalid(f"snapshot file {WEIGHTS_INDEX!r} is not a safetensors index") from None
+            raise SnapshotInvalid(
+                f"snapshot file {WEIGHTS_INDEX!r} is not a safetensors index"
+            ) from None
     else:
         required.add(WEIGHTS)
     return required
@@ -145,7 +155,9 @@ def _check_hashes(entries: dict[str, Path]) -> int:
     return sum(blob.stat().st_size for blob in blobs)
 
 
-def verify(repo_id: str, revision: str, hash_blobs: bool = True, cache: Path | None = None) -> Verified:
+def verify(
+    repo_id: str, revision: str, hash_blobs: bool = True, cache: Path | None = None
+) -> Verified:
     """Prove the snapshot of repo_id@revision complete and, with hash_blobs, every byte of it."""
     started = time.perf_counter()
     repo = repo_folder(cache if cache is not None else hub_cache(), repo_id)
@@ -153,7 +165,9 @@ def verify(repo_id: str, revision: str, hash_blobs: bool = True, cache: Path | N
         raise SnapshotInvalid(f"model {repo_id!r} is not in the hub cache ({repo} is missing)")
     snapshot = repo / "snapshots" / _commit(repo, revision)
     if not snapshot.is_dir():
-        raise SnapshotInvalid(f"revision {revision!r} of {repo_id!r} has no snapshot ({snapshot} is missing)")
+        raise SnapshotInvalid(
+            f"revision {revision!r} of {repo_id!r} has no snapshot ({snapshot} is missing)"
+        )
     blobs = repo / "blobs"
     present = _listed(snapshot)
     entries = {name: _blob(snapshot, blobs, name) for name in present}

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from .config import Settings
-from .scorer import Row, SharedResult
 from .numerics import softmax
+from .scorer import Row, SharedResult
 
 PROMPT_VERSION = "stub-v1"
 READOUT = "stub: hash-derived option logits, no model"
@@ -51,7 +51,9 @@ class StubScorer:
         prompt = json.dumps(row, sort_keys=True, ensure_ascii=False)
         tokens = len(prompt.encode()) // 4 + 1
         if tokens > self.max_tokens:
-            raise ValueError(f"Row {row['id']}: {tokens} input tokens exceed limit {self.max_tokens}; no truncation allowed")
+            raise ValueError(
+                f"Row {row['id']}: {tokens} input tokens exceed limit {self.max_tokens}; no truncation allowed"
+            )
         return hashlib.sha256(prompt.encode()).hexdigest(), tokens
 
     def _result(self, row: Row) -> dict[str, Any]:
@@ -86,12 +88,26 @@ class StubScorer:
         time.sleep(self.delay)
         results = [self._result(row) for row in rows]
         elapsed = time.perf_counter() - started
-        timing = {"total_seconds": elapsed, "encode_seconds": 0.0, "prefix_tokens": 0,
-                  "prefill_seconds": 0.0, "replicate_seconds": 0.0, "suffix_forward_seconds": elapsed,
-                  "batch_size": len(rows), "true_suffix_tokens": sum(r["input_tokens"] for r in results),
-                  "padded_suffix_tokens": sum(r["input_tokens"] for r in results)}
+        timing = {
+            "total_seconds": elapsed,
+            "encode_seconds": 0.0,
+            "prefix_tokens": 0,
+            "prefill_seconds": 0.0,
+            "replicate_seconds": 0.0,
+            "suffix_forward_seconds": elapsed,
+            "batch_size": len(rows),
+            "true_suffix_tokens": sum(r["input_tokens"] for r in results),
+            "padded_suffix_tokens": sum(r["input_tokens"] for r in results),
+        }
         return results, timing
 
     def health(self) -> dict[str, Any]:
-        return {"scorer": "stub", "semif_commit": "stub (no model)", "model": "stub",
-                "revision": None, "device": "none", "dtype": None, "prompt_version": PROMPT_VERSION}
+        return {
+            "scorer": "stub",
+            "semif_commit": "stub (no model)",
+            "model": "stub",
+            "revision": None,
+            "device": "none",
+            "dtype": None,
+            "prompt_version": PROMPT_VERSION,
+        }

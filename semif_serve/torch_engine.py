@@ -12,9 +12,10 @@ import gc
 import importlib
 import logging
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from . import prefix, snapshot_verify
 from .config import Settings
@@ -52,10 +53,16 @@ def _log_through_root(transformers: ModuleType) -> None:
 def load_model(settings: Settings, device: str, dtype: str, torch: ModuleType) -> Loaded:
     """Load the pinned model from the local HF cache only, the way SemIf does (INV-5),
     once the snapshot has proved itself (issue 10: never a half-loaded model)."""
-    verified = snapshot_verify.verify(settings.model, settings.revision, hash_blobs=settings.verify_weights == "hash")
+    verified = snapshot_verify.verify(
+        settings.model, settings.revision, hash_blobs=settings.verify_weights == "hash"
+    )
     log.info(
         "verified %d snapshot file(s) in %s (%s, %.0f MB hashed) in %.2f s",
-        verified.files, verified.snapshot, settings.verify_weights, verified.hashed_bytes / 1e6, verified.seconds,
+        verified.files,
+        verified.snapshot,
+        settings.verify_weights,
+        verified.hashed_bytes / 1e6,
+        verified.seconds,
     )
     import transformers
 
@@ -68,10 +75,16 @@ def load_model(settings: Settings, device: str, dtype: str, torch: ModuleType) -
         cls = transformers.Qwen3_5ForCausalLM
         config = config.get_text_config()
     model, info = cls.from_pretrained(
-        settings.model, config=config, dtype=getattr(torch, dtype), output_loading_info=True, **common
+        settings.model,
+        config=config,
+        dtype=getattr(torch, dtype),
+        output_loading_info=True,
+        **common,
     )
     if any(info.get(key) for key in ("missing_keys", "mismatched_keys", "error_msgs")):
-        raise RuntimeError(f"checkpoint {settings.model}@{settings.revision} did not load completely: {info}")
+        raise RuntimeError(
+            f"checkpoint {settings.model}@{settings.revision} did not load completely: {info}"
+        )
     # .to() rather than SemIf's device_map, which needs `accelerate`, a dependency this project lacks.
     model.to(device).eval()
     metadata = {
@@ -147,7 +160,9 @@ class TorchScorer:
         arch = f"sm_{major}{minor}"
         built = cuda.get_arch_list()
         if arch not in built:
-            raise RuntimeError(f"this torch build has no kernels for {arch} (built for {', '.join(built)}); refusing to start")
+            raise RuntimeError(
+                f"this torch build has no kernels for {arch} (built for {', '.join(built)}); refusing to start"
+            )
         # Every later call (empty_cache included) then targets this card on the engine thread.
         cuda.set_device(index)
         return f"cuda:{index}"
@@ -167,10 +182,14 @@ class TorchScorer:
         if cap_gib is None:
             return
         if not self._cuda:
-            raise RuntimeError("SEMIF_VRAM_CAP_GIB applies only to a CUDA device; unset it for SEMIF_DEVICE=cpu")
+            raise RuntimeError(
+                "SEMIF_VRAM_CAP_GIB applies only to a CUDA device; unset it for SEMIF_DEVICE=cpu"
+            )
         total = self._torch.cuda.get_device_properties(device).total_memory
         if cap_gib * GIB > total:
-            raise RuntimeError(f"SEMIF_VRAM_CAP_GIB={cap_gib} exceeds the card's {total / GIB:.2f} GiB")
+            raise RuntimeError(
+                f"SEMIF_VRAM_CAP_GIB={cap_gib} exceeds the card's {total / GIB:.2f} GiB"
+            )
         self._torch.cuda.set_per_process_memory_fraction(cap_gib * GIB / total, device)
 
     # -- scoring ---------------------------------------------------------------
@@ -191,7 +210,14 @@ class TorchScorer:
     def _call(self, fn: Callable[..., Any], loaded: _Model, payload: Any) -> Any:
         """Run one scorer call; whatever happens, give back a burst's reserved memory."""
         try:
-            return self._invoke(fn, loaded.model, loaded.tokenizer, payload, loaded.metadata, self._settings.max_tokens)
+            return self._invoke(
+                fn,
+                loaded.model,
+                loaded.tokenizer,
+                payload,
+                loaded.metadata,
+                self._settings.max_tokens,
+            )
         finally:
             self._release_over_baseline(loaded)
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .engine import KINDS
 from .errors import ApiError
@@ -62,11 +62,17 @@ class Admitted:
 class WaitEstimator:
     """Rows ahead by kind, and the recent scorer seconds per row by kind."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter, window: int = WINDOW) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.perf_counter, window: int = WINDOW
+    ) -> None:
         self.clock = clock
-        self._calls: dict[str, deque[tuple[int, float]]] = {kind: deque(maxlen=window) for kind in KINDS}
+        self._calls: dict[str, deque[tuple[int, float]]] = {
+            kind: deque(maxlen=window) for kind in KINDS
+        }
         self._ahead: dict[str, int] = dict.fromkeys(KINDS, 0)
-        self.observers: list[Callable[[float, float], None]] = []  # (predicted, actual) after each scored request
+        self.observers: list[
+            Callable[[float, float], None]
+        ] = []  # (predicted, actual) after each scored request
 
     def observe(self, kind: str, rows: int, seconds: float) -> None:
         """One scorer call of `kind` over `rows` rows took `seconds`."""
@@ -85,7 +91,9 @@ class WaitEstimator:
 
     def estimate(self, kind: str, rows: int) -> Estimate:
         """This request's wait if admitted now: every admitted row not yet scored, then its own (Rule 1, 2)."""
-        seconds = sum((self._ahead[k] + (rows if k == kind else 0)) * (self.per_row(k) or 0.0) for k in KINDS)
+        seconds = sum(
+            (self._ahead[k] + (rows if k == kind else 0)) * (self.per_row(k) or 0.0) for k in KINDS
+        )
         return Estimate(kind, rows, self.rows_ahead(), seconds)
 
     def enter(self, estimate: Estimate) -> Admitted:
@@ -117,8 +125,11 @@ class WaitBudget:
         estimate = self.estimator.estimate(kind, rows)
         if estimate.seconds > self.seconds:
             self.refused += 1
-            raise ApiError("busy", refusal_message(estimate, self.seconds),
-                           ((b"retry-after", b"%d" % retry_after(estimate.seconds)),))
+            raise ApiError(
+                "busy",
+                refusal_message(estimate, self.seconds),
+                ((b"retry-after", b"%d" % retry_after(estimate.seconds)),),
+            )
         return self.estimator.enter(estimate)
 
 
@@ -129,6 +140,10 @@ def retry_after(seconds: float) -> int:
 
 def refusal_message(estimate: Estimate, budget: float) -> str:
     """Names the budget; the estimate rounded up to 0.01 s, so a refused one always reads as over it."""
-    shown = math.ceil(estimate.seconds * 100 - 1e-9) / 100  # not 2.41 for a float 2.4000000000000004
-    return (f"estimated wait {shown:.2f} s ({estimate.rows_ahead} rows ahead + {estimate.rows} of this "
-            f"request) exceeds the SEMIF_MAX_WAIT_S budget of {budget:g} s; retry later")
+    shown = (
+        math.ceil(estimate.seconds * 100 - 1e-9) / 100
+    )  # not 2.41 for a float 2.4000000000000004
+    return (
+        f"estimated wait {shown:.2f} s ({estimate.rows_ahead} rows ahead + {estimate.rows} of this "
+        f"request) exceeds the SEMIF_MAX_WAIT_S budget of {budget:g} s; retry later"
+    )

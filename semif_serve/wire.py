@@ -48,8 +48,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable
 from http import HTTPStatus
-from typing import Awaitable, ClassVar
+from typing import ClassVar
 
 import h11
 
@@ -142,9 +143,13 @@ def _loose(raw: bytes) -> bool:
     it to that regex) for a third of the CPU on every request head.
     """
     pairs = raw.count(b"\r\n")
-    return (raw.count(b"\r") != pairs or raw.count(b"\n") != pairs  # a CR or LF outside a CRLF
-            or b"\n " in raw or b"\n\t" in raw  # obs-fold
-            or len(raw.translate(None, CONTROL_BYTES)) != len(raw))
+    return (
+        raw.count(b"\r") != pairs
+        or raw.count(b"\n") != pairs  # a CR or LF outside a CRLF
+        or b"\n " in raw
+        or b"\n\t" in raw  # obs-fold
+        or len(raw.translate(None, CONTROL_BYTES)) != len(raw)
+    )
 
 
 class Fields:
@@ -193,9 +198,13 @@ class Drain:
 class HttpConnection:
     """One client connection: reads events with deadlines, asks the application once per head, writes its reply."""
 
-    def __init__(self, channel: Channel, answer: Answer, settings: Settings, drain: Drain, ops: Operations) -> None:
+    def __init__(
+        self, channel: Channel, answer: Answer, settings: Settings, drain: Drain, ops: Operations
+    ) -> None:
         self.channel = channel
-        self.answer = answer  # the application's one answer per head (its listener's routes bound in)
+        self.answer = (
+            answer  # the application's one answer per head (its listener's routes bound in)
+        )
         self.settings = settings
         self.drain = drain
         self.conn = h11.Connection(h11.SERVER)
@@ -209,7 +218,9 @@ class HttpConnection:
     def _enter(self, phase: Phase) -> None:
         """The one place the phase changes; a step TRANSITIONS does not list is a bug in this module."""
         if phase not in TRANSITIONS[self.phase]:
-            raise RuntimeError(f"connection phase {self.phase.name} -> {phase.name} is not a transition")
+            raise RuntimeError(
+                f"connection phase {self.phase.name} -> {phase.name} is not a transition"
+            )
         self.phase = phase
 
     def _caught_up(self) -> Phase:
@@ -271,7 +282,9 @@ class HttpConnection:
         if len(raw) > MAX_HEAD:
             raise h11.RemoteProtocolError(f"request head over {MAX_HEAD} bytes", 431)
         if _loose(raw):
-            raise h11.RemoteProtocolError("request head has a bare LF or CR, an obs-fold or a control byte", 400)
+            raise h11.RemoteProtocolError(
+                "request head has a bare LF or CR, an obs-fold or a control byte", 400
+            )
         return event, len(raw)
 
     async def _read_body(self) -> bytes:
@@ -311,7 +324,11 @@ class HttpConnection:
         reason = REASONS[reply.status]
         head = h11.Response(status_code=reply.status, headers=fields, reason=reason)
         body = b"" if self.head_only else reply.body  # h11 refuses a body after a HEAD request
-        data = self.conn.send(head) + self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage())
+        data = (
+            self.conn.send(head)
+            + self.conn.send(h11.Data(data=body))
+            + self.conn.send(h11.EndOfMessage())
+        )
         self.channel.write(data)
         try:
             if self.channel.write_buffer_size():  # the kernel took it all: nothing to wait for
@@ -332,7 +349,7 @@ class HttpConnection:
             while await self._serve_one(first) and not self.drain.active:
                 first = False
                 self.conn.start_next_cycle()
-        except (ClientGone, ConnectionError, asyncio.TimeoutError):
+        except (TimeoutError, ClientGone, ConnectionError):
             pass
         except asyncio.CancelledError:
             # Shutdown's grace ran out: answer what is in progress, then end normally.
@@ -355,7 +372,12 @@ class HttpConnection:
         if self._caught_up() is Phase.WAITING or self.phase in ANSWERED:
             return
         with contextlib.suppress(Exception):
-            await self._send(Reply.error(ApiError("shutting_down", "the server stopped before this request finished")), close=True)
+            await self._send(
+                Reply.error(
+                    ApiError("shutting_down", "the server stopped before this request finished")
+                ),
+                close=True,
+            )
 
     async def _serve_one(self, first: bool) -> bool:
         """Answer one request; True when the connection may carry another."""
@@ -363,7 +385,10 @@ class HttpConnection:
             event, head_bytes = await self._next_request(first)
         except Deadline:
             if self.phase is Phase.HEAD:  # in WAITING nothing was asked: the connection just ends
-                await self._send(Reply.error(ApiError("request_timeout", "request head not received in time")), close=True)
+                await self._send(
+                    Reply.error(ApiError("request_timeout", "request head not received in time")),
+                    close=True,
+                )
             return False
         except h11.RemoteProtocolError as error:
             await self._protocol_error(error)
@@ -375,7 +400,10 @@ class HttpConnection:
         try:
             return await self._dispatch(event, fields)
         except Deadline:
-            await self._send(Reply.error(ApiError("request_timeout", "request body not received in time")), close=True)
+            await self._send(
+                Reply.error(ApiError("request_timeout", "request body not received in time")),
+                close=True,
+            )
         except h11.RemoteProtocolError as error:
             await self._protocol_error(error)
         return False
@@ -396,13 +424,24 @@ class HttpConnection:
         if not unread:  # an empty body: let h11 reach EndOfMessage so the connection can be reused
             await self._next_event(time.monotonic() + self.settings.body_timeout)
             self._enter(Phase.HEARD)
-        if fields.get(b"transfer-encoding") is not None and fields.get(b"content-length") is not None:
+        if (
+            fields.get(b"transfer-encoding") is not None
+            and fields.get(b"content-length") is not None
+        ):
             # Both framings is the request-smuggling classic: refuse and close on every route (RFC 9112 6.1).
-            await self._refuse(ApiError("bad_request", "both Content-Length and Transfer-Encoding are set"), unread)
+            await self._refuse(
+                ApiError("bad_request", "both Content-Length and Transfer-Encoding are set"), unread
+            )
             return self._reusable()
-        if fields.repeated:  # the head is ambiguous: close rather than guess where the next request begins
-            await self._refuse(ApiError("bad_request", f"the {fields.repeated[0].decode()} field appears more than once"),
-                               close=True)
+        if (
+            fields.repeated
+        ):  # the head is ambiguous: close rather than guess where the next request begins
+            await self._refuse(
+                ApiError(
+                    "bad_request", f"the {fields.repeated[0].decode()} field appears more than once"
+                ),
+                close=True,
+            )
             return False
         answer = self.answer(Head(request.method, request.target, fields.first, self.drain.active))
         if isinstance(answer, Reply):
@@ -419,7 +458,9 @@ class HttpConnection:
             if unread:
                 self._enter(Phase.BODY)
             if self.conn.they_are_waiting_for_100_continue:
-                self.channel.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+                self.channel.write(
+                    self.conn.send(h11.InformationalResponse(status_code=100, headers=[]))
+                )
             body = await self._read_body() if unread else b""
         except ApiError as error:
             await self._refuse(error, close=True)

@@ -19,9 +19,19 @@ SHARED = {
     "state": "the shared state",
     "decisions": [
         {"id": "a", "question": "Q1?", "options": ROW["options"]},
-        {"id": "b", "question": "Q2?", "options": [{"id": "x", "description": "x"}, {"id": "y", "description": "yy"}, {"id": "z", "description": "z"}]},
+        {
+            "id": "b",
+            "question": "Q2?",
+            "options": [
+                {"id": "x", "description": "x"},
+                {"id": "y", "description": "yy"},
+                {"id": "z", "description": "z"},
+            ],
+        },
     ],
 }
 FOUR = [{"id": k, "description": d} for k, d in zip("abcd", ["one", "three", "fives", "seven!!"])]
 BODY = json.dumps(ROW).encode()
-POST = raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)  # authorised, framed by content-length
+POST = raw_request(
+    fields=b"content-length: %d\r\n" % len(BODY), body=BODY
+)  # authorised, framed by content-length

@@ -4,7 +4,8 @@ tiny model and SmolLM2, built once, and the settings that serve each through the
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,6 @@ from semif_serve.config import Settings
 from semif_serve.engine import Engine
 from semif_serve.scorer import Scorer
 from semif_serve.server import Server
-
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
 from tests.smollm2_wheel import require_gguf
@@ -45,6 +45,7 @@ def fake() -> FakeScorer:
 
 
 # -- the real models: the tiny one built once per module, SmolLM2 once per session ----------------
+
 
 @pytest.fixture(scope="module")
 def tiny_built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
@@ -78,8 +79,15 @@ def _served(built: dict[str, str]) -> Iterator[Settings]:
                 patch.setenv(key, built[key])
             patch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", built["HF_HUB_CACHE"])
             patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-            patch.setattr(shared, "_state_prefix", shared._state_prefix)  # undoes install() at teardown
-            yield settings(model=built["SEMIF_MODEL"], revision=built["SEMIF_REVISION"], device="cpu", scorer="fastjev")
+            patch.setattr(
+                shared, "_state_prefix", shared._state_prefix
+            )  # undoes install() at teardown
+            yield settings(
+                model=built["SEMIF_MODEL"],
+                revision=built["SEMIF_REVISION"],
+                device="cpu",
+                scorer="fastjev",
+            )
     finally:
         torch.set_num_threads(threads)
 

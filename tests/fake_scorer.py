@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tests.reference import softmax
 
@@ -20,7 +21,9 @@ def biased(row: Row) -> list[float]:
 
 def semif_like(row: Row, logits: list[float] | None = None) -> dict[str, Any]:
     """A result with SemIf's keys and values a test can recognise."""
-    logits = logits if logits is not None else [float(len(o["description"])) for o in row["options"]]
+    logits = (
+        logits if logits is not None else [float(len(o["description"])) for o in row["options"]]
+    )
     return {
         "id": row["id"],
         "option_ids": [o["id"] for o in row["options"]],
@@ -84,5 +87,11 @@ class FakeScorer:
         return [self._result(r) for r in rows], {"total_seconds": 0.003, "batch_size": len(rows)}
 
     def health(self) -> dict[str, Any]:
-        return {"scorer": "fake", "semif_commit": "fake-commit", "model": "fake-model", "revision": "r" * 40, "device": "none",
-                "dtype": "float32"}
+        return {
+            "scorer": "fake",
+            "semif_commit": "fake-commit",
+            "model": "fake-model",
+            "revision": "r" * 40,
+            "device": "none",
+            "dtype": "float32",
+        }

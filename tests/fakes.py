@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import types
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from semif_serve.config import Settings
 from semif_serve.scorer_package import ScorerPackage
-
 from tests.wire_client import TOKEN
 
 GIB = 1 << 30
@@ -33,8 +33,15 @@ class FakeCuda:
 
     OutOfMemoryError = FakeOutOfMemoryError
 
-    def __init__(self, log: EventLog, *, available: bool = True, capability: tuple[int, int] = (9, 0),
-                 arch_list: tuple[str, ...] = ("sm_80", "sm_90"), total_memory: int = 140 * GIB) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        available: bool = True,
+        capability: tuple[int, int] = (9, 0),
+        arch_list: tuple[str, ...] = ("sm_80", "sm_90"),
+        total_memory: int = 140 * GIB,
+    ) -> None:
         self.log = log
         self.available = available
         self.capability = capability
@@ -117,8 +124,13 @@ class MergingTokenizer:
     pad_token_id = 0
     eos_token_id = 0
 
-    def apply_chat_template(self, messages: list[dict[str, str]], tokenize: bool = False,
-                            add_generation_prompt: bool = False, enable_thinking: bool = False) -> str:
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, str]],
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        enable_thinking: bool = False,
+    ) -> str:
         text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
         return text + ("<|assistant|>\n" if add_generation_prompt else "")
 
@@ -135,14 +147,16 @@ class MergingTokenizer:
         return ids
 
     def decode(self, ids: list[int]) -> str:
-        return "".join(self.MERGES[i - self._MERGE_BASE] if i >= self._MERGE_BASE else chr(i) for i in ids)
+        return "".join(
+            self.MERGES[i - self._MERGE_BASE] if i >= self._MERGE_BASE else chr(i) for i in ids
+        )
 
 
 # -- scorer package ------------------------------------------------------------
 
 # The fake shared module mirrors upstream's contract with `_state_prefix`: a module
 # global looked up on each call, and every real row checked against the prefix.
-SHARED_SOURCE = '''
+SHARED_SOURCE = """
 from fastjev._runtime.direct import encode_prompt
 from fastjev._runtime.shared import _state_prefix
 
@@ -153,20 +167,20 @@ def score_shared(model, tokenizer, rows, metadata, max_tokens=4096):
     if not prefix or any(ids[: len(prefix)] != prefix or len(ids) <= len(prefix) for ids, _, _ in encoded):
         raise ValueError("The fixed state prefix does not match every full prompt")
     return [model(row) for row in rows], {"prefix_tokens": len(prefix)}
-'''
+"""
 
-DIRECT_SOURCE = '''
+DIRECT_SOURCE = """
 from fastjev._runtime.direct import encode_prompt
 
 
 def score(model, tokenizer, row, metadata, max_tokens=4096):
     encode_prompt(tokenizer, row, max_tokens)
     return model(row)
-'''
+"""
 
 
 # A shared module that proves nothing: it never calls the installed INV-7 wrapper.
-NEVER_CALLS = '''
+NEVER_CALLS = """
 from fastjev._runtime.shared import _state_prefix
 
 
@@ -174,10 +188,12 @@ def score_shared(model, tokenizer, rows, metadata, max_tokens=4096):
     if rows is None:
         _state_prefix(tokenizer, None)
     return [model(row) for row in rows], {}
-'''
+"""
 
 
-def wrong_system_prompt(tokenizer: Any, row: dict[str, Any], max_tokens: int) -> tuple[list[int], list[int], str]:
+def wrong_system_prompt(
+    tokenizer: Any, row: dict[str, Any], max_tokens: int
+) -> tuple[list[int], list[int], str]:
     """Renders the row with another system prompt: the prompt head differs from upstream's."""
     from fastjev._runtime.core import direct_messages  # fakes.py itself needs no scorer package
 
@@ -230,13 +246,20 @@ class FakeLoader:
         self.model = FakeModel()
         self.tokenizer = MergingTokenizer()
 
-    def __call__(self, settings: Settings, device: str, dtype: str, torch: Any) -> tuple[Any, Any, dict[str, Any]]:
+    def __call__(
+        self, settings: Settings, device: str, dtype: str, torch: Any
+    ) -> tuple[Any, Any, dict[str, Any]]:
         self.log.append("load")
-        return self.model, self.tokenizer, {"source": settings.model, "device": device, "dtype": dtype}
+        return (
+            self.model,
+            self.tokenizer,
+            {"source": settings.model, "device": device, "dtype": dtype},
+        )
 
 
 def settings(**overrides: Any) -> Settings:
     """The tests' one settings factory: a valid token, the stub scorer, an ephemeral
     loopback port; everything overridable (torch-engine tests pass their own package)."""
-    return dataclasses.replace(Settings(api_token=TOKEN, host="127.0.0.1", port=0, scorer="stub"), **overrides)
-
+    return dataclasses.replace(
+        Settings(api_token=TOKEN, host="127.0.0.1", port=0, scorer="stub"), **overrides
+    )

@@ -19,7 +19,9 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 async def scrape(port: int) -> Samples:
     """Every sample of /metrics, asked without a token as a scraper does, keyed by (sample name, labels)."""
     response = await request(port, "GET", "/metrics", headers=[])
-    assert response.status == 200 and response.headers[b"content-type"] == CONTENT_TYPE_LATEST.encode()
+    assert (
+        response.status == 200 and response.headers[b"content-type"] == CONTENT_TYPE_LATEST.encode()
+    )
     samples: Samples = {}
     for family in text_string_to_metric_families(response.body.decode()):
         for found in family.samples:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -21,13 +22,31 @@ from semif_serve.ops.metrics import CUDA_MEMORY, Metrics
 
 DASHBOARD = prometheus.procs.ROOT / "deploy" / "grafana" / "semif-serve.json"
 # Grafana's dashboard variables and built-in, as a query against one replica would see them.
-VARIABLES = {"$__rate_interval": "1m", "${job}": "semif-serve", "$job": "semif-serve",
-             "${instance}": ".*", "$instance": ".*"}
+VARIABLES = {
+    "$__rate_interval": "1m",
+    "${job}": "semif-serve",
+    "$job": "semif-serve",
+    "${instance}": ".*",
+    "$instance": ".*",
+}
 PROMETHEUS_OWN = {"up"}  # written by Prometheus for every target, not by the server
 CUDA_ONLY = {name for name, _ in CUDA_MEMORY.values()}
 
-_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
-             "offset", "bool", "inf", "nan"}
+_KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "bool",
+    "inf",
+    "nan",
+}
 
 
 def require(name: str) -> str:
@@ -43,7 +62,11 @@ def require(name: str) -> str:
 
 def rules() -> list[dict[str, Any]]:
     """Every rule of the shipped rules file, recording and alerting."""
-    return [rule for group in prometheus.load_yaml(prometheus.RULES)["groups"] for rule in group["rules"]]
+    return [
+        rule
+        for group in prometheus.load_yaml(prometheus.RULES)["groups"]
+        for rule in group["rules"]
+    ]
 
 
 def recorded() -> set[str]:
@@ -80,11 +103,13 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
     names = set()
     for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
-        following = text[match.end():].lstrip()[:1]
+        following = text[match.end() :].lstrip()[:1]
         word = match.group()
         if following == "(" or word.lower() in _KEYWORDS:
             continue
-        if not re.match(r"\d", text[max(0, match.start() - 1):match.start()] or " "):  # not the tail of 1e3, 5m
+        if not re.match(
+            r"\d", text[max(0, match.start() - 1) : match.start()] or " "
+        ):  # not the tail of 1e3, 5m
             names.add(word)
     return names
 
@@ -92,16 +117,25 @@ def metric_names(expr: str) -> set[str]:
 def selectors(expr: str) -> set[str]:
     """Each series selector of an expression, with its label matchers (`name{code="busy"}`)."""
     names = metric_names(expr)
-    return {match.group(1) + (match.group(2) or "")
-            for match in re.finditer(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{[^}]*\})?", expr) if match.group(1) in names}
+    return {
+        match.group(1) + (match.group(2) or "")
+        for match in re.finditer(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{[^}]*\})?", expr)
+        if match.group(1) in names
+    }
 
 
 def exposed() -> set[str]:
     """Every sample name /metrics can carry, CUDA's included: rendered by the server's own
     Metrics after one request (request counters appear with their first route and status)."""
     facts = {key: 1.0 for key in CUDA_MEMORY} | {"scorer": "stub"}
-    metrics = Metrics(2, lambda: 0, lambda: 0, lambda: facts, lambda: 0.0, 30.0, lambda: {"queue": 0, "wait": 0})
+    metrics = Metrics(
+        2, lambda: 0, lambda: 0, lambda: facts, lambda: 0.0, 30.0, lambda: {"queue": 0, "wait": 0}
+    )
     metrics.request("/decide", 200, None, 0.001)
     metrics.wait_error(1.0, 1.2)  # the budget's series (SEMIF_MAX_WAIT_S) exist once it is set
     text = metrics.render().decode()
-    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    return {
+        line.split("{")[0].split(" ")[0]
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }

@@ -7,7 +7,7 @@ averaged and calibrated views), max-shifted so logits of +-1e4 stay finite.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def softmax(values: Sequence[float], temperature: float = 1.0) -> list[float]:

@@ -22,7 +22,7 @@ class Process:
         self.stderr: list[str] = []
 
     @classmethod
-    async def start(cls, without: tuple[str, ...] = (), **env: str) -> "Process":
+    async def start(cls, without: tuple[str, ...] = (), **env: str) -> Process:
         """Started and listening, with `env` set and the names in `without` unset (the token among them)."""
         port = free_port()
         environ = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
@@ -30,7 +30,8 @@ class Process:
         for name in without:
             del environ[name]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "semif_serve", env=environ, stderr=asyncio.subprocess.PIPE)
+            sys.executable, "-m", "semif_serve", env=environ, stderr=asyncio.subprocess.PIPE
+        )
         process = cls(proc, port)
         await asyncio.wait_for(process.wait_for_line("listening"), 30)
         return process
@@ -41,11 +42,15 @@ class Process:
             self.stderr.append(line)
             if fragment in line:
                 return line
-        raise AssertionError(f"the server exited without logging {fragment!r}: {''.join(self.stderr)}")
+        raise AssertionError(
+            f"the server exited without logging {fragment!r}: {''.join(self.stderr)}"
+        )
 
     async def exit_code(self, timeout: float) -> int:
         assert self.proc.stderr is not None
-        self.stderr += (await asyncio.wait_for(self.proc.stderr.read(), timeout)).decode().splitlines(True)
+        self.stderr += (
+            (await asyncio.wait_for(self.proc.stderr.read(), timeout)).decode().splitlines(True)
+        )
         return await asyncio.wait_for(self.proc.wait(), timeout)
 
     async def in_flight(self) -> None:

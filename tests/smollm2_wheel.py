@@ -25,7 +25,9 @@ def require_gguf() -> Path:
         absent = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
         if not absent:
             return path
-        missing = f"the model extra is not installed ({', '.join(absent)}): pip install -e '.[model]'"
+        missing = (
+            f"the model extra is not installed ({', '.join(absent)}): pip install -e '.[model]'"
+        )
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true but SmolLM2 cannot be built: {missing}")
     pytest.skip(f"SmolLM2 cannot be built here: {missing}")

@@ -10,8 +10,9 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import h11
 import pytest
@@ -46,12 +47,20 @@ class Connection:
         self.h11 = h11.Connection(h11.CLIENT)
 
     @classmethod
-    async def open(cls, port: int) -> "Connection":
+    async def open(cls, port: int) -> Connection:
         return cls(*await asyncio.open_connection("127.0.0.1", port))
 
-    def send_request(self, method: str, path: str, body: bytes | None = None, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    def send_request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
         fields = [(b"host", b"test"), *(headers if headers is not None else [AUTH])]
-        if body is not None and not any(k.lower() in (b"content-length", b"transfer-encoding") for k, _ in fields):
+        if body is not None and not any(
+            k.lower() in (b"content-length", b"transfer-encoding") for k, _ in fields
+        ):
             fields.append((b"content-length", str(len(body)).encode()))
         out = self.h11.send(h11.Request(method=method, target=path, headers=fields))
         if body is not None:
@@ -79,7 +88,13 @@ class Connection:
             self.h11.start_next_cycle()
         return Response(status, headers, b"".join(chunks))
 
-    async def request(self, method: str, path: str, body: Any = None, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> Response:
         raw = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
         self.send_request(method, path, raw, headers)
         return await self.read_response()
@@ -99,7 +114,13 @@ class Connection:
             pass
 
 
-async def request(port: int, method: str, path: str, body: Any = None, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
+async def request(
+    port: int,
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> Response:
     """One request on a fresh connection."""
     connection = await Connection.open(port)
     try:
@@ -129,9 +150,24 @@ async def connections_closed(server: Any, timeout: float = 2.0) -> None:
     assert not server.connections
 
 
-def raw_request(method: bytes = b"POST", target: bytes = b"/decide", fields: bytes = b"", body: bytes = b"", auth: bool = True) -> bytes:
+def raw_request(
+    method: bytes = b"POST",
+    target: bytes = b"/decide",
+    fields: bytes = b"",
+    body: bytes = b"",
+    auth: bool = True,
+) -> bytes:
     """One request framed by hand: `fields` (CRLF-terminated lines) decide the framing, not this helper."""
-    return method + b" " + target + b" HTTP/1.1\r\nhost: x\r\n" + (AUTH_LINE if auth else b"") + fields + b"\r\n" + body
+    return (
+        method
+        + b" "
+        + target
+        + b" HTTP/1.1\r\nhost: x\r\n"
+        + (AUTH_LINE if auth else b"")
+        + fields
+        + b"\r\n"
+        + body
+    )
 
 
 @dataclass
@@ -150,7 +186,7 @@ async def raw_session(port: int, data: bytes, timeout: float = 5.0) -> Exchange:
     try:
         while chunk := await asyncio.wait_for(reader.read(65536), timeout):
             received += chunk
-    except asyncio.TimeoutError:
+    except TimeoutError:
         closed = False
     except ConnectionError:
         pass
@@ -159,7 +195,9 @@ async def raw_session(port: int, data: bytes, timeout: float = 5.0) -> Exchange:
     return Exchange(received, closed)
 
 
-async def raw_responses(port: int, data: bytes, count: int, timeout: float = 5.0, linger: float = 0.3) -> Exchange:
+async def raw_responses(
+    port: int, data: bytes, count: int, timeout: float = 5.0, linger: float = 0.3
+) -> Exchange:
     """Send raw bytes and read until `count` complete responses arrived (or EOF), failing after
     `timeout`; then read up to `linger` seconds more, so an EOF (or a stray response) that
     follows them is seen. It waits on the responses, not on the clock: a slow machine only
@@ -179,7 +217,7 @@ async def raw_responses(port: int, data: bytes, count: int, timeout: float = 5.0
             try:
                 more = await asyncio.wait_for(reader.read(65536), linger)
                 closed, received = not more, received + more
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     except ConnectionError:
         closed = True
@@ -205,7 +243,9 @@ def parse_responses(data: bytes, strict: bool = False) -> list[Response]:
             break
         conn.start_next_cycle()
     if strict:
-        assert not conn.trailing_data[0], f"bytes after the last complete response: {conn.trailing_data[0][:80]!r}"
+        assert not conn.trailing_data[0], (
+            f"bytes after the last complete response: {conn.trailing_data[0][:80]!r}"
+        )
     return responses
 
 

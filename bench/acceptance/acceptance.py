@@ -18,8 +18,9 @@ import argparse
 import asyncio
 import math
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from bench.acceptance import compare
 from bench.acceptance.compare import Comparison, keyed
@@ -59,7 +60,9 @@ async def decide_all(target: Target, rows: list[datasets.Row], label: str) -> di
         for row in rows:
             response = await connection.request(target, "POST", "/decide", row)
             if response.status != 200:
-                raise CheckError(f"/decide {row['id']!r} answered {response.status}: {response.body[:300]!r}")
+                raise CheckError(
+                    f"/decide {row['id']!r} answered {response.status}: {response.body[:300]!r}"
+                )
             results.append(response.json())
             progress.tick()
     finally:
@@ -67,9 +70,13 @@ async def decide_all(target: Target, rows: list[datasets.Row], label: str) -> di
     return keyed(results)
 
 
-async def shared_once(connection: Connection, target: Target, state: Any, decisions: list[datasets.Row]) -> list[Any]:
+async def shared_once(
+    connection: Connection, target: Target, state: Any, decisions: list[datasets.Row]
+) -> list[Any]:
     """One /decide/shared; its results in request order."""
-    response = await connection.request(target, "POST", "/decide/shared", datasets.shared_body(state, decisions))
+    response = await connection.request(
+        target, "POST", "/decide/shared", datasets.shared_body(state, decisions)
+    )
     if response.status != 200:
         raise CheckError(f"/decide/shared answered {response.status}: {response.body[:300]!r}")
     results = response.json()["results"]
@@ -98,8 +105,13 @@ def ids(rows: list[datasets.Row]) -> list[str]:
 
 
 def comparison_table(name: str, result: Comparison) -> list[tuple[str, str]]:
-    return [(f"{name}: top-choice agreement", f"{result.agreeing}/{result.rows} = {result.agreement:.4f}"),
-            (f"{name}: max probability gap", f"{fmt(result.max_gap, 6)} (row {result.worst})")]
+    return [
+        (
+            f"{name}: top-choice agreement",
+            f"{result.agreeing}/{result.rows} = {result.agreement:.4f}",
+        ),
+        (f"{name}: max probability gap", f"{fmt(result.max_gap, 6)} (row {result.worst})"),
+    ]
 
 
 def within(result: Comparison, min_agreement: float, max_gap: float) -> bool:
@@ -118,7 +130,9 @@ async def parity(args: argparse.Namespace, target: Target) -> Outcome:
         source = str(args.reference)
     else:
         served_by = await health(target)
-        note(f"parity: no --reference; computing SemIf's predictions in-process on {served_by.get('model')}")
+        note(
+            f"parity: no --reference; computing SemIf's predictions in-process on {served_by.get('model')}"
+        )
         reference = keyed(make_reference(served_by, rows))
         source = f"in-process {served_by['scorer']} direct.score on {served_by['model']}@{served_by['revision']}"
     served = await decide_all(target, rows, "parity /decide")
@@ -126,7 +140,14 @@ async def parity(args: argparse.Namespace, target: Target) -> Outcome:
     passed = within(result, args.min_agreement, args.max_gap)
     criterion = f"every row answered; top-choice agreement >= {args.min_agreement}; max gap <= {args.max_gap}"
     table = [("reference", source), *comparison_table("served vs reference", result)]
-    return Outcome("parity", passed, _verdict(passed, result), criterion, {**result.figures(), "reference": source}, table)
+    return Outcome(
+        "parity",
+        passed,
+        _verdict(passed, result),
+        criterion,
+        {**result.figures(), "reference": source},
+        table,
+    )
 
 
 def _verdict(passed: bool, result: Comparison) -> str:
@@ -144,8 +165,14 @@ async def noise(args: argparse.Namespace, target: Target) -> Outcome:
     result = compare.compare(first, second, ids(rows))
     passed = within(result, args.min_agreement, args.max_gap)
     criterion = f"A vs A: top-choice agreement >= {args.min_agreement}; max gap <= {args.max_gap}"
-    return Outcome("noise", passed, "A vs A " + _verdict(passed, result), criterion, result.figures(),
-                   comparison_table("A vs A", result))
+    return Outcome(
+        "noise",
+        passed,
+        "A vs A " + _verdict(passed, result),
+        criterion,
+        result.figures(),
+        comparison_table("A vs A", result),
+    )
 
 
 async def negative(args: argparse.Namespace, target: Target) -> Outcome:
@@ -154,16 +181,33 @@ async def negative(args: argparse.Namespace, target: Target) -> Outcome:
     shuffled_rows = rows if args.identical else [datasets.shift_descriptions(row) for row in rows]
     first = await decide_all(target, rows, "negative run A")
     floor = compare.compare(first, await decide_all(target, rows, "negative run A'"), ids(rows))
-    shuffled = compare.compare(first, await decide_all(target, shuffled_rows, "negative shuffled"), ids(rows))
+    shuffled = compare.compare(
+        first, await decide_all(target, shuffled_rows, "negative shuffled"), ids(rows)
+    )
     top_break = shuffled.agreement <= floor.agreement / 2
     score_break = shuffled.max_gap >= SCORE_BREAK_FACTOR * args.max_gap
     passed = not shuffled.missing and (top_break or (score_break and not args.require_top))
-    figures = {"floor": floor.figures(), "shuffled": shuffled.figures(), "top_choice_break": top_break,
-               "score_break": score_break, "identical": args.identical}
-    table = [*comparison_table("A vs A", floor), *comparison_table("shuffled vs A", shuffled),
-             ("top-choice break", str(top_break)), ("score break", str(score_break))]
-    return Outcome("negative", passed, _negative_verdict(top_break, score_break, passed),
-                   NEGATIVE_CRITERION.format(factor=SCORE_BREAK_FACTOR, gap=args.max_gap), figures, table)
+    figures = {
+        "floor": floor.figures(),
+        "shuffled": shuffled.figures(),
+        "top_choice_break": top_break,
+        "score_break": score_break,
+        "identical": args.identical,
+    }
+    table = [
+        *comparison_table("A vs A", floor),
+        *comparison_table("shuffled vs A", shuffled),
+        ("top-choice break", str(top_break)),
+        ("score break", str(score_break)),
+    ]
+    return Outcome(
+        "negative",
+        passed,
+        _negative_verdict(top_break, score_break, passed),
+        NEGATIVE_CRITERION.format(factor=SCORE_BREAK_FACTOR, gap=args.max_gap),
+        figures,
+        table,
+    )
 
 
 NEGATIVE_CRITERION = (
@@ -179,9 +223,11 @@ def _negative_verdict(top_break: bool, score_break: bool, passed: bool) -> str:
     if top_break:
         return "shuffled descriptions broke top-choice agreement"
     if score_break and passed:
-        return ("shuffled descriptions broke score agreement only: the top choice follows positions "
-                "(expected of a model that picks by position, like the random-weight tiny model or SmolLM2-135M; "
-                "on a production model, investigate)")
+        return (
+            "shuffled descriptions broke score agreement only: the top choice follows positions "
+            "(expected of a model that picks by position, like the random-weight tiny model or SmolLM2-135M; "
+            "on a production model, investigate)"
+        )
     return "shuffled descriptions did NOT break agreement: parity cannot tell a wrong answer from a right one"
 
 
@@ -190,15 +236,30 @@ async def shared(args: argparse.Namespace, target: Target) -> Outcome:
     rows = datasets.rows(args.rows)
     direct = await decide_all(target, rows, "shared: /decide A")
     floor = compare.compare(direct, await decide_all(target, rows, "shared: /decide A'"), ids(rows))
-    result = compare.compare(direct, await shared_all(target, rows, "shared: /decide/shared"), ids(rows))
+    result = compare.compare(
+        direct, await shared_all(target, rows, "shared: /decide/shared"), ids(rows)
+    )
     allowance = max(floor.max_gap, args.max_gap)
-    passed = not result.missing and result.agreement >= floor.agreement and result.max_gap <= allowance
-    criterion = (f"shared vs direct agreement >= A-vs-A agreement; max gap <= max(A-vs-A gap, {args.max_gap}) "
-                 "(a float floor: prefill+suffix and one forward sum in different orders)")
-    table = [*comparison_table("A vs A", floor), *comparison_table("shared vs direct", result),
-             ("allowed gap", fmt(allowance, 6))]
-    figures = {"floor": floor.figures(), "shared_vs_direct": result.figures(), "allowed_gap": allowance}
-    return Outcome("shared", passed, "shared vs direct " + _verdict(passed, result), criterion, figures, table)
+    passed = (
+        not result.missing and result.agreement >= floor.agreement and result.max_gap <= allowance
+    )
+    criterion = (
+        f"shared vs direct agreement >= A-vs-A agreement; max gap <= max(A-vs-A gap, {args.max_gap}) "
+        "(a float floor: prefill+suffix and one forward sum in different orders)"
+    )
+    table = [
+        *comparison_table("A vs A", floor),
+        *comparison_table("shared vs direct", result),
+        ("allowed gap", fmt(allowance, 6)),
+    ]
+    figures = {
+        "floor": floor.figures(),
+        "shared_vs_direct": result.figures(),
+        "allowed_gap": allowance,
+    }
+    return Outcome(
+        "shared", passed, "shared vs direct " + _verdict(passed, result), criterion, figures, table
+    )
 
 
 async def speed(args: argparse.Namespace, target: Target) -> Outcome:
@@ -222,12 +283,23 @@ async def speed(args: argparse.Namespace, target: Target) -> Outcome:
         await connection.close()
     ratio = median(direct_s) / median(shared_s)
     passed = args.n >= 3
-    figures = {"n": args.n, "criteria": len(rows), "decide_x21_s": spread(direct_s),
-               "shared_x1_s": spread(shared_s), "ratio_decide_over_shared": ratio}
-    table = [("N", str(args.n)), ("/decide x21 p50 [min, max] s", _spread_text(direct_s)),
-             ("/decide/shared x1 p50 [min, max] s", _spread_text(shared_s)), ("ratio (p50 x21 / p50 shared)", f"{ratio:.2f}x")]
+    figures = {
+        "n": args.n,
+        "criteria": len(rows),
+        "decide_x21_s": spread(direct_s),
+        "shared_x1_s": spread(shared_s),
+        "ratio_decide_over_shared": ratio,
+    }
+    table = [
+        ("N", str(args.n)),
+        ("/decide x21 p50 [min, max] s", _spread_text(direct_s)),
+        ("/decide/shared x1 p50 [min, max] s", _spread_text(shared_s)),
+        ("ratio (p50 x21 / p50 shared)", f"{ratio:.2f}x"),
+    ]
     verdict = f"/decide/shared is {ratio:.2f}x the speed of 21 /decide calls (p50 over N={args.n})"
-    return Outcome("speed", passed, verdict, "N >= 3 and every request answered 200", figures, table)
+    return Outcome(
+        "speed", passed, verdict, "N >= 3 and every request answered 200", figures, table
+    )
 
 
 async def _time_direct(connection: Connection, target: Target, rows: list[datasets.Row]) -> float:
@@ -239,7 +311,9 @@ async def _time_direct(connection: Connection, target: Target, rows: list[datase
     return asyncio.get_running_loop().time() - started
 
 
-async def _time_shared(connection: Connection, target: Target, state: Any, decisions: list[datasets.Row]) -> float:
+async def _time_shared(
+    connection: Connection, target: Target, state: Any, decisions: list[datasets.Row]
+) -> float:
     started = asyncio.get_running_loop().time()
     await shared_once(connection, target, state, decisions)
     return asyncio.get_running_loop().time() - started
@@ -255,43 +329,95 @@ async def vram(args: argparse.Namespace, target: Target) -> Outcome:
     device = str(before.get("device"))
     cuda = device.startswith("cuda")
     if cuda and "memory_reserved_bytes" not in before:
-        return Outcome("vram", False, "the engine reports no memory_reserved_bytes on /health", "CUDA figure present",
-                       {"device": device}, [("device", device)])
+        return Outcome(
+            "vram",
+            False,
+            "the engine reports no memory_reserved_bytes on /health",
+            "CUDA figure present",
+            {"device": device},
+            [("device", device)],
+        )
     row, tokens = await fit_row(target, min(args.tokens, int(before["max_tokens"])))
     samples: list[int] = []
     stop = asyncio.Event()
-    poller = asyncio.create_task(_poll_reserved(target, stop, samples, args.poll) if cuda else stop.wait())
+    poller = asyncio.create_task(
+        _poll_reserved(target, stop, samples, args.poll) if cuda else stop.wait()
+    )
     try:
         response = await call(target, "POST", "/decide", row, timeout=600.0)
     finally:
         stop.set()
         await poller
     if response.status != 200:
-        raise CheckError(f"the {tokens}-token /decide answered {response.status}: {response.body[:300]!r}")
+        raise CheckError(
+            f"the {tokens}-token /decide answered {response.status}: {response.body[:300]!r}"
+        )
     answered = (("input tokens", str(tokens)), ("answered in s", f"{response.latency:.3f}"))
     if not cuda:
-        verdict = (f"VRAM not applicable: the server runs on {device!r}, which has none, so no figure is invented "
-                   f"(a {tokens}-token input was answered 200)")
-        return Outcome("vram", True, verdict, f"a {tokens}-token /decide answers 200; memory on CUDA only",
-                       {"device": device, "applicable": False, "input_tokens": tokens},
-                       [("device", device), *answered, ("peak reserved", "n/a"), ("SEMIF_VRAM_CAP_GIB", "n/a")])
+        verdict = (
+            f"VRAM not applicable: the server runs on {device!r}, which has none, so no figure is invented "
+            f"(a {tokens}-token input was answered 200)"
+        )
+        return Outcome(
+            "vram",
+            True,
+            verdict,
+            f"a {tokens}-token /decide answers 200; memory on CUDA only",
+            {"device": device, "applicable": False, "input_tokens": tokens},
+            [
+                ("device", device),
+                *answered,
+                ("peak reserved", "n/a"),
+                ("SEMIF_VRAM_CAP_GIB", "n/a"),
+            ],
+        )
     return _vram_outcome(args, device, tokens, before, await health(target), samples, answered)
 
 
-def _vram_outcome(args: argparse.Namespace, device: str, tokens: int, before: dict[str, Any], after: dict[str, Any],
-                  samples: list[int], answered: tuple[tuple[str, str], ...]) -> Outcome:
+def _vram_outcome(
+    args: argparse.Namespace,
+    device: str,
+    tokens: int,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    samples: list[int],
+    answered: tuple[tuple[str, str], ...],
+) -> Outcome:
     """The peak from every figure seen (engine peak if offered, else the sampled maximum) and the cap."""
     engine_peak = [int(after[k]) for k in PEAK_KEYS if k in after]
-    peak = max([*samples, int(before["memory_reserved_bytes"]), int(after["memory_reserved_bytes"]), *engine_peak])
+    peak = max(
+        [
+            *samples,
+            int(before["memory_reserved_bytes"]),
+            int(after["memory_reserved_bytes"]),
+            *engine_peak,
+        ]
+    )
     cap = recommended_cap_gib(peak)
-    figures = {"device": device, "applicable": True, "input_tokens": tokens,
-               "reserved_before": before["memory_reserved_bytes"], "reserved_after": after["memory_reserved_bytes"],
-               "peak_reserved": peak, "health_samples": len(samples), "engine_peak_reported": bool(engine_peak),
-               "recommended_vram_cap_gib": cap}
-    table = [("device", device), *answered, ("reserved before / after GiB",
-             f"{before['memory_reserved_bytes'] / GIB:.3f} / {after['memory_reserved_bytes'] / GIB:.3f}"),
-             ("peak reserved GiB", f"{peak / GIB:.3f}"), ("SEMIF_VRAM_CAP_GIB", f"{cap:g}")]
-    verdict = f"peak {peak / GIB:.3f} GiB reserved at {tokens} tokens; set SEMIF_VRAM_CAP_GIB={cap:g}"
+    figures = {
+        "device": device,
+        "applicable": True,
+        "input_tokens": tokens,
+        "reserved_before": before["memory_reserved_bytes"],
+        "reserved_after": after["memory_reserved_bytes"],
+        "peak_reserved": peak,
+        "health_samples": len(samples),
+        "engine_peak_reported": bool(engine_peak),
+        "recommended_vram_cap_gib": cap,
+    }
+    table = [
+        ("device", device),
+        *answered,
+        (
+            "reserved before / after GiB",
+            f"{before['memory_reserved_bytes'] / GIB:.3f} / {after['memory_reserved_bytes'] / GIB:.3f}",
+        ),
+        ("peak reserved GiB", f"{peak / GIB:.3f}"),
+        ("SEMIF_VRAM_CAP_GIB", f"{cap:g}"),
+    ]
+    verdict = (
+        f"peak {peak / GIB:.3f} GiB reserved at {tokens} tokens; set SEMIF_VRAM_CAP_GIB={cap:g}"
+    )
     if not engine_peak:
         verdict += f" (peak sampled from /health every {args.poll:g} s: a lower bound)"
     criterion = f"a {tokens}-token /decide answers 200; cap = peak x {CAP_HEADROOM} rounded up to {CAP_STEP_GIB} GiB"
@@ -308,7 +434,9 @@ def recommended_cap_gib(peak_bytes: int) -> float:
     return max(steps, 1) * CAP_STEP_GIB
 
 
-async def _poll_reserved(target: Target, stop: asyncio.Event, samples: list[int], interval: float) -> None:
+async def _poll_reserved(
+    target: Target, stop: asyncio.Event, samples: list[int], interval: float
+) -> None:
     """Sample /health's reserved memory until `stop` (health answers while a call scores)."""
     connection = await Connection.open(target)
     try:
@@ -327,19 +455,26 @@ async def _poll_reserved(target: Target, stop: asyncio.Event, samples: list[int]
 FILLER = "data "
 
 
-async def fit_row(target: Target, want: int, slack: int = 32, tries: int = 8) -> tuple[datasets.Row, int]:
+async def fit_row(
+    target: Target, want: int, slack: int = 32, tries: int = 8
+) -> tuple[datasets.Row, int]:
     """A /decide row whose prompt has between want - slack and want tokens, found by secant steps."""
 
     async def measure(words: int) -> tuple[datasets.Row, int]:
-        row = {"id": f"vram-{words}", "state": FILLER * words, "question": "Is the state long?",
-               "options": [{"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}]}
+        row = {
+            "id": f"vram-{words}",
+            "state": FILLER * words,
+            "question": "Is the state long?",
+            "options": [{"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}],
+        }
         return row, await count_tokens(target, row)
 
     return await secant_fit(measure, want, slack, tries)
 
 
-async def secant_fit(measure: Callable[[int], Awaitable[tuple[Any, int]]], want: int, slack: int,
-                     tries: int) -> tuple[Any, int]:
+async def secant_fit(
+    measure: Callable[[int], Awaitable[tuple[Any, int]]], want: int, slack: int, tries: int
+) -> tuple[Any, int]:
     """Find an integer size whose measured count lands in [want - slack, want] (count grows with size)."""
     points = [(1, (await measure(1))[1]), (64, (await measure(64))[1])]
     for _ in range(tries):
@@ -350,7 +485,9 @@ async def secant_fit(measure: Callable[[int], Awaitable[tuple[Any, int]]], want:
         if want - slack <= count <= want:
             return item, count
         points.append((size, count))
-    raise CheckError(f"could not build a {want}-token input in {tries} tries (last {points[-1][1]} tokens)")
+    raise CheckError(
+        f"could not build a {want}-token input in {tries} tries (last {points[-1][1]} tokens)"
+    )
 
 
 async def count_tokens(target: Target, row: datasets.Row) -> int:
@@ -358,7 +495,9 @@ async def count_tokens(target: Target, row: datasets.Row) -> int:
     response = await call(target, "POST", "/decide", row, timeout=600.0)
     if response.status == 200:
         return int(response.json()["input_tokens"])
-    found = TOKENS_RE.search(response.body.decode(errors="replace")) if response.status == 422 else None
+    found = (
+        TOKENS_RE.search(response.body.decode(errors="replace")) if response.status == 422 else None
+    )
     if found is None:
         raise CheckError(f"token probe answered {response.status}: {response.body[:300]!r}")
     return int(found.group(1))
@@ -377,15 +516,21 @@ async def boundary(args: argparse.Namespace, target: Target) -> Outcome:
     finally:
         await connection.close()
     worst = max((c["max_gap_vs_direct"] for c in cases if c["answered"]), default=math.inf)
-    passed = all(c["answered"] and c["same_top"] == len(decisions) for c in cases) and worst <= args.max_gap
-    criterion = (f"every object state answered 200 by /decide/shared with the string state's top choice on every "
-                 f"decision; object shared vs object /decide gap <= {args.max_gap} (INV-7: same tokens)")
+    passed = (
+        all(c["answered"] and c["same_top"] == len(decisions) for c in cases)
+        and worst <= args.max_gap
+    )
+    criterion = (
+        f"every object state answered 200 by /decide/shared with the string state's top choice on every "
+        f"decision; object shared vs object /decide gap <= {args.max_gap} (INV-7: same tokens)"
+    )
     verdict = f"{sum(c['answered'] for c in cases)}/{len(cases)} object states answered, max gap vs /decide {fmt(worst, 6)}"
     return Outcome("boundary", passed, verdict, criterion, {"cases": cases}, table)
 
 
-async def _boundary_case(connection: Connection, target: Target, case: dict[str, Any],
-                         decisions: list[datasets.Row]) -> dict[str, Any]:
+async def _boundary_case(
+    connection: Connection, target: Target, case: dict[str, Any], decisions: list[datasets.Row]
+) -> dict[str, Any]:
     outcome: dict[str, Any] = {"name": case["name"], "object": case["object"], "text": case["text"]}
     try:
         as_object = await shared_once(connection, target, case["object"], decisions)
@@ -400,15 +545,22 @@ async def _boundary_case(connection: Connection, target: Target, case: dict[str,
         direct.append(response.json())
     same = sum(compare.top(o) == compare.top(t) for o, t in zip(as_object, as_text))
     gap = max(compare.gap(o, d) for o, d in zip(as_object, direct))
-    return {**outcome, "answered": True, "same_top": same, "max_gap_vs_direct": gap,
-            "tops": [[compare.top(o), compare.top(t)] for o, t in zip(as_object, as_text)]}
+    return {
+        **outcome,
+        "answered": True,
+        "same_top": same,
+        "max_gap_vs_direct": gap,
+        "tops": [[compare.top(o), compare.top(t)] for o, t in zip(as_object, as_text)],
+    }
 
 
 def _boundary_row(case: dict[str, Any], total: int) -> tuple[str, str]:
     if not case["answered"]:
         return (f"{case['name']} {case['text']!r}", "REFUSED: " + case["error"][:80])
-    return (f"{case['name']} {case['text']!r}",
-            f"answered; same top as string {case['same_top']}/{total}; gap vs /decide {fmt(case['max_gap_vs_direct'], 6)}")
+    return (
+        f"{case['name']} {case['text']!r}",
+        f"answered; same top as string {case['same_top']}/{total}; gap vs /decide {fmt(case['max_gap_vs_direct'], 6)}",
+    )
 
 
 # -- reference predictions -----------------------------------------------------------
@@ -431,15 +583,27 @@ async def reference(args: argparse.Namespace, target: Target) -> Outcome:
     datasets.write_jsonl(path, predictions)
     source = f"{served_by['scorer']} direct.score on {served_by['model']}@{served_by['revision']} ({served_by['device']})"
     table = [("rows", str(len(predictions))), ("scorer", source), ("written to", str(path))]
-    return Outcome("reference", True, f"wrote {len(predictions)} predictions to {path}", "every row scored",
-                   {"rows": len(predictions), "source": source, "path": str(path)}, table)
+    return Outcome(
+        "reference",
+        True,
+        f"wrote {len(predictions)} predictions to {path}",
+        "every row scored",
+        {"rows": len(predictions), "source": source, "path": str(path)},
+        table,
+    )
 
 
 DEFAULT_REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference.jsonl"
 
 CHECKS: dict[str, Callable[[argparse.Namespace, Target], Awaitable[Outcome]]] = {
-    "parity": parity, "noise": noise, "negative": negative, "shared": shared, "speed": speed,
-    "vram": vram, "boundary": boundary, "reference": reference,
+    "parity": parity,
+    "noise": noise,
+    "negative": negative,
+    "shared": shared,
+    "speed": speed,
+    "vram": vram,
+    "boundary": boundary,
+    "reference": reference,
 }
 
 
@@ -448,28 +612,68 @@ GAP_CHECKS = {"parity", "noise", "negative", "shared", "boundary"}
 
 
 def parser() -> argparse.ArgumentParser:
-    main_parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    main_parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__.splitlines()[0]
+    )
     commands = main_parser.add_subparsers(dest="check", required=True, metavar="CHECK")
     for name, fn in CHECKS.items():
         sub = commands.add_parser(name, help=(fn.__doc__ or name).splitlines()[0])
-        sub.add_argument("--url", required=True, help="the server, http://127.0.0.1:PORT (loopback only)")
-        sub.add_argument("--out", type=Path, help="write the JSON outcome here (reference: the predictions JSONL)")
+        sub.add_argument(
+            "--url", required=True, help="the server, http://127.0.0.1:PORT (loopback only)"
+        )
+        sub.add_argument(
+            "--out",
+            type=Path,
+            help="write the JSON outcome here (reference: the predictions JSONL)",
+        )
         if name in ROW_CHECKS:
-            sub.add_argument("--rows", type=Path, default=datasets.ROWS, help="SemIf rows, JSONL (default: bench/data)")
+            sub.add_argument(
+                "--rows",
+                type=Path,
+                default=datasets.ROWS,
+                help="SemIf rows, JSONL (default: bench/data)",
+            )
         if name in GAP_CHECKS:
-            sub.add_argument("--max-gap", type=float, default=MAX_GAP, help=f"probability tolerance (default {MAX_GAP})")
+            sub.add_argument(
+                "--max-gap",
+                type=float,
+                default=MAX_GAP,
+                help=f"probability tolerance (default {MAX_GAP})",
+            )
         if name in ("parity", "noise"):
-            sub.add_argument("--min-agreement", type=float, default=1.0, help="top-choice agreement required (default 1)")
+            sub.add_argument(
+                "--min-agreement",
+                type=float,
+                default=1.0,
+                help="top-choice agreement required (default 1)",
+            )
         if name == "parity":
-            sub.add_argument("--reference", type=Path, help="reference predictions JSONL (default: computed in-process)")
+            sub.add_argument(
+                "--reference",
+                type=Path,
+                help="reference predictions JSONL (default: computed in-process)",
+            )
         if name == "negative":
-            sub.add_argument("--identical", action="store_true", help="do not shuffle (the control must then FAIL)")
-            sub.add_argument("--require-top", action="store_true", help="accept only a top-choice break")
+            sub.add_argument(
+                "--identical",
+                action="store_true",
+                help="do not shuffle (the control must then FAIL)",
+            )
+            sub.add_argument(
+                "--require-top", action="store_true", help="accept only a top-choice break"
+            )
         if name == "speed":
             sub.add_argument("-n", type=int, default=5, help="repetitions, >= 3 (default 5)")
         if name == "vram":
-            sub.add_argument("--tokens", type=int, default=4096, help="input length (default 4096, capped at max_tokens)")
-            sub.add_argument("--poll", type=float, default=0.01, help="seconds between /health samples")
+            sub.add_argument(
+                "--tokens",
+                type=int,
+                default=4096,
+                help="input length (default 4096, capped at max_tokens)",
+            )
+            sub.add_argument(
+                "--poll", type=float, default=0.01, help="seconds between /health samples"
+            )
     return main_parser
 
 
@@ -480,6 +684,19 @@ def main(argv: list[str] | None = None) -> int:
         if not target.token:
             raise CheckError("SEMIF_API_TOKEN is not set")
         outcome = asyncio.run(CHECKS[args.check](args, target))
-    except (CheckError, KeyError, ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as error:
-        outcome = Outcome(args.check, False, f"could not run: {type(error).__name__}: {error}", "the check ran", {})
+    except (
+        CheckError,
+        KeyError,
+        ValueError,
+        OSError,
+        TimeoutError,
+        asyncio.IncompleteReadError,
+    ) as error:
+        outcome = Outcome(
+            args.check,
+            False,
+            f"could not run: {type(error).__name__}: {error}",
+            "the check ran",
+            {},
+        )
     return emit(outcome, None if args.check == "reference" else args.out)

@@ -6,8 +6,9 @@ a reordered or relabelled answer cannot agree by accident.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 Result = Mapping[str, Any]
 
@@ -48,8 +49,14 @@ class Comparison:
         return self.agreeing / self.rows if self.rows else 0.0
 
     def figures(self) -> dict[str, Any]:
-        return {"rows": self.rows, "top_choice_agreement": round(self.agreement, 6), "max_probability_gap": self.max_gap,
-                "worst_row": self.worst, "disagreeing_rows": self.disagreeing, "missing_rows": self.missing}
+        return {
+            "rows": self.rows,
+            "top_choice_agreement": round(self.agreement, 6),
+            "max_probability_gap": self.max_gap,
+            "worst_row": self.worst,
+            "disagreeing_rows": self.disagreeing,
+            "missing_rows": self.missing,
+        }
 
 
 def gap(left: Result, right: Result) -> float:
@@ -60,7 +67,9 @@ def gap(left: Result, right: Result) -> float:
     return max(abs(a[key] - b[key]) for key in a)
 
 
-def compare(left: Mapping[str, Result], right: Mapping[str, Result], ids: Iterable[str]) -> Comparison:
+def compare(
+    left: Mapping[str, Result], right: Mapping[str, Result], ids: Iterable[str]
+) -> Comparison:
     """Agreement of `right` with `left` over `ids`; an id missing on either side is reported."""
     outcome = Comparison()
     for row_id in ids:

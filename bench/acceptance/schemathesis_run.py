@@ -46,7 +46,9 @@ CHECKS = [
 
 def document() -> dict[str, Any]:
     """The OpenAPI document as the package ships it."""
-    return json.loads(resources.files("semif_serve").joinpath("openapi.json").read_text(encoding="utf-8"))
+    return json.loads(
+        resources.files("semif_serve").joinpath("openapi.json").read_text(encoding="utf-8")
+    )
 
 
 def fuzz(url: str, token: str, max_examples: int) -> tuple[int, list[str]]:
@@ -59,27 +61,45 @@ def fuzz(url: str, token: str, max_examples: int) -> tuple[int, list[str]]:
         modes = [GenerationMode.POSITIVE] + ([GenerationMode.NEGATIVE] if operation.body else [])
         for mode in modes:
 
-            @settings(max_examples=max_examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=max_examples,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
             @given(case=operation.as_strategy(generation_mode=mode))
             def send(case: schemathesis.Case) -> None:
                 nonlocal sent
                 sent += 1
-                response = case.call(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+                response = case.call(
+                    base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+                )
                 try:
-                    case.validate_response(response, checks=CHECKS, headers={"Authorization": f"Bearer {token}"})
+                    case.validate_response(
+                        response, checks=CHECKS, headers={"Authorization": f"Bearer {token}"}
+                    )
                 except (Failure, FailureGroup) as error:
                     for failure in error.exceptions if isinstance(error, FailureGroup) else [error]:
-                        key = f"{operation.label} [{mode.value}] {failure.title}"
-                        findings.setdefault(key, f"{key}: {failure.message[:1000]}\n  reproduce: {case.as_curl_command()[:1000]}")
+                        key = f"{operation.label} [{mode.value}] {failure.title}"  # noqa: B023 - send() runs within this iteration
+                        findings.setdefault(
+                            key,
+                            f"{key}: {failure.message[:1000]}\n  reproduce: {case.as_curl_command()[:1000]}",
+                        )
 
             send()
     return sent, list(findings.values())
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench schemathesis", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", help="a running server (loopback only); default: start the stub scorer here")
-    parser.add_argument("--max-examples", type=int, default=200, help="cases per operation and mode (default 200)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench schemathesis", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--url", help="a running server (loopback only); default: start the stub scorer here"
+    )
+    parser.add_argument(
+        "--max-examples", type=int, default=200, help="cases per operation and mode (default 200)"
+    )
     parser.add_argument("--out", type=Path, help="write the outcome as JSON")
     return parser
 
@@ -94,8 +114,18 @@ def main(argv: list[str] | None = None) -> int:
         with procs.semif_serve(procs.stub_env(), token) as server:
             sent, findings = fuzz(server.url, token, args.max_examples)
     print("\n".join(findings))
-    print(f"{'PASS' if not findings else 'FAIL'} schemathesis: {sent} cases, {len(findings)} finding(s)")
+    print(
+        f"{'PASS' if not findings else 'FAIL'} schemathesis: {sent} cases, {len(findings)} finding(s)"
+    )
     if args.out is not None:
-        write_json(args.out, {"check": "schemathesis", "passed": not findings, "cases": sent,
-                              "findings": findings, "machine": machine()})
+        write_json(
+            args.out,
+            {
+                "check": "schemathesis",
+                "passed": not findings,
+                "cases": sent,
+                "findings": findings,
+                "machine": machine(),
+            },
+        )
     return 0 if not findings else 1

@@ -67,7 +67,10 @@ def shared_body(state: Any, decisions: list[Row]) -> dict[str, Any]:
 
 def with_state(state: Any, decisions: list[Row]) -> list[Row]:
     """Full rows: each decision with the shared state added (as the server builds them)."""
-    return [{"id": d["id"], "state": state, "question": d["question"], "options": d["options"]} for d in decisions]
+    return [
+        {"id": d["id"], "state": state, "question": d["question"], "options": d["options"]}
+        for d in decisions
+    ]
 
 
 def shift_descriptions(row: Row) -> Row:
@@ -78,8 +81,10 @@ def shift_descriptions(row: Row) -> Row:
     """
     descriptions = [option["description"] for option in row["options"]]
     count = len(descriptions)
-    options = [{"id": option["id"], "description": descriptions[(k + 1) % count]}
-               for k, option in enumerate(row["options"])]
+    options = [
+        {"id": option["id"], "description": descriptions[(k + 1) % count]}
+        for k, option in enumerate(row["options"])
+    ]
     return {**row, "options": options}
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 Row = dict[str, Any]
 
@@ -31,11 +32,19 @@ class Facts:
     max_tokens: int
 
     @classmethod
-    def from_health(cls, health: Mapping[str, Any]) -> "Facts":
+    def from_health(cls, health: Mapping[str, Any]) -> Facts:
         if health.get("scorer") == "stub":
-            raise ValueError("the server runs the stub scorer: there is no model to load in-process")
-        return cls(health["scorer"], health["model"], health["revision"], health["device"], health["dtype"],
-                   int(health["max_tokens"]))
+            raise ValueError(
+                "the server runs the stub scorer: there is no model to load in-process"
+            )
+        return cls(
+            health["scorer"],
+            health["model"],
+            health["revision"],
+            health["device"],
+            health["dtype"],
+            int(health["max_tokens"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -54,9 +63,15 @@ def _check_cache_env() -> None:
     """Refuse when huggingface_hub was imported before HF_HUB_CACHE was set (wrong cache)."""
     wanted = os.environ.get("HF_HUB_CACHE")
     constants = sys.modules.get("huggingface_hub.constants")
-    if wanted and constants is not None and os.path.abspath(constants.HF_HUB_CACHE) != os.path.abspath(wanted):
-        raise RuntimeError(f"huggingface_hub was imported with cache {constants.HF_HUB_CACHE}, not {wanted}; "
-                           "set HF_HOME/HF_HUB_CACHE before importing transformers")
+    if (
+        wanted
+        and constants is not None
+        and os.path.abspath(constants.HF_HUB_CACHE) != os.path.abspath(wanted)
+    ):
+        raise RuntimeError(
+            f"huggingface_hub was imported with cache {constants.HF_HUB_CACHE}, not {wanted}; "
+            "set HF_HOME/HF_HUB_CACHE before importing transformers"
+        )
 
 
 def load(facts: Facts) -> Loaded:
@@ -70,11 +85,19 @@ def load(facts: Facts) -> Loaded:
     from semif_serve.config import Settings
 
     package = scorer_package.resolve(facts.scorer)
-    settings = Settings(api_token="-" * 32, model=facts.model, revision=facts.revision, device=facts.device,
-                        max_tokens=facts.max_tokens, scorer=facts.scorer)
+    settings = Settings(
+        api_token="-" * 32,
+        model=facts.model,
+        revision=facts.revision,
+        device=facts.device,
+        max_tokens=facts.max_tokens,
+        scorer=facts.scorer,
+    )
     torch = importlib.import_module("torch")
     threads = os.environ.get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:  # the server takes its thread count from the same variable
+    if (
+        threads.isdigit() and int(threads) > 0
+    ):  # the server takes its thread count from the same variable
         torch.set_num_threads(int(threads))
     model, tokenizer, metadata = torch_engine.load_model(settings, facts.device, facts.dtype, torch)
     return Loaded(facts, package.direct, package.shared, model, tokenizer, metadata)
@@ -84,8 +107,11 @@ def reference(loaded: Loaded, rows: list[Row], progress: Any = None) -> list[dic
     """SemIf's own `direct.score` result for each row, unchanged (the parity reference)."""
     results = []
     for row in rows:
-        results.append(loaded.direct.score(loaded.model, loaded.tokenizer, row, loaded.metadata,
-                                           loaded.facts.max_tokens))
+        results.append(
+            loaded.direct.score(
+                loaded.model, loaded.tokenizer, row, loaded.metadata, loaded.facts.max_tokens
+            )
+        )
         if progress is not None:
             progress.tick()
     return results
@@ -96,6 +122,8 @@ def time_shared(loaded: Loaded, rows: list[Row], repeats: int) -> list[float]:
     seconds = []
     for _ in range(repeats):
         started = time.perf_counter()
-        loaded.shared.score_shared(loaded.model, loaded.tokenizer, rows, loaded.metadata, loaded.facts.max_tokens)
+        loaded.shared.score_shared(
+            loaded.model, loaded.tokenizer, rows, loaded.metadata, loaded.facts.max_tokens
+        )
         seconds.append(time.perf_counter() - started)
     return seconds

@@ -21,8 +21,9 @@ import random
 import statistics
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -39,14 +40,16 @@ class Target:
     token: str
 
     @classmethod
-    def from_url(cls, url: str, token: str | None = None, remote: bool = False) -> "Target":
+    def from_url(cls, url: str, token: str | None = None, remote: bool = False) -> Target:
         """Parse http://HOST:PORT over plain HTTP; HOST must be loopback unless `remote` says another
         host is meant (a replica in the fleet: the bearer token then crosses the network)."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname or parts.port is None:
             raise ValueError(f"--url must be http://HOST:PORT, got {url!r}")
         if parts.hostname not in LOOPBACK and not remote:
-            raise ValueError(f"--url must be http://127.0.0.1:PORT (loopback only, unless --remote), got {url!r}")
+            raise ValueError(
+                f"--url must be http://127.0.0.1:PORT (loopback only, unless --remote), got {url!r}"
+            )
         token = token if token is not None else os.environ.get(TOKEN_ENV, "")
         return cls(parts.hostname, parts.port, token)
 
@@ -76,9 +79,17 @@ class Response:
         return json.loads(self.body)
 
 
-def encode(target: Target, method: str, path: str, payload: Any = None, bearer: bool = False) -> bytes:
+def encode(
+    target: Target, method: str, path: str, payload: Any = None, bearer: bool = False
+) -> bytes:
     """A complete request, rendered once so the load loop only writes bytes (a GET carries the bearer if asked)."""
-    body = b"" if payload is None else payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    body = (
+        b""
+        if payload is None
+        else payload
+        if isinstance(payload, bytes)
+        else json.dumps(payload).encode()
+    )
     head = [f"{method} {path} HTTP/1.1", f"host: {target.host}:{target.port}"]
     if method != "GET" or bearer:
         head.append(f"authorization: Bearer {target.token}")
@@ -114,7 +125,7 @@ class Connection:
         self.closed = False
 
     @classmethod
-    async def open(cls, target: Target, timeout: float = 5.0) -> "Connection":
+    async def open(cls, target: Target, timeout: float = 5.0) -> Connection:
         async with asyncio.timeout(timeout):
             return cls(*await asyncio.open_connection(target.host, target.port, limit=1 << 20))
 
@@ -130,8 +141,14 @@ class Connection:
             await self.close()
         return Response(status, body, time.perf_counter() - started, head[:-4])
 
-    async def request(self, target: Target, method: str, path: str, payload: Any = None,
-                      timeout: float = DEFAULT_TIMEOUT) -> Response:
+    async def request(
+        self,
+        target: Target,
+        method: str,
+        path: str,
+        payload: Any = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Response:
         return await self.exchange(encode(target, method, path, payload), timeout)
 
     async def stray_bytes(self, wait: float = 0.05) -> bytes:
@@ -156,8 +173,9 @@ class Connection:
             pass
 
 
-async def call(target: Target, method: str, path: str, payload: Any = None,
-               timeout: float = DEFAULT_TIMEOUT) -> Response:
+async def call(
+    target: Target, method: str, path: str, payload: Any = None, timeout: float = DEFAULT_TIMEOUT
+) -> Response:
     """One request on a fresh connection (checks, health polls)."""
     return await call_raw(target, encode(target, method, path, payload), timeout)
 
@@ -201,10 +219,15 @@ class Tally:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "sent": self.sent, "answered": self.answered, "lost": self.lost, "duplicates": self.duplicates,
+            "sent": self.sent,
+            "answered": self.answered,
+            "lost": self.lost,
+            "duplicates": self.duplicates,
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
-            "rps": round(self.rps, 1), "p50_ms": round(self.percentile(50) * 1e3, 3),
-            "p99_ms": round(self.percentile(99) * 1e3, 3), "wall_s": round(self.wall, 3),
+            "rps": round(self.rps, 1),
+            "p50_ms": round(self.percentile(50) * 1e3, 3),
+            "p99_ms": round(self.percentile(99) * 1e3, 3),
+            "wall_s": round(self.wall, 3),
             "client_cpu_share": round(self.client_cpu / self.wall, 3) if self.wall else 0.0,
         }
 
@@ -224,11 +247,23 @@ def median(values: Sequence[float]) -> float:
 
 def spread(values: Sequence[float]) -> dict[str, Any]:
     """p50 and the range of repeated timings, with the samples themselves."""
-    return {"p50": median(values), "min": min(values), "max": max(values), "n": len(values), "all": list(values)}
+    return {
+        "p50": median(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+        "all": list(values),
+    }
 
 
-async def _worker(connection: Connection, requests: Sequence[bytes], offset: int, until: float,
-                  tally: Tally | None, timeout: float) -> None:
+async def _worker(
+    connection: Connection,
+    requests: Sequence[bytes],
+    offset: int,
+    until: float,
+    tally: Tally | None,
+    timeout: float,
+) -> None:
     """Send requests back to back on one connection until the deadline."""
     index = offset
     while time.perf_counter() < until and not connection.closed:
@@ -247,8 +282,14 @@ async def _worker(connection: Connection, requests: Sequence[bytes], offset: int
             tally.record(response)
 
 
-async def drive(target: Target, requests: Sequence[bytes], concurrency: int, duration: float,
-                warmup: float = 0.3, timeout: float = DEFAULT_TIMEOUT) -> Tally:
+async def drive(
+    target: Target,
+    requests: Sequence[bytes],
+    concurrency: int,
+    duration: float,
+    warmup: float = 0.3,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Tally:
     """Closed-loop load: `concurrency` keep-alive connections, each one request at a time.
 
     A warm-up on the same connections is discarded; then every request sent in
@@ -260,10 +301,14 @@ async def drive(target: Target, requests: Sequence[bytes], concurrency: int, dur
     try:
         if warmup > 0:
             until = time.perf_counter() + warmup
-            await asyncio.gather(*(_worker(c, requests, i, until, None, timeout) for i, c in enumerate(connections)))
+            await asyncio.gather(
+                *(_worker(c, requests, i, until, None, timeout) for i, c in enumerate(connections))
+            )
         cpu, started = time.process_time(), time.perf_counter()
         until = started + duration
-        await asyncio.gather(*(_worker(c, requests, i, until, tally, timeout) for i, c in enumerate(connections)))
+        await asyncio.gather(
+            *(_worker(c, requests, i, until, tally, timeout) for i, c in enumerate(connections))
+        )
         tally.wall = time.perf_counter() - started
         tally.client_cpu = time.process_time() - cpu
         strays = await asyncio.gather(*(c.stray_bytes() for c in connections))
@@ -334,12 +379,24 @@ async def _send(target: Target, raw: bytes, due: float, started: float, timeout:
     finally:
         if connection is not None:
             await connection.close()
-    return Fate(due, lag, response.status, time.perf_counter() - sent, "answered", response.body,
-                response.header("retry-after"))
+    return Fate(
+        due,
+        lag,
+        response.status,
+        time.perf_counter() - sent,
+        "answered",
+        response.body,
+        response.header("retry-after"),
+    )
 
 
-async def open_loop(target: Target, raw: bytes, arrivals: Sequence[float], duration: float,
-                    timeout: float = DEFAULT_TIMEOUT) -> OpenLoopRun:
+async def open_loop(
+    target: Target,
+    raw: bytes,
+    arrivals: Sequence[float],
+    duration: float,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> OpenLoopRun:
     """Send `raw` at each arrival time (within `duration` s) whatever the completions (open loop), then
     wait for every answer.
 
@@ -354,7 +411,9 @@ async def open_loop(target: Target, raw: bytes, arrivals: Sequence[float], durat
             await asyncio.sleep(delay)
         tasks.append(asyncio.ensure_future(_send(target, raw, due, started, timeout)))
     fates = list(await asyncio.gather(*tasks))
-    return OpenLoopRun(len(arrivals), duration, fates, time.process_time() - cpu, time.perf_counter() - started)
+    return OpenLoopRun(
+        len(arrivals), duration, fates, time.process_time() - cpu, time.perf_counter() - started
+    )
 
 
 @dataclass(frozen=True)
@@ -365,7 +424,9 @@ class Probe:
     failed: bool
 
 
-async def probe_health(target: Target, path: str, stop: asyncio.Event, interval: float, timeout: float) -> list[Probe]:
+async def probe_health(
+    target: Target, path: str, stop: asyncio.Event, interval: float, timeout: float
+) -> list[Probe]:
     """GET `path` on a fresh connection every `interval` s until `stop`, as a kubelet probes a pod."""
     probes: list[Probe] = []
     while not stop.is_set():

@@ -22,9 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator, Mapping
+from typing import IO
 
 from bench.common.loadgen import TOKEN_ENV, Target, call
 
@@ -78,8 +79,12 @@ def token() -> str:
 def stub_env(delay_ms: int = 0, queue: int = 32, grace_s: float = STOP_GRACE_S) -> dict[str, str]:
     """Our server on the stub scorer: `delay_ms` per call, `queue` admission slots (the server's own
     defaults, 0 and 32, unless given) and a drain no longer than `_stop` waits before SIGKILL."""
-    return {"SEMIF_SCORER": "stub", "SEMIF_STUB_DELAY_MS": str(delay_ms), "SEMIF_MAX_QUEUE": str(queue),
-            "SEMIF_SHUTDOWN_GRACE_S": str(grace_s)}
+    return {
+        "SEMIF_SCORER": "stub",
+        "SEMIF_STUB_DELAY_MS": str(delay_ms),
+        "SEMIF_MAX_QUEUE": str(queue),
+        "SEMIF_SHUTDOWN_GRACE_S": str(grace_s),
+    }
 
 
 def free_port() -> int:
@@ -100,8 +105,21 @@ def uvicorn_argv(port: int, access_log: bool = False) -> list[str]:
     defaults (log level info, an access line per request on stdout), as deployed.
     """
     quiet = [] if access_log else ["--log-level", "warning", "--no-access-log"]
-    return [sys.executable, "-m", "uvicorn", "bench.load.baseline_fastapi:app", "--host", HOST, "--port", str(port),
-            "--workers", "1", *quiet, "--app-dir", str(ROOT)]
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "bench.load.baseline_fastapi:app",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        *quiet,
+        "--app-dir",
+        str(ROOT),
+    ]
 
 
 def _log_tail(path: Path, limit: int = 2000) -> str:
@@ -111,13 +129,20 @@ def _log_tail(path: Path, limit: int = 2000) -> str:
         return ""
 
 
-def _wait_ready(target: Target, process: subprocess.Popen[bytes], log: Path, timeout: float,
-                health: str = "/health") -> None:
+def _wait_ready(
+    target: Target,
+    process: subprocess.Popen[bytes],
+    log: Path,
+    timeout: float,
+    health: str = "/health",
+) -> None:
     """Poll GET `health` until 200; fail fast if the process exits or the deadline passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode} before it was ready:\n{_log_tail(log)}")
+            raise RuntimeError(
+                f"server exited with {process.returncode} before it was ready:\n{_log_tail(log)}"
+            )
         try:
             if asyncio.run(call(target, "GET", health, timeout=2.0)).status == 200:
                 return
@@ -142,15 +167,24 @@ def _stop(process: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None
 
 
 @contextlib.contextmanager
-def running(argv: list[str], env: Mapping[str, str], port: int, api_token: str,
-            ready_timeout: float = 60.0, log_dir: Path | None = None, cwd: Path = ROOT,
-            health: str = "/health") -> Iterator[Running]:
+def running(
+    argv: list[str],
+    env: Mapping[str, str],
+    port: int,
+    api_token: str,
+    ready_timeout: float = 60.0,
+    log_dir: Path | None = None,
+    cwd: Path = ROOT,
+    health: str = "/health",
+) -> Iterator[Running]:
     """Start argv with env (over ours) in `cwd`, wait until `health` answers 200, stop it on exit.
 
     Without `log_dir` the log goes to a temporary folder that is removed after a clean exit
     (a bench with the access log on writes megabytes) and kept, for reading, after a failure.
     """
-    directory = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="semif-bench-"))
+    directory = (
+        Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="semif-bench-"))
+    )
     log = directory / f"server-{port}.log"
     full_env = {**os.environ, **env, TOKEN_ENV: api_token, "PYTHONUNBUFFERED": "1"}
     target = Target(HOST, port, api_token)
@@ -165,13 +199,27 @@ def running(argv: list[str], env: Mapping[str, str], port: int, api_token: str,
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _popen(argv: list[str], env: Mapping[str, str], sink: IO[bytes], cwd: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=sink,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+def _popen(
+    argv: list[str], env: Mapping[str, str], sink: IO[bytes], cwd: Path
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv,
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=sink,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
-def semif_serve(env: Mapping[str, str], api_token: str, ready_timeout: float = 60.0,
-                log_dir: Path | None = None, checkout: Path = ROOT) -> contextlib.AbstractContextManager[Running]:
+def semif_serve(
+    env: Mapping[str, str],
+    api_token: str,
+    ready_timeout: float = 60.0,
+    log_dir: Path | None = None,
+    checkout: Path = ROOT,
+) -> contextlib.AbstractContextManager[Running]:
     """Our server with env (SEMIF_SCORER and friends) on a free port.
 
     `checkout` serves another copy of the code (e.g. a `git archive` of an older commit) side
@@ -184,22 +232,40 @@ def semif_serve(env: Mapping[str, str], api_token: str, ready_timeout: float = 6
     return running(semif_argv(), settings, port, api_token, ready_timeout, log_dir, cwd=checkout)
 
 
-def fastapi_baseline(env: Mapping[str, str], api_token: str, ready_timeout: float = 60.0,
-                     log_dir: Path | None = None, access_log: bool = False) -> contextlib.AbstractContextManager[Running]:
+def fastapi_baseline(
+    env: Mapping[str, str],
+    api_token: str,
+    ready_timeout: float = 60.0,
+    log_dir: Path | None = None,
+    access_log: bool = False,
+) -> contextlib.AbstractContextManager[Running]:
     """The FastAPI + uvicorn baseline over the same stub, on a free port (uvicorn's access log on or off)."""
     port = free_port()
     return running(uvicorn_argv(port, access_log), env, port, api_token, ready_timeout, log_dir)
 
 
-def peer_fastjev(model: Mapping[str, str], api_token: str, ready_timeout: float = 600.0,
-                 log_dir: Path | None = None) -> contextlib.AbstractContextManager[Running]:
+def peer_fastjev(
+    model: Mapping[str, str],
+    api_token: str,
+    ready_timeout: float = 600.0,
+    log_dir: Path | None = None,
+) -> contextlib.AbstractContextManager[Running]:
     """fastjev's own System One server (bench/load/peer_fastjev.py) over the snapshot `model` names
     (small_model's settings: SEMIF_MODEL, SEMIF_REVISION, HF_HOME...), on the CPU, on a free port."""
     from bench.load.peer_fastjev import HEALTH
 
     port = free_port()
-    argv = [sys.executable, "-m", "bench.load.peer_fastjev", "--port", str(port),
-            "--model", model["SEMIF_MODEL"], "--revision", model["SEMIF_REVISION"]]
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.load.peer_fastjev",
+        "--port",
+        str(port),
+        "--model",
+        model["SEMIF_MODEL"],
+        "--revision",
+        model["SEMIF_REVISION"],
+    ]
     return running(argv, model, port, api_token, ready_timeout, log_dir, health=HEALTH)
 
 
@@ -220,8 +286,15 @@ def built_model(command: str, out: Path | None, timeout: float = 300.0) -> dict[
     cache path is fixed when huggingface_hub is first imported.
     """
     where = ["--out", str(out)] if out is not None else []
-    done = subprocess.run([*semif_argv(), command, *where], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [*semif_argv(), command, *where],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{command} build failed ({done.returncode}):\n{done.stderr[-2000:]}")
     pairs = (line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)

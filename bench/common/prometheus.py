@@ -21,9 +21,10 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import httpx
 import yaml
@@ -73,8 +74,9 @@ def rules_with(for_overrides: Mapping[str, str], interval: str) -> dict[str, Any
 def config_for(targets: list[str], interval: str, rules_file: Path) -> dict[str, Any]:
     """The shipped static scrape config, aimed at `targets` with `interval` and `rules_file`."""
     config = load_yaml(CONFIG)
-    config["global"].update(scrape_interval=interval, evaluation_interval=interval,
-                            scrape_timeout=interval)
+    config["global"].update(
+        scrape_interval=interval, evaluation_interval=interval, scrape_timeout=interval
+    )
     config["rule_files"] = [str(rules_file)]
     (job,) = config["scrape_configs"]
     job["static_configs"] = [{"targets": targets}]
@@ -95,7 +97,9 @@ class Prometheus:
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        return _data(httpx.get(f"{self.url}/api/v1/query_range", params=params, timeout=30.0))["result"]
+        return _data(httpx.get(f"{self.url}/api/v1/query_range", params=params, timeout=30.0))[
+            "result"
+        ]
 
     def alerts(self) -> list[dict[str, Any]]:
         """Alerts now pending or firing (state, labels)."""
@@ -114,36 +118,60 @@ class Prometheus:
         deadline = time.monotonic() + timeout
         while self.targets_up() < targets:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"Prometheus scraped {self.targets_up()} of {targets} targets in {timeout:.0f} s")
+                raise RuntimeError(
+                    f"Prometheus scraped {self.targets_up()} of {targets} targets in {timeout:.0f} s"
+                )
             time.sleep(0.2)
 
 
 def _data(response: httpx.Response) -> Any:
     body = response.json()
     if response.status_code != 200 or body.get("status") != "success":
-        raise ValueError(f"Prometheus answered {response.status_code}: {body.get('errorType')}: {body.get('error')}")
+        raise ValueError(
+            f"Prometheus answered {response.status_code}: {body.get('errorType')}: {body.get('error')}"
+        )
     return body["data"]
 
 
 @contextlib.contextmanager
-def running(targets: list[str], interval: str = "1s", for_overrides: Mapping[str, str] | None = None,
-            ready_timeout: float = 30.0, workdir: Path | None = None) -> Iterator[Prometheus]:
+def running(
+    targets: list[str],
+    interval: str = "1s",
+    for_overrides: Mapping[str, str] | None = None,
+    ready_timeout: float = 30.0,
+    workdir: Path | None = None,
+) -> Iterator[Prometheus]:
     """Prometheus scraping `targets` and evaluating the shipped rules (copies, `for:` overridden) every `interval`."""
     found = binary()
     if found is None:
-        raise FileNotFoundError("prometheus is not installed (apt-get install prometheus, or set SEMIF_PROMETHEUS)")
-    directory = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="semif-prometheus-"))
+        raise FileNotFoundError(
+            "prometheus is not installed (apt-get install prometheus, or set SEMIF_PROMETHEUS)"
+        )
+    directory = (
+        Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="semif-prometheus-"))
+    )
     rules_file = directory / "semif-serve.rules.yml"
     rules_file.write_text(yaml.safe_dump(rules_with(for_overrides or {}, interval)))
     config_file = directory / "prometheus.yml"
     config_file.write_text(yaml.safe_dump(config_for(targets, interval, rules_file)))
     port = procs.free_port()
     log = directory / "prometheus.log"
-    argv = [found, f"--config.file={config_file}", f"--storage.tsdb.path={directory / 'data'}",
-            f"--web.listen-address={procs.HOST}:{port}", "--log.level=warn"]
+    argv = [
+        found,
+        f"--config.file={config_file}",
+        f"--storage.tsdb.path={directory / 'data'}",
+        f"--web.listen-address={procs.HOST}:{port}",
+        "--log.level=warn",
+    ]
     with open(log, "wb") as sink:
-        process = subprocess.Popen(argv, cwd=directory, stdin=subprocess.DEVNULL, stdout=sink,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            cwd=directory,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             prometheus = Prometheus(f"http://{procs.HOST}:{port}", log)
             _wait_ready(prometheus, process, ready_timeout)
@@ -159,9 +187,13 @@ def _wait_ready(prometheus: Prometheus, process: subprocess.Popen[bytes], timeou
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"prometheus exited with {process.returncode}:\n{prometheus.log.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"prometheus exited with {process.returncode}:\n{prometheus.log.read_text()[-2000:]}"
+            )
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{prometheus.url}/-/ready", timeout=2.0).status_code == 200:
                 return
         time.sleep(0.1)
-    raise RuntimeError(f"prometheus not ready within {timeout:.0f} s:\n{prometheus.log.read_text()[-2000:]}")
+    raise RuntimeError(
+        f"prometheus not ready within {timeout:.0f} s:\n{prometheus.log.read_text()[-2000:]}"
+    )

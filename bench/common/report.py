@@ -14,9 +14,10 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 @dataclass
@@ -31,12 +32,19 @@ class Outcome:
     table: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"check": self.check, "passed": self.passed, "verdict": self.verdict, "criterion": self.criterion,
-                "figures": self.figures, "when": now(), "machine": machine()}
+        return {
+            "check": self.check,
+            "passed": self.passed,
+            "verdict": self.verdict,
+            "criterion": self.criterion,
+            "figures": self.figures,
+            "when": now(),
+            "machine": machine(),
+        }
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 THREAD_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHON_GIL")
@@ -45,10 +53,15 @@ THREAD_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 def machine() -> dict[str, Any]:
     """Where a figure was measured: `uname -m`, CPU count, Python, the date, the load average
     when measuring began (the machine is shared) and the thread settings in the environment."""
-    return {"uname_m": platform.machine(), "nproc": os.cpu_count(), "python": platform.python_version(),
-            "system": platform.system(), "date": datetime.date.today().isoformat(),
-            "loadavg": [round(x, 2) for x in os.getloadavg()],
-            "threads": {name: os.environ.get(name, "unset") for name in THREAD_SETTINGS}}
+    return {
+        "uname_m": platform.machine(),
+        "nproc": os.cpu_count(),
+        "python": platform.python_version(),
+        "system": platform.system(),
+        "date": datetime.date.today().isoformat(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "threads": {name: os.environ.get(name, "unset") for name in THREAD_SETTINGS},
+    }
 
 
 def section_marks(name: str) -> tuple[str, str]:
@@ -77,7 +90,10 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     """A pipe table; numbers are already formatted by the caller."""
     cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    line = lambda row: "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |"  # noqa: E731
+
+    def line(row):
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |"
+
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])])
 
@@ -86,7 +102,7 @@ def fmt(value: float, digits: int = 4) -> str:
     """A float for a table: fixed digits, scientific when tiny, '-' when undefined."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if value != 0 and abs(value) < 10 ** -digits:
+    if value != 0 and abs(value) < 10**-digits:
         return f"{value:.2e}"
     return f"{value:.{digits}f}"
 
@@ -120,7 +136,11 @@ class Progress:
         finished = self.done >= self.total
         if now_ - self.last >= self.every or (finished and now_ - self.started >= self.every):
             self.last = now_
-            print(f"{self.label}: {self.done}/{self.total} ({now_ - self.started:.1f} s)", file=sys.stderr, flush=True)
+            print(
+                f"{self.label}: {self.done}/{self.total} ({now_ - self.started:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def note(message: str) -> None:

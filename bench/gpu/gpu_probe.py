@@ -36,17 +36,29 @@ def facts() -> dict[str, Any]:
     """The torch build and, when CUDA is available, the card it sees."""
     import torch
 
-    found: dict[str, Any] = {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
-                             "cuda_available": torch.cuda.is_available(), "torch_threads": torch.get_num_threads()}
+    found: dict[str, Any] = {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "torch_threads": torch.get_num_threads(),
+    }
     if not found["cuda_available"]:
         return found
     index = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(index)
     free, total = torch.cuda.mem_get_info(index)
     arch = f"sm_{major}{minor}"
-    found.update({"device_name": torch.cuda.get_device_name(index), "capability": arch,
-                  "arch_list": torch.cuda.get_arch_list(), "arch_in_build": arch in torch.cuda.get_arch_list(),
-                  "device_count": torch.cuda.device_count(), "total_bytes": total, "free_bytes": free})
+    found.update(
+        {
+            "device_name": torch.cuda.get_device_name(index),
+            "capability": arch,
+            "arch_list": torch.cuda.get_arch_list(),
+            "arch_in_build": arch in torch.cuda.get_arch_list(),
+            "device_count": torch.cuda.device_count(),
+            "total_bytes": total,
+            "free_bytes": free,
+        }
+    )
     return found
 
 
@@ -55,7 +67,11 @@ def _try_alloc(torch: Any, size: int, device: str) -> dict[str, Any]:
     try:
         block = torch.empty(size, dtype=torch.uint8, device=device)
     except torch.cuda.OutOfMemoryError as error:
-        return {"bytes": size, "allocated": False, "error": str(error).strip().splitlines()[0][:300]}
+        return {
+            "bytes": size,
+            "allocated": False,
+            "error": str(error).strip().splitlines()[0][:300],
+        }
     del block
     torch.cuda.empty_cache()
     return {"bytes": size, "allocated": True}
@@ -78,13 +94,22 @@ def cap() -> dict[str, Any]:
     reserved = torch.cuda.memory_reserved(device)
     free, total = torch.cuda.mem_get_info(device)
     under = max((cap_bytes - reserved) // 2, MIB)
-    return {"device": device, "cap_gib": settings.vram_cap_gib, "cap_bytes": cap_bytes,
-            "reserved_after_load": reserved, "card_free_bytes": free, "card_total_bytes": total,
-            "under_cap": _try_alloc(torch, under, device), "over_cap": _try_alloc(torch, cap_bytes, device)}
+    return {
+        "device": device,
+        "cap_gib": settings.vram_cap_gib,
+        "cap_bytes": cap_bytes,
+        "reserved_after_load": reserved,
+        "card_free_bytes": free,
+        "card_total_bytes": total,
+        "under_cap": _try_alloc(torch, under, device),
+        "over_cap": _try_alloc(torch, cap_bytes, device),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gpu.gpu_probe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.gpu.gpu_probe", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("what", choices=("facts", "cap"))
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -27,18 +27,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from bench.common.report import fmt, markdown_table, note, now, write_json
-from . import calibration_file, fit, metrics, plots, rows as labelled, scoring
+
+from . import calibration_file, fit, metrics, plots, scoring
+from . import rows as labelled
 from .calibration_file import PRIORS, CalibrationError, binding
 
 
-def _side(rows: Sequence[dict[str, Any]], method: str, split: str) -> tuple[list[Any], list[Any], list[int]]:
+def _side(
+    rows: Sequence[dict[str, Any]], method: str, split: str
+) -> tuple[list[Any], list[Any], list[int]]:
     chosen = [row for row in rows if row["split"] == split and method in row["methods"]]
     records = [row["methods"][method] for row in chosen]
-    return [r["scores"] for r in records], [r["probabilities"] for r in records], [row["label"] for row in chosen]
+    return (
+        [r["scores"] for r in records],
+        [r["probabilities"] for r in records],
+        [row["label"] for row in chosen],
+    )
 
 
 def fit_method(rows: Sequence[dict[str, Any]], method: str) -> dict[str, Any] | None:
@@ -48,9 +57,13 @@ def fit_method(rows: Sequence[dict[str, Any]], method: str) -> dict[str, Any] | 
     if not fit_labels or not test_labels:
         return None
     temperature = fit.fit_temperature(fit_scores, fit_labels)
-    return {"temperature": temperature, "fit_rows": len(fit_labels), "test_rows": len(test_labels),
-            "before": metrics.summary(test_probabilities, test_labels),
-            "after": metrics.summary(fit.calibrate(test_scores, temperature), test_labels)}
+    return {
+        "temperature": temperature,
+        "fit_rows": len(fit_labels),
+        "test_rows": len(test_labels),
+        "before": metrics.summary(test_probabilities, test_labels),
+        "after": metrics.summary(fit.calibrate(test_scores, temperature), test_labels),
+    }
 
 
 def fit_all(scored: dict[str, Any], default_workload: str) -> dict[str, dict[str, dict[str, Any]]]:
@@ -71,17 +84,30 @@ def fit_all(scored: dict[str, Any], default_workload: str) -> dict[str, dict[str
     return fitted
 
 
-def bound_file(scored: dict[str, Any], fitted: dict[str, dict[str, dict[str, Any]]], source: str) -> dict[str, Any]:
+def bound_file(
+    scored: dict[str, Any], fitted: dict[str, dict[str, dict[str, Any]]], source: str
+) -> dict[str, Any]:
     """The bound form: what was fitted, on what, for which model, revision and prompt."""
-    versions = {record.get("prompt_version") for row in scored["rows"] for record in row["methods"].values()}
-    per = lambda side, key: {w: {m: o[side][key] for m, o in ms.items()} for w, ms in fitted.items()}  # noqa: E731
+    versions = {
+        record.get("prompt_version") for row in scored["rows"] for record in row["methods"].values()
+    }
+
+    def per(side, key):
+        return {w: {m: o[side][key] for m, o in ms.items()} for w, ms in fitted.items()}
+
     any_method = [o for ms in fitted.values() for o in ms.values()]
     return {
         **binding(scored["health"], versions),
-        "fitted": {"rows": max(o["fit_rows"] for o in any_method), "test_rows": max(o["test_rows"] for o in any_method),
-                   "date": now(), "data": source,
-                   "nll_before": per("before", "nll"), "nll_after": per("after", "nll"),
-                   "ece_before": per("before", "ece"), "ece_after": per("after", "ece")},
+        "fitted": {
+            "rows": max(o["fit_rows"] for o in any_method),
+            "test_rows": max(o["test_rows"] for o in any_method),
+            "date": now(),
+            "data": source,
+            "nll_before": per("before", "nll"),
+            "nll_after": per("after", "nll"),
+            "ece_before": per("before", "ece"),
+            "ece_after": per("after", "ece"),
+        },
         "workloads": {w: {m: o["temperature"] for m, o in ms.items()} for w, ms in fitted.items()},
     }
 
@@ -96,16 +122,43 @@ def kept_priors(existing: Any, bound: dict[str, Any], where: Path) -> dict[str, 
         note(f"calibrate: {why}; replaced whole, its priors dropped")
         return bound
     fitted = calibration_file.fitted_of(existing)
-    return {**bound, "fitted": {**bound["fitted"], **({PRIORS: fitted[PRIORS]} if PRIORS in fitted else {})},
-            PRIORS: existing[PRIORS]}
+    return {
+        **bound,
+        "fitted": {**bound["fitted"], **({PRIORS: fitted[PRIORS]} if PRIORS in fitted else {})},
+        PRIORS: existing[PRIORS],
+    }
 
 
 def table(fitted: dict[str, dict[str, dict[str, Any]]]) -> str:
-    arrow = lambda o, key: f"{fmt(o['before'][key], 3)} -> {fmt(o['after'][key], 3)}"  # noqa: E731
-    lines = [(w, m, o["fit_rows"], o["test_rows"], fmt(o["temperature"], 3), arrow(o, "nll"), arrow(o, "brier"),
-              arrow(o, "ece"), fmt(o["after"]["accuracy"], 3))
-             for w, ms in fitted.items() for m, o in ms.items()]
-    head = ("workload", "method", "fit rows", "test rows", "T", "NLL (test)", "Brier (test)", "ECE (test)", "accuracy (test)")
+    def arrow(o, key):
+        return f"{fmt(o['before'][key], 3)} -> {fmt(o['after'][key], 3)}"
+
+    lines = [
+        (
+            w,
+            m,
+            o["fit_rows"],
+            o["test_rows"],
+            fmt(o["temperature"], 3),
+            arrow(o, "nll"),
+            arrow(o, "brier"),
+            arrow(o, "ece"),
+            fmt(o["after"]["accuracy"], 3),
+        )
+        for w, ms in fitted.items()
+        for m, o in ms.items()
+    ]
+    head = (
+        "workload",
+        "method",
+        "fit rows",
+        "test rows",
+        "T",
+        "NLL (test)",
+        "Brier (test)",
+        "ECE (test)",
+        "accuracy (test)",
+    )
     return markdown_table(head, lines)
 
 
@@ -113,10 +166,21 @@ def draw(fitted: dict[str, dict[str, dict[str, Any]]], path: Path, model: Any) -
     """One PNG per workload: a row of diagrams before, a row after (the path itself when one workload)."""
     written = []
     for workload, methods in fitted.items():
-        target = path if len(fitted) == 1 else path.with_name(f"{path.stem}-{workload}{path.suffix}")
-        grid = [[plots.Panel(f"{m}, before (T=1)", o["before"]) for m, o in methods.items()],
-                [plots.Panel(f"{m}, after (T={o['temperature']:.3g})", o["after"]) for m, o in methods.items()]]
-        written.append(plots.reliability(grid, target, f"Held-out reliability, workload {workload!r} ({model})"))
+        target = (
+            path if len(fitted) == 1 else path.with_name(f"{path.stem}-{workload}{path.suffix}")
+        )
+        grid = [
+            [plots.Panel(f"{m}, before (T=1)", o["before"]) for m, o in methods.items()],
+            [
+                plots.Panel(f"{m}, after (T={o['temperature']:.3g})", o["after"])
+                for m, o in methods.items()
+            ],
+        ]
+        written.append(
+            plots.reliability(
+                grid, target, f"Held-out reliability, workload {workload!r} ({model})"
+            )
+        )
     return written
 
 
@@ -126,17 +190,27 @@ def _scored(args: argparse.Namespace) -> dict[str, Any]:
             return json.load(handle)
     scored = scoring.score_from(args)
     if args.save_results is not None:
-        write_json(args.save_results, {"tool": "calibrate", "data": args.data, "when": now(), **scored})
+        write_json(
+            args.save_results, {"tool": "calibrate", "data": args.data, "when": now(), **scored}
+        )
     return scored
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench calibrate", description=__doc__.split("\n\n")[1])
+    p = argparse.ArgumentParser(
+        prog="python -m bench calibrate", description=__doc__.split("\n\n")[1]
+    )
     scoring.add_arguments(p, "a saved `evaluate --out` JSON: no rescoring")
     p.add_argument("--out", type=Path, required=True, help="the calibration file to write")
-    p.add_argument("--plot", type=Path, help="reliability diagrams before/after on the test rows (PNG)")
+    p.add_argument(
+        "--plot", type=Path, help="reliability diagrams before/after on the test rows (PNG)"
+    )
     p.add_argument("--report", type=Path, help="every fitted figure as JSON")
-    p.add_argument("--save-results", type=Path, help="with --url: also keep the scored rows (evaluate's format)")
+    p.add_argument(
+        "--save-results",
+        type=Path,
+        help="with --url: also keep the scored rows (evaluate's format)",
+    )
     return p
 
 
@@ -145,8 +219,11 @@ def main(argv: Sequence[str]) -> int:
     try:
         scored = _scored(args)
         fitted = fit_all(scored, args.workload)
-        bound = kept_priors(calibration_file.read(args.out), bound_file(scored, fitted, str(args.data or args.results)),
-                            args.out)
+        bound = kept_priors(
+            calibration_file.read(args.out),
+            bound_file(scored, fitted, str(args.data or args.results)),
+            args.out,
+        )
     except (ValueError, OSError, TimeoutError, KeyError, scoring.ScoringError) as error:
         print(f"calibrate: {error}", file=sys.stderr)
         return 1
@@ -154,7 +231,10 @@ def main(argv: Sequence[str]) -> int:
     calibration_file.write(args.out, bound)
     note(f"calibrate: wrote {args.out}")
     if args.report is not None:
-        write_json(args.report, {"tool": "calibrate", "when": now(), "calibration": bound, "fitted": fitted})
+        write_json(
+            args.report,
+            {"tool": "calibrate", "when": now(), "calibration": bound, "fitted": fitted},
+        )
     if args.plot is not None:
         for path in draw(fitted, args.plot, scored["health"].get("model")):
             note(f"calibrate: wrote {path}")

@@ -18,9 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from semif_serve.calibration import BINDING_KEYS, is_bound
-
 from bench.common.report import write_json
+from semif_serve.calibration import BINDING_KEYS, is_bound
 
 PRIORS = "priors"
 
@@ -38,7 +37,11 @@ def binding(health: dict[str, Any], versions: set[Any]) -> dict[str, Any]:
     seen.discard(None)
     if len(seen) != 1:
         raise CalibrationError(f"the scores do not name exactly one prompt_version: {sorted(seen)}")
-    return {"model": health.get("model"), "revision": health.get("revision"), "prompt_version": seen.pop()}
+    return {
+        "model": health.get("model"),
+        "revision": health.get("revision"),
+        "prompt_version": seen.pop(),
+    }
 
 
 def read(path: Path) -> Any:
@@ -64,7 +67,11 @@ def mismatch(existing: Any, bound_to: dict[str, Any], where: Path) -> str | None
 
 
 def fitted_of(existing: Any) -> dict[str, Any]:
-    return dict(existing["fitted"]) if isinstance(existing, dict) and isinstance(existing.get("fitted"), dict) else {}
+    return (
+        dict(existing["fitted"])
+        if isinstance(existing, dict) and isinstance(existing.get("fitted"), dict)
+        else {}
+    )
 
 
 def write(path: Path, document: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ model that is always right wants the sharpest T allowed).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from scipy.optimize import minimize_scalar
 
@@ -33,11 +33,22 @@ def fit_temperature(scores: Sequence[Vector], labels: Sequence[int]) -> float:
     """The T in [T_MIN, T_MAX] minimising the mean NLL of softmax(scores / T) at the labels."""
     if not labels:
         raise ValueError("no rows to fit a temperature on")
-    nll = lambda t: nll_of_scores(scores, labels, t)  # noqa: E731
-    found = minimize_scalar(lambda log_t: nll(math.exp(log_t)), bounds=LOG_BOUNDS, method="bounded",
-                            options={"xatol": XATOL})
-    inside = min(max(math.exp(float(found.x)), T_MIN), T_MAX)  # exp(log T) may round a hair past a bound
-    return min((inside, T_MIN, T_MAX), key=nll)  # the bounds themselves are never evaluated by the search
+
+    def nll(t):
+        return nll_of_scores(scores, labels, t)
+
+    found = minimize_scalar(
+        lambda log_t: nll(math.exp(log_t)),
+        bounds=LOG_BOUNDS,
+        method="bounded",
+        options={"xatol": XATOL},
+    )
+    inside = min(
+        max(math.exp(float(found.x)), T_MIN), T_MAX
+    )  # exp(log T) may round a hair past a bound
+    return min(
+        (inside, T_MIN, T_MAX), key=nll
+    )  # the bounds themselves are never evaluated by the search
 
 
 def calibrate(scores: Sequence[Vector], temperature: float) -> list[list[float]]:

@@ -18,7 +18,8 @@ Definitions (rows may have different option counts):
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from semif_serve.numerics import log_softmax
 
@@ -40,16 +41,25 @@ def nll(probabilities: Sequence[Vector], labels: Sequence[int]) -> float:
     return _mean([-math.log(max(p[y], math.ulp(0.0))) for p, y in zip(probabilities, labels)])
 
 
-def nll_of_scores(scores: Sequence[Vector], labels: Sequence[int], temperature: float = 1.0) -> float:
+def nll_of_scores(
+    scores: Sequence[Vector], labels: Sequence[int], temperature: float = 1.0
+) -> float:
     """Mean -log softmax(scores / T)[label], exact for scores of any finite size."""
     return _mean([-log_softmax([v / temperature for v in s])[y] for s, y in zip(scores, labels)])
 
 
 def brier(probabilities: Sequence[Vector], labels: Sequence[int]) -> float:
-    return _mean([math.fsum((pk - (k == y)) ** 2 for k, pk in enumerate(p)) for p, y in zip(probabilities, labels)])
+    return _mean(
+        [
+            math.fsum((pk - (k == y)) ** 2 for k, pk in enumerate(p))
+            for p, y in zip(probabilities, labels)
+        ]
+    )
 
 
-def reliability(probabilities: Sequence[Vector], labels: Sequence[int], bins: int = BINS) -> list[dict[str, Any]]:
+def reliability(
+    probabilities: Sequence[Vector], labels: Sequence[int], bins: int = BINS
+) -> list[dict[str, Any]]:
     """Per equal-width confidence bin: its bounds, row count, mean confidence and accuracy (None when empty)."""
     members: list[list[tuple[float, bool]]] = [[] for _ in range(bins)]
     for p, y in zip(probabilities, labels):
@@ -57,25 +67,35 @@ def reliability(probabilities: Sequence[Vector], labels: Sequence[int], bins: in
         members[min(int(p[best] * bins), bins - 1)].append((p[best], best == y))
     table = []
     for index, rows in enumerate(members):
-        table.append({
-            "lo": index / bins, "hi": (index + 1) / bins, "count": len(rows),
-            "confidence": _mean([c for c, _ in rows]) if rows else None,
-            "accuracy": _mean([float(ok) for _, ok in rows]) if rows else None,
-        })
+        table.append(
+            {
+                "lo": index / bins,
+                "hi": (index + 1) / bins,
+                "count": len(rows),
+                "confidence": _mean([c for c, _ in rows]) if rows else None,
+                "accuracy": _mean([float(ok) for _, ok in rows]) if rows else None,
+            }
+        )
     return table
 
 
 def ece(probabilities: Sequence[Vector], labels: Sequence[int], bins: int = BINS) -> float:
     table = reliability(probabilities, labels, bins)
     total = sum(b["count"] for b in table)
-    return math.fsum(b["count"] / total * abs(b["accuracy"] - b["confidence"]) for b in table if b["count"])
+    return math.fsum(
+        b["count"] / total * abs(b["accuracy"] - b["confidence"]) for b in table if b["count"]
+    )
 
 
 def kl(p: Vector, q: Vector) -> float:
     """KL(p ‖ q) for one row, in nats."""
     if len(p) != len(q):
-        raise ValueError(f"KL needs two distributions over the same options, got {len(p)} and {len(q)}")
-    return math.fsum(pk * (math.log(pk) - math.log(max(qk, math.ulp(0.0)))) for pk, qk in zip(p, q) if pk > 0)
+        raise ValueError(
+            f"KL needs two distributions over the same options, got {len(p)} and {len(q)}"
+        )
+    return math.fsum(
+        pk * (math.log(pk) - math.log(max(qk, math.ulp(0.0)))) for pk, qk in zip(p, q) if pk > 0
+    )
 
 
 def mean_kl(ps: Sequence[Vector], qs: Sequence[Vector]) -> float:
@@ -84,9 +104,14 @@ def mean_kl(ps: Sequence[Vector], qs: Sequence[Vector]) -> float:
 
 def summary(probabilities: Sequence[Vector], labels: Sequence[int]) -> dict[str, Any]:
     """Every figure for one set of rows: rows, accuracy, NLL, Brier, ECE and the reliability bins."""
-    return {"rows": len(labels), "accuracy": accuracy(probabilities, labels), "nll": nll(probabilities, labels),
-            "brier": brier(probabilities, labels), "ece": ece(probabilities, labels),
-            "bins": reliability(probabilities, labels)}
+    return {
+        "rows": len(labels),
+        "accuracy": accuracy(probabilities, labels),
+        "nll": nll(probabilities, labels),
+        "brier": brier(probabilities, labels),
+        "ece": ece(probabilities, labels),
+        "bins": reliability(probabilities, labels),
+    }
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -12,9 +12,10 @@ printed on each non-empty bar, and NLL/Brier/ECE in the panel title.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import matplotlib
 
@@ -34,16 +35,38 @@ def _draw(axis: Any, panel: Panel) -> None:
     bins, figures = panel.summary["bins"], panel.summary
     width = bins[0]["hi"] - bins[0]["lo"]
     filled = [b for b in bins if b["count"]]
-    axis.bar([b["lo"] for b in filled], [b["accuracy"] for b in filled], width=width, align="edge",
-             color="#4c72b0", edgecolor="white", label="accuracy")
-    axis.plot([b["confidence"] for b in filled], [b["accuracy"] for b in filled], "o", color="#dd8452",
-              markersize=4, label="mean confidence")
+    axis.bar(
+        [b["lo"] for b in filled],
+        [b["accuracy"] for b in filled],
+        width=width,
+        align="edge",
+        color="#4c72b0",
+        edgecolor="white",
+        label="accuracy",
+    )
+    axis.plot(
+        [b["confidence"] for b in filled],
+        [b["accuracy"] for b in filled],
+        "o",
+        color="#dd8452",
+        markersize=4,
+        label="mean confidence",
+    )
     for b in filled:
-        axis.text(b["lo"] + width / 2, min(b["accuracy"], 0.92) + 0.02, str(b["count"]), ha="center", fontsize=7)
+        axis.text(
+            b["lo"] + width / 2,
+            min(b["accuracy"], 0.92) + 0.02,
+            str(b["count"]),
+            ha="center",
+            fontsize=7,
+        )
     axis.plot([0, 1], [0, 1], "--", color="grey", linewidth=1, label="perfect calibration")
     axis.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence (top probability)", ylabel="accuracy")
-    axis.set_title(f"{panel.title}\nacc {figures['accuracy']:.3f}  NLL {figures['nll']:.3f}  "
-                   f"Brier {figures['brier']:.3f}  ECE {figures['ece']:.3f}", fontsize=8)
+    axis.set_title(
+        f"{panel.title}\nacc {figures['accuracy']:.3f}  NLL {figures['nll']:.3f}  "
+        f"Brier {figures['brier']:.3f}  ECE {figures['ece']:.3f}",
+        fontsize=8,
+    )
 
 
 def _save(figure: Any, path: str | Path) -> Path:
@@ -73,7 +96,11 @@ def reliability(grid: Sequence[Sequence[Panel]], path: str | Path, title: str) -
 
 def priors(fitted: dict[str, dict[str, dict[str, Any]]], path: str | Path, title: str) -> Path:
     """One panel per (workload, option count): the fitted prior per position as bars, uniform as a line."""
-    cells = [(w, n, e) for w, entries in fitted.items() for n, e in sorted(entries.items(), key=lambda item: int(item[0]))]
+    cells = [
+        (w, n, e)
+        for w, entries in fitted.items()
+        for n, e in sorted(entries.items(), key=lambda item: int(item[0]))
+    ]
     figure, axes = plt.subplots(1, len(cells), figsize=(3.0 * len(cells), 3.0), squeeze=False)
     for axis, (workload, n, entry) in zip(axes[0], cells):
         positions = range(int(n))
@@ -81,8 +108,13 @@ def priors(fitted: dict[str, dict[str, dict[str, Any]]], path: str | Path, title
         axis.axhline(1 / int(n), linestyle="--", color="grey", linewidth=1, label="uniform")
         for k, p in zip(positions, entry["prior"]):
             axis.text(k, p + 0.01, f"{p:.2f}", ha="center", fontsize=7)
-        axis.set(xticks=list(positions), xticklabels=[chr(ord("A") + k) for k in positions], ylim=(0, 1),
-                 xlabel="position", ylabel="prior")
+        axis.set(
+            xticks=list(positions),
+            xticklabels=[chr(ord("A") + k) for k in positions],
+            ylim=(0, 1),
+            xlabel="position",
+            ylabel="prior",
+        )
         axis.set_title(f"{workload}, {n} options ({entry['decisions']} decisions)", fontsize=8)
     handles, labels = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)

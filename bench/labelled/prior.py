@@ -36,15 +36,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
-
-from semif_serve import prior as pride
-from semif_serve.averaging import orderings
+from typing import Any
 
 from bench.common.loadgen import Target
 from bench.common.report import Progress, fmt, markdown_table, note, now, write_json
-from . import calibration_file, plots, rows as labelled, scoring
+from semif_serve import prior as pride
+from semif_serve.averaging import orderings
+
+from . import calibration_file, plots, scoring
+from . import rows as labelled
 from .calibration_file import PRIORS, CalibrationError, binding
 
 Group = tuple[str, int]  # (workload, option count)
@@ -55,14 +57,19 @@ def groups(items: Sequence[labelled.Row], default_workload: str) -> dict[Group, 
     """The rows by (workload, option count), in the order first seen."""
     out: dict[Group, list[labelled.Row]] = {}
     for row in items:
-        out.setdefault((labelled.workload_of(row, default_workload), len(row["options"])), []).append(row)
+        out.setdefault(
+            (labelled.workload_of(row, default_workload), len(row["options"])), []
+        ).append(row)
     return out
 
 
 def too_few(grouped: dict[Group, list[labelled.Row]]) -> dict[Group, str]:
     """Why each group that cannot be fitted is not: fewer decisions than a prior needs."""
-    return {group: f"{len(items)} decision(s), fewer than the {pride.MIN_DECISIONS} a prior needs"
-            for group, items in grouped.items() if len(items) < pride.MIN_DECISIONS}
+    return {
+        group: f"{len(items)} decision(s), fewer than the {pride.MIN_DECISIONS} a prior needs"
+        for group, items in grouped.items()
+        if len(items) < pride.MIN_DECISIONS
+    }
 
 
 def rotation_results(row: labelled.Row, answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -72,17 +79,26 @@ def rotation_results(row: labelled.Row, answer: dict[str, Any]) -> list[dict[str
     results = answer.get("orderings")
     if not isinstance(results, list) or [r.get("option_ids") for r in results] != expected:
         found = [r.get("option_ids") for r in results] if isinstance(results, list) else results
-        raise scoring.ScoringError(f"row {row['id']!r}: the answer's orderings score {found}, not the {len(ids)} "
-                                   f"rotations {expected}")
+        raise scoring.ScoringError(
+            f"row {row['id']!r}: the answer's orderings score {found}, not the {len(ids)} "
+            f"rotations {expected}"
+        )
     return results
 
 
-async def score(target: Target, items: Sequence[labelled.Row], progress: Progress, concurrency: int,
-                timeout: float) -> tuple[dict[str, list[float]], set[Any]]:
+async def score(
+    target: Target,
+    items: Sequence[labelled.Row],
+    progress: Progress,
+    concurrency: int,
+    timeout: float,
+) -> tuple[dict[str, list[float]], set[Any]]:
     """Each row's decision prior (by id), and the prompt versions its results name."""
     versions: set[Any] = set()
 
-    def handle(row: labelled.Row, method: str, answer: dict[str, Any]) -> dict[tuple[str, str], list[float]]:
+    def handle(
+        row: labelled.Row, method: str, answer: dict[str, Any]
+    ) -> dict[tuple[str, str], list[float]]:
         results = rotation_results(row, answer)
         versions.update(result.get("prompt_version") for result in results)
         try:
@@ -90,11 +106,15 @@ async def score(target: Target, items: Sequence[labelled.Row], progress: Progres
         except ValueError as error:
             raise scoring.ScoringError(f"row {row['id']!r}: {error}") from None
 
-    out = await scoring.ask(target, [(row, METHOD) for row in items], handle, progress, concurrency, timeout)
+    out = await scoring.ask(
+        target, [(row, METHOD) for row in items], handle, progress, concurrency, timeout
+    )
     return {row_id: value for (row_id, _), value in out.items()}, versions
 
 
-def fit(grouped: dict[Group, list[labelled.Row]], decided: dict[str, list[float]]) -> dict[str, dict[str, dict[str, Any]]]:
+def fit(
+    grouped: dict[Group, list[labelled.Row]], decided: dict[str, list[float]]
+) -> dict[str, dict[str, dict[str, Any]]]:
     """{workload: {"<n>": {"prior", "decisions"}}} for every group whose rows were scored."""
     fitted: dict[str, dict[str, dict[str, Any]]] = {}
     for (workload, n), items in grouped.items():
@@ -106,42 +126,89 @@ def check(existing: Any, bound_to: dict[str, Any], where: Path) -> None:
     """Refuse an existing file the priors cannot join: plain, or bound to something else."""
     why = calibration_file.mismatch(existing, bound_to, where)
     if why is not None:
-        raise CalibrationError(f"{why}; priors fitted here cannot go into it: write them to another file")
+        raise CalibrationError(
+            f"{why}; priors fitted here cannot go into it: write them to another file"
+        )
 
 
-def merged(existing: Any, bound_to: dict[str, Any], priors: dict[str, Any], facts: dict[str, Any], where: Path) -> dict[str, Any]:
+def merged(
+    existing: Any,
+    bound_to: dict[str, Any],
+    priors: dict[str, Any],
+    facts: dict[str, Any],
+    where: Path,
+) -> dict[str, Any]:
     """The file to write: `existing` (None: a new file) with `priors` in, under `bound_to`."""
     check(existing, bound_to, where)
     if existing is None:
         return {**bound_to, "fitted": {PRIORS: facts}, PRIORS: priors}  # priors and no temperatures
     kept = {w: entries for w, entries in (existing.get(PRIORS) or {}).items() if w not in priors}
-    return {**existing, "fitted": {**calibration_file.fitted_of(existing), PRIORS: facts}, PRIORS: {**kept, **priors}}
+    return {
+        **existing,
+        "fitted": {**calibration_file.fitted_of(existing), PRIORS: facts},
+        PRIORS: {**kept, **priors},
+    }
 
 
 def table(priors: dict[str, dict[str, dict[str, Any]]], skipped: dict[Group, str]) -> str:
-    lines = [(w, n, e["decisions"], " / ".join(fmt(p, 3) for p in e["prior"]), fmt(1 / int(n), 3))
-             for w, entries in priors.items() for n, e in sorted(entries.items(), key=lambda item: int(item[0]))]
-    text = markdown_table(("workload", "options", "decisions", "prior by position", "uniform"), lines)
-    return "\n".join([text, *(f"not fitted: {w}, {n} options: {why}" for (w, n), why in skipped.items())])
+    lines = [
+        (w, n, e["decisions"], " / ".join(fmt(p, 3) for p in e["prior"]), fmt(1 / int(n), 3))
+        for w, entries in priors.items()
+        for n, e in sorted(entries.items(), key=lambda item: int(item[0]))
+    ]
+    text = markdown_table(
+        ("workload", "options", "decisions", "prior by position", "uniform"), lines
+    )
+    return "\n".join(
+        [text, *(f"not fitted: {w}, {n} options: {why}" for (w, n), why in skipped.items())]
+    )
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench prior", description=__doc__.split("\n\n")[1].replace(", in this shape:", "."),
-                                epilog=f"A (workload, option count) with fewer than {pride.MIN_DECISIONS} decisions is "
-                                       "not fitted; the command says which. Token from SEMIF_API_TOKEN.")
+    p = argparse.ArgumentParser(
+        prog="python -m bench prior",
+        description=__doc__.split("\n\n")[1].replace(", in this shape:", "."),
+        epilog=f"A (workload, option count) with fewer than {pride.MIN_DECISIONS} decisions is "
+        "not fitted; the command says which. Token from SEMIF_API_TOKEN.",
+    )
     p.add_argument("--url", required=True, help="http://127.0.0.1:PORT of a running server")
-    p.add_argument("--data", required=True, type=Path,
-                   help="JSONL of decisions {id, state, question, options[, workload, split]}; a label is not read")
-    p.add_argument("--out", required=True, type=Path,
-                   help="the calibration file to write; an existing one is merged (its temperatures kept)")
-    p.add_argument("--workload", default=scoring.DEFAULT_WORKLOAD, help="workload of rows that name none (default: default)")
-    p.add_argument("--split", choices=labelled.SPLITS, help="fit on one side of the split only (default: every row)")
+    p.add_argument(
+        "--data",
+        required=True,
+        type=Path,
+        help="JSONL of decisions {id, state, question, options[, workload, split]}; a label is not read",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="the calibration file to write; an existing one is merged (its temperatures kept)",
+    )
+    p.add_argument(
+        "--workload",
+        default=scoring.DEFAULT_WORKLOAD,
+        help="workload of rows that name none (default: default)",
+    )
+    p.add_argument(
+        "--split",
+        choices=labelled.SPLITS,
+        help="fit on one side of the split only (default: every row)",
+    )
     p.add_argument("--plot", type=Path, help="a bar chart of the priors against uniform (PNG)")
-    p.add_argument("--report", type=Path, help="every decision's prior and the fitted entries as JSON")
+    p.add_argument(
+        "--report", type=Path, help="every decision's prior and the fitted entries as JSON"
+    )
     p.add_argument("--concurrency", type=int, default=2, help="requests in flight (default 2)")
-    p.add_argument("--timeout", type=float, default=scoring.DEFAULT_TIMEOUT, help="seconds per request")
-    p.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
-                   help="at most one progress line per this many seconds (default 5; 0: every decision)")
+    p.add_argument(
+        "--timeout", type=float, default=scoring.DEFAULT_TIMEOUT, help="seconds per request"
+    )
+    p.add_argument(
+        "--progress-every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="at most one progress line per this many seconds (default 5; 0: every decision)",
+    )
     return p
 
 
@@ -160,30 +227,62 @@ def main(argv: Sequence[str]) -> int:
             note(f"prior: {workload}, {n} options: not fitted: {why}")
         chosen = {group: rows for group, rows in grouped.items() if group not in skipped}
         if not chosen:
-            raise CalibrationError("no (workload, option count) has enough decisions; nothing fitted, nothing written")
+            raise CalibrationError(
+                "no (workload, option count) has enough decisions; nothing fitted, nothing written"
+            )
         todo = [row for rows in chosen.values() for row in rows]
-        note(f"prior: scoring {len(todo)} decisions under their rotations ({sum(len(r['options']) for r in todo)} rows) "
-             f"in {len(chosen)} group(s)")
+        note(
+            f"prior: scoring {len(todo)} decisions under their rotations ({sum(len(r['options']) for r in todo)} rows) "
+            f"in {len(chosen)} group(s)"
+        )
         progress = Progress("prior: decisions scored", len(todo), every=args.progress_every)
-        decided, versions = asyncio.run(score(target, todo, progress, args.concurrency, args.timeout))
+        decided, versions = asyncio.run(
+            score(target, todo, progress, args.concurrency, args.timeout)
+        )
         priors = fit(chosen, decided)
-        fit_facts = {"date": now(), "data": str(args.data), "split": args.split, "decisions": len(todo),
-                     "min_decisions": pride.MIN_DECISIONS,
-                     "not_fitted": {f"{w}/{n}": why for (w, n), why in skipped.items()}}
+        fit_facts = {
+            "date": now(),
+            "data": str(args.data),
+            "split": args.split,
+            "decisions": len(todo),
+            "min_decisions": pride.MIN_DECISIONS,
+            "not_fitted": {f"{w}/{n}": why for (w, n), why in skipped.items()},
+        }
         document = merged(existing, binding(facts, versions), priors, fit_facts, args.out)
     except (ValueError, OSError, TimeoutError, scoring.ScoringError) as error:
         print(f"prior: {error}", file=sys.stderr)
         return 1
     print(table(priors, skipped))
     calibration_file.write(args.out, document)
-    note(f"prior: wrote {args.out}" + ("" if existing is None else " (merged: temperatures and other workloads kept)"))
+    note(
+        f"prior: wrote {args.out}"
+        + ("" if existing is None else " (merged: temperatures and other workloads kept)")
+    )
     if args.report is not None:
-        write_json(args.report, {"tool": "prior", "when": now(), "health": facts, "fitted": fit_facts, "priors": priors,
-                                 "decisions": {row["id"]: {"workload": labelled.workload_of(row, args.workload),
-                                                           "options": len(row["options"]), "prior": decided[row["id"]]}
-                                               for row in todo}})
+        write_json(
+            args.report,
+            {
+                "tool": "prior",
+                "when": now(),
+                "health": facts,
+                "fitted": fit_facts,
+                "priors": priors,
+                "decisions": {
+                    row["id"]: {
+                        "workload": labelled.workload_of(row, args.workload),
+                        "options": len(row["options"]),
+                        "prior": decided[row["id"]],
+                    }
+                    for row in todo
+                },
+            },
+        )
         note(f"prior: wrote {args.report}")
     if args.plot is not None:
-        drawn = plots.priors(priors, args.plot, f"Position prior per workload and option count ({facts.get('model')})")
+        drawn = plots.priors(
+            priors,
+            args.plot,
+            f"Position prior per workload and option count ({facts.get('model')})",
+        )
         note(f"prior: wrote {drawn}")
     return 0

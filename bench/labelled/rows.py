@@ -38,8 +38,12 @@ def _check(row: Any, where: str, labelled: bool) -> Row:
     if not isinstance(options, list) or len(options) < 2:
         raise RowError(f"{where}: options must be a list of at least 2")
     label = row.get("label")
-    if labelled and (isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < len(options)):
-        raise RowError(f"{where}: label must be an option index in [0, {len(options) - 1}], got {label!r}")
+    if labelled and (
+        isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < len(options)
+    ):
+        raise RowError(
+            f"{where}: label must be an option index in [0, {len(options) - 1}], got {label!r}"
+        )
     if "split" in row and row["split"] not in SPLITS:
         raise RowError(f"{where}: split must be one of {SPLITS}, got {row['split']!r}")
     workload = row.get("workload")
@@ -70,7 +74,9 @@ def load(path: str | Path, labelled: bool = True) -> list[Row]:
 
 def state_key(row: Row) -> str:
     """The decision itself (state, question, options) as canonical text, for finding repeats."""
-    return json.dumps([row["state"], row["question"], row["options"]], sort_keys=True, ensure_ascii=False)
+    return json.dumps(
+        [row["state"], row["question"], row["options"]], sort_keys=True, ensure_ascii=False
+    )
 
 
 def split_of(row: Row) -> str:

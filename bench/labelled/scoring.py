@@ -39,22 +39,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
-
-from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, ORDERINGS, combine, orderings
-from semif_serve.prior import METHOD as PRIOR
+from typing import Any
 
 from bench.common.loadgen import Connection, Target, call
 from bench.common.report import Progress
+from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, ORDERINGS, combine, orderings
+from semif_serve.prior import METHOD as PRIOR
+
 from . import rows as labelled
 
 Record = dict[str, Any]
-DEFAULT_TIMEOUT = 600.0  # one "all" request over 4 options is 24 rows in one call: seconds on a loaded CPU
+DEFAULT_TIMEOUT = (
+    600.0  # one "all" request over 4 options is 24 rows in one call: seconds on a loaded CPU
+)
 DEFAULT_WORKLOAD = "default"
-NOT_ASKED = {"all": f"more than {MAX_ALL_OPTIONS} options; the contract refuses 'all' there",
-             PRIOR: "no prior on the server for its (workload, option count)"}
+NOT_ASKED = {
+    "all": f"more than {MAX_ALL_OPTIONS} options; the contract refuses 'all' there",
+    PRIOR: "no prior on the server for its (workload, option count)",
+}
 
 
 class ScoringError(RuntimeError):
@@ -70,9 +75,11 @@ class Served:
     workload: str = DEFAULT_WORKLOAD
 
     @classmethod
-    def from_health(cls, health: dict[str, Any], workload: str) -> "Served":
+    def from_health(cls, health: dict[str, Any], workload: str) -> Served:
         listed = (health.get("calibration") or {}).get("priors") or {}
-        return cls(frozenset((name, int(n)) for name, counts in listed.items() for n in counts), workload)
+        return cls(
+            frozenset((name, int(n)) for name, counts in listed.items() for n in counts), workload
+        )
 
     def workload_of(self, row: labelled.Row) -> str:
         return labelled.workload_of(row, self.workload)
@@ -97,13 +104,19 @@ def record(row: labelled.Row, method: str, answer: dict[str, Any]) -> Record:
     ids = _option_ids(row)
     served_method = answer.get("combined", {}).get("method")
     if served_method != (None if method == "none" else method):
-        raise ScoringError(f"row {row['id']!r}: asked for orderings {method!r}, the answer is combined by {served_method!r}")
+        raise ScoringError(
+            f"row {row['id']!r}: asked for orderings {method!r}, the answer is combined by {served_method!r}"
+        )
     extra: dict[str, Any] = {}
     if "combined" in answer:
         combined = answer["combined"]
         probabilities = list(combined["probabilities"])
         scores = [math.log(max(p, math.ulp(0.0))) for p in probabilities]
-        top, agreement, count = ids.index(combined["top"]), combined["agreement"], combined["orderings"]
+        top, agreement, count = (
+            ids.index(combined["top"]),
+            combined["agreement"],
+            combined["orderings"],
+        )
         prompt_version = answer["orderings"][0].get("prompt_version")
         if "prior" in combined:  # method "prior": the prior divided out, as served
             extra = {"prior": list(combined["prior"])}
@@ -113,26 +126,44 @@ def record(row: labelled.Row, method: str, answer: dict[str, Any]) -> Record:
         agreement, count = None, 1
         prompt_version = answer.get("prompt_version")
     if answer.get("option_ids") != ids:
-        raise ScoringError(f"row {row['id']!r} ({method}): the answer scores options {answer.get('option_ids')}, not {ids}")
-    return {"probabilities": probabilities, "scores": scores, "top": top, "agreement": agreement,
-            "orderings": count, "prompt_version": prompt_version, **extra}
+        raise ScoringError(
+            f"row {row['id']!r} ({method}): the answer scores options {answer.get('option_ids')}, not {ids}"
+        )
+    return {
+        "probabilities": probabilities,
+        "scores": scores,
+        "top": top,
+        "agreement": agreement,
+        "orderings": count,
+        "prompt_version": prompt_version,
+        **extra,
+    }
 
 
-def derive(row: labelled.Row, method: str, answer: dict[str, Any], wanted: Sequence[str],
-           served: Served = Served()) -> dict[str, Record]:
+def derive(
+    row: labelled.Row,
+    method: str,
+    answer: dict[str, Any],
+    wanted: Sequence[str],
+    served: Served = Served(),
+) -> dict[str, Record]:
     """Records for every wanted averaging method from one answer under `method`, a superset of their orderings."""
     if "combined" not in answer:
         return {method: record(row, method, answer)}
     count = len(row["options"])
     position = {order: k for k, order in enumerate(orderings(count, method))}
     if len(position) != len(answer["orderings"]):
-        raise ScoringError(f"row {row['id']!r} ({method}): {len(answer['orderings'])} orderings, expected {len(position)}")
+        raise ScoringError(
+            f"row {row['id']!r} ({method}): {len(answer['orderings'])} orderings, expected {len(position)}"
+        )
     out = {method: record(row, method, answer)}
     for smaller in wanted:
         if smaller == method or smaller not in METHODS or not served.applicable(row, smaller):
             continue
         results = [answer["orderings"][position[order]] for order in orderings(count, smaller)]
-        out[smaller] = record(row, smaller, results[0] if smaller == "none" else combine(row, smaller, results))
+        out[smaller] = record(
+            row, smaller, results[0] if smaller == "none" else combine(row, smaller, results)
+        )
     return out
 
 
@@ -152,16 +183,27 @@ Job = tuple[labelled.Row, str]
 Handler = Callable[[labelled.Row, str, dict[str, Any]], dict[tuple[str, str], Any]]
 
 
-async def _worker(target: Target, jobs: asyncio.Queue[Job], out: dict[tuple[str, str], Any], progress: Progress,
-                  timeout: float, body: Callable[[labelled.Row, str], dict[str, Any]], handle: Handler) -> None:
+async def _worker(
+    target: Target,
+    jobs: asyncio.Queue[Job],
+    out: dict[tuple[str, str], Any],
+    progress: Progress,
+    timeout: float,
+    body: Callable[[labelled.Row, str], dict[str, Any]],
+    handle: Handler,
+) -> None:
     """Send queued (row, method) jobs on one keep-alive connection; `handle` turns each answer into entries of `out`."""
     connection = await Connection.open(target)
     try:
         while not jobs.empty():
             row, method = jobs.get_nowait()
-            response = await connection.request(target, "POST", "/decide", body(row, method), timeout)
+            response = await connection.request(
+                target, "POST", "/decide", body(row, method), timeout
+            )
             if response.status != 200:
-                raise ScoringError(f"/decide {row['id']!r} ({method}) answered {response.status}: {response.body[:300]!r}")
+                raise ScoringError(
+                    f"/decide {row['id']!r} ({method}) answered {response.status}: {response.body[:300]!r}"
+                )
             out.update(handle(row, method, response.json()))
             progress.tick()
             if connection.closed:
@@ -170,9 +212,15 @@ async def _worker(target: Target, jobs: asyncio.Queue[Job], out: dict[tuple[str,
         await connection.close()
 
 
-async def ask(target: Target, jobs: Sequence[Job], handle: Handler, progress: Progress, concurrency: int = 2,
-              timeout: float = DEFAULT_TIMEOUT, body: Callable[[labelled.Row, str], dict[str, Any]] = labelled.request,
-              ) -> dict[tuple[str, str], Any]:
+async def ask(
+    target: Target,
+    jobs: Sequence[Job],
+    handle: Handler,
+    progress: Progress,
+    concurrency: int = 2,
+    timeout: float = DEFAULT_TIMEOUT,
+    body: Callable[[labelled.Row, str], dict[str, Any]] = labelled.request,
+) -> dict[tuple[str, str], Any]:
     """POST every (row, method) to /decide on `concurrency` connections; what `handle` made of the answers.
 
     The first non-200 answer stops the run (ScoringError naming the row and method)."""
@@ -180,8 +228,10 @@ async def ask(target: Target, jobs: Sequence[Job], handle: Handler, progress: Pr
     for job in jobs:
         queue.put_nowait(job)
     out: dict[tuple[str, str], Any] = {}
-    workers = [asyncio.create_task(_worker(target, queue, out, progress, timeout, body, handle))
-               for _ in range(max(1, concurrency))]
+    workers = [
+        asyncio.create_task(_worker(target, queue, out, progress, timeout, body, handle))
+        for _ in range(max(1, concurrency))
+    ]
     try:
         await asyncio.gather(*workers)
     finally:
@@ -190,50 +240,110 @@ async def ask(target: Target, jobs: Sequence[Job], handle: Handler, progress: Pr
     return out
 
 
-async def score(target: Target, items: Sequence[labelled.Row], methods: Sequence[str] = METHODS,
-                concurrency: int = 2, timeout: float = DEFAULT_TIMEOUT, derive_smaller: bool = False,
-                workload: str = DEFAULT_WORKLOAD) -> dict[str, Any]:
+async def score(
+    target: Target,
+    items: Sequence[labelled.Row],
+    methods: Sequence[str] = METHODS,
+    concurrency: int = 2,
+    timeout: float = DEFAULT_TIMEOUT,
+    derive_smaller: bool = False,
+    workload: str = DEFAULT_WORKLOAD,
+) -> dict[str, Any]:
     """Every applicable (row, method), method by method; the server's /health and the per-row records."""
     facts = await health(target)
     served = Served.from_health(facts, workload)
-    skipped = {method: [row["id"] for row in items if not served.applicable(row, method)] for method in methods}
+    skipped = {
+        method: [row["id"] for row in items if not served.applicable(row, method)]
+        for method in methods
+    }
     averaged = [m for m in methods if m in METHODS]
     if derive_smaller:
-        jobs = [(row, largest(row, averaged, served)) for row in items if any(served.applicable(row, m) for m in averaged)]
-        jobs += [(row, m) for m in methods if m not in METHODS for row in items if served.applicable(row, m)]
+        jobs = [
+            (row, largest(row, averaged, served))
+            for row in items
+            if any(served.applicable(row, m) for m in averaged)
+        ]
+        jobs += [
+            (row, m)
+            for m in methods
+            if m not in METHODS
+            for row in items
+            if served.applicable(row, m)
+        ]
     else:
-        jobs = [(row, method) for method in methods for row in items if served.applicable(row, method)]
+        jobs = [
+            (row, method) for method in methods for row in items if served.applicable(row, method)
+        ]
 
-    def handle(row: labelled.Row, method: str, answer: dict[str, Any]) -> dict[tuple[str, str], Record]:
+    def handle(
+        row: labelled.Row, method: str, answer: dict[str, Any]
+    ) -> dict[tuple[str, str], Record]:
         derived = derive_smaller and method in METHODS
-        records = derive(row, method, answer, averaged, served) if derived else {method: record(row, method, answer)}
+        records = (
+            derive(row, method, answer, averaged, served)
+            if derived
+            else {method: record(row, method, answer)}
+        )
         return {(row["id"], m): r for m, r in records.items()}
 
     progress = Progress("evaluate: requests answered", len(jobs), every=5.0)
     out = await ask(target, jobs, handle, progress, concurrency, timeout, served.body)
-    scored = [{"id": row["id"], "label": row["label"], "split": labelled.split_of(row),
-               "workload": row.get("workload"), "options": len(row["options"]),
-               "methods": {m: out[row["id"], m] for m in methods if (row["id"], m) in out}} for row in items]
-    return {"health": facts, "methods": list(methods), "derived": derive_smaller, "workload": workload,
-            "rows": scored, "skipped": skipped}
+    scored = [
+        {
+            "id": row["id"],
+            "label": row["label"],
+            "split": labelled.split_of(row),
+            "workload": row.get("workload"),
+            "options": len(row["options"]),
+            "methods": {m: out[row["id"], m] for m in methods if (row["id"], m) in out},
+        }
+        for row in items
+    ]
+    return {
+        "health": facts,
+        "methods": list(methods),
+        "derived": derive_smaller,
+        "workload": workload,
+        "rows": scored,
+        "skipped": skipped,
+    }
 
 
 def add_arguments(parser: argparse.ArgumentParser, results_help: str) -> None:
     """Where the scores come from (a server or a saved run) and how rows are scored (evaluate and calibrate share them)."""
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--url", help="http://127.0.0.1:PORT of a running server (token from SEMIF_API_TOKEN); needs --data")
+    source.add_argument(
+        "--url",
+        help="http://127.0.0.1:PORT of a running server (token from SEMIF_API_TOKEN); needs --data",
+    )
     source.add_argument("--results", type=Path, help=results_help)
-    parser.add_argument("--data", help="labelled JSONL {id, state, question, options, label[, split, workload]}")
-    parser.add_argument("--methods", nargs="+", choices=ORDERINGS, default=list(METHODS),
-                        help=f"ordering methods to ask for (default: {' '.join(METHODS)}); '{PRIOR}' needs the "
-                             "server to hold a prior for the row's workload and option count")
-    parser.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload of rows that name none (default: default)")
+    parser.add_argument(
+        "--data", help="labelled JSONL {id, state, question, options, label[, split, workload]}"
+    )
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=ORDERINGS,
+        default=list(METHODS),
+        help=f"ordering methods to ask for (default: {' '.join(METHODS)}); '{PRIOR}' needs the "
+        "server to hold a prior for the row's workload and option count",
+    )
+    parser.add_argument(
+        "--workload",
+        default=DEFAULT_WORKLOAD,
+        help="workload of rows that name none (default: default)",
+    )
     parser.add_argument("--concurrency", type=int, default=2, help="requests in flight (default 2)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per request")
-    parser.add_argument("--derive", action="store_true",
-                        help="ask each row once under its largest averaging method and derive the smaller ones from "
-                             "its orderings (fewer forward passes; see bench/labelled/scoring.py); 'prior' is always "
-                             "asked on its own")
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per request"
+    )
+    parser.add_argument(
+        "--derive",
+        action="store_true",
+        help="ask each row once under its largest averaging method and derive the smaller ones from "
+        "its orderings (fewer forward passes; see bench/labelled/scoring.py); 'prior' is always "
+        "asked on its own",
+    )
 
 
 def score_from(args: argparse.Namespace, split: str | None = None) -> dict[str, Any]:
@@ -242,5 +352,14 @@ def score_from(args: argparse.Namespace, split: str | None = None) -> dict[str, 
     if args.data is None:
         raise ValueError("--url needs --data")
     items = labelled.of_split(labelled.load(args.data), split)
-    return asyncio.run(score(Target.from_url(args.url), items, args.methods, args.concurrency, args.timeout, args.derive,
-                             args.workload))
+    return asyncio.run(
+        score(
+            Target.from_url(args.url),
+            items,
+            args.methods,
+            args.concurrency,
+            args.timeout,
+            args.derive,
+            args.workload,
+        )
+    )

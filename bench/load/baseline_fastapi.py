@@ -13,8 +13,8 @@ routing and Request/Response objects, against our h11 connection loop.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 from fastapi import FastAPI, Request, Response
 
@@ -44,7 +44,9 @@ app = FastAPI(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None
 
 def _response(reply: Reply) -> Response:
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in reply.headers}
-    return Response(content=reply.body, status_code=reply.status, media_type="application/json", headers=headers)
+    return Response(
+        content=reply.body, status_code=reply.status, media_type="application/json", headers=headers
+    )
 
 
 async def _post(name: str, request: Request) -> Response:

@@ -40,13 +40,24 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from bench.common import datasets, procs
-from bench.common.loadgen import (Fate, OpenLoopRun, Target, call_raw, drive, encode, open_loop, percentile,
-                                  poisson_arrivals, probe_health)
+from bench.common.loadgen import (
+    Fate,
+    OpenLoopRun,
+    Target,
+    call_raw,
+    drive,
+    encode,
+    open_loop,
+    percentile,
+    poisson_arrivals,
+    probe_health,
+)
 from bench.common.report import machine, markdown_table, note, splice, write_json
 
 HERE = Path(__file__).resolve().parents[1]  # bench/
@@ -68,9 +79,18 @@ def systemone_body(questions: int, model: str) -> dict[str, Any]:
     if not 1 <= questions <= len(spec["decisions"]):
         raise ValueError(f"a shape has 1..{len(spec['decisions'])} questions, not {questions}")
     chosen = spec["decisions"][:questions]
-    return {"model": model, "state": spec["state"],
-            "questions": {d["id"]: {"type": "noul", "instructions": d["question"],
-                                    "criteria": {"true": "Yes", "false": "No"}} for d in chosen}}
+    return {
+        "model": model,
+        "state": spec["state"],
+        "questions": {
+            d["id"]: {
+                "type": "noul",
+                "instructions": d["question"],
+                "criteria": {"true": "Yes", "false": "No"},
+            }
+            for d in chosen
+        },
+    }
 
 
 def answers(body: bytes) -> Any:
@@ -100,15 +120,21 @@ class Cell:
     rates: tuple[str, ...]
 
     @classmethod
-    def parse(cls, text: str) -> "Cell":
+    def parse(cls, text: str) -> Cell:
         try:
             shape, servers, rates = text.split("/")
-            cell = cls(int(shape), tuple(s for s in servers.split(",") if s), tuple(r for r in rates.split(",") if r))
+            cell = cls(
+                int(shape),
+                tuple(s for s in servers.split(",") if s),
+                tuple(r for r in rates.split(",") if r),
+            )
             for rate in cell.rates:
                 if float(rate.removesuffix("x")) <= 0:
                     raise ValueError(rate)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"a cell is SHAPE/SERVERS/RATES, e.g. 1/semif,peer/0.5x,2, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"a cell is SHAPE/SERVERS/RATES, e.g. 1/semif,peer/0.5x,2, got {text!r}"
+            ) from None
         unknown = set(cell.servers) - set(SERVERS)
         if unknown or not cell.servers or not cell.rates:
             raise argparse.ArgumentTypeError(f"servers are {', '.join(SERVERS)}; got {text!r}")
@@ -153,7 +179,11 @@ class Servers:
         if args.scorer == "stub":
             env = procs.stub_env(args.stub_delay_ms, args.queue)
         else:
-            env = {**self.model(), "SEMIF_MAX_QUEUE": str(args.queue), "SEMIF_VERIFY_WEIGHTS": "presence"}
+            env = {
+                **self.model(),
+                "SEMIF_MAX_QUEUE": str(args.queue),
+                "SEMIF_VERIFY_WEIGHTS": "presence",
+            }
         env |= {"SEMIF_ACCESS_LOG": "off", "SEMIF_METRICS": "on"}
         if args.threads:
             env["OMP_NUM_THREADS"] = str(args.threads)
@@ -170,7 +200,12 @@ class Servers:
         GET /v1/models is not ours, so ours is started again on another port.
         """
         if name == "url":
-            yield Live(Target.from_url(self.args.url, self.token, self.args.remote), self.args.health, self.args.model_name, self.args.pid)
+            yield Live(
+                Target.from_url(self.args.url, self.token, self.args.remote),
+                self.args.health,
+                self.args.model_name,
+                self.args.pid,
+            )
             return
         for _ in range(START_ATTEMPTS):
             with self._started(name, budget_s) as live:
@@ -178,32 +213,48 @@ class Servers:
                 if asyncio.run(call_raw(live.target, models, 10.0)).status == 200:
                     yield live
                     return
-            note(f"openloop: {name}'s port answered another server (taken while ours loaded); starting it again")
-        raise RuntimeError(f"openloop: {name} never answered on a port of its own in {START_ATTEMPTS} starts")
+            note(
+                f"openloop: {name}'s port answered another server (taken while ours loaded); starting it again"
+            )
+        raise RuntimeError(
+            f"openloop: {name} never answered on a port of its own in {START_ATTEMPTS} starts"
+        )
 
     @contextlib.contextmanager
     def _started(self, name: str, budget_s: float | None) -> Iterator[Live]:
         if name == "peer":
             if self.args.scorer == "stub":
-                raise SystemExit("openloop: the peer serves a real model; it cannot run with --scorer stub")
-            env = {**self.model(), **({"OMP_NUM_THREADS": str(self.args.threads)} if self.args.threads else {})}
+                raise SystemExit(
+                    "openloop: the peer serves a real model; it cannot run with --scorer stub"
+                )
+            env = {
+                **self.model(),
+                **({"OMP_NUM_THREADS": str(self.args.threads)} if self.args.threads else {}),
+            }
             with procs.peer_fastjev(env, self.token) as server:
                 from bench.load.peer_fastjev import HEALTH, SERVED_MODEL
 
                 yield Live(server.target, HEALTH, SERVED_MODEL, server.process.pid)
             return
-        with procs.semif_serve(self.ours_env(budget_s if name == "semif-wait" else None), self.token,
-                               ready_timeout=600.0) as server:
+        with procs.semif_serve(
+            self.ours_env(budget_s if name == "semif-wait" else None),
+            self.token,
+            ready_timeout=600.0,
+        ) as server:
             yield Live(server.target, "/health", ALIAS, server.process.pid)
 
 
 # -- one cell ------------------------------------------------------------------------------------
 
 
-async def _offer(live: Live, raw: bytes, arrivals: list[float], args: argparse.Namespace) -> tuple[OpenLoopRun, list[Any]]:
+async def _offer(
+    live: Live, raw: bytes, arrivals: list[float], args: argparse.Namespace
+) -> tuple[OpenLoopRun, list[Any]]:
     """The arrivals, with health probes beside them until the last answer is in."""
     stop = asyncio.Event()
-    prober = asyncio.ensure_future(probe_health(live.target, live.health, stop, args.probe_every, args.probe_timeout))
+    prober = asyncio.ensure_future(
+        probe_health(live.target, live.health, stop, args.probe_every, args.probe_timeout)
+    )
     try:
         run = await open_loop(live.target, raw, arrivals, args.duration, args.timeout)
     finally:
@@ -224,12 +275,25 @@ def measure_capacity(live: Live, raw: bytes, seconds: float, timeout: float) -> 
     tally = asyncio.run(drive(live.target, [raw], 1, seconds, warmup=0.0, timeout=timeout))
     ok = tally.statuses.get(200, 0)
     if not ok or tally.answered != ok:
-        raise RuntimeError(f"capacity run: {dict(tally.statuses)} (every request must be answered 200)")
-    return {"requests_per_s": ok / tally.wall, "call_p50_s": percentile(tally.latencies, 50), "n": ok}
+        raise RuntimeError(
+            f"capacity run: {dict(tally.statuses)} (every request must be answered 200)"
+        )
+    return {
+        "requests_per_s": ok / tally.wall,
+        "call_p50_s": percentile(tally.latencies, 50),
+        "n": ok,
+    }
 
 
-def run_cell(servers: Servers, name: str, questions: int, rate: float, multiple: float | None,
-             budget_s: float, args: argparse.Namespace) -> dict[str, Any]:
+def run_cell(
+    servers: Servers,
+    name: str,
+    questions: int,
+    rate: float,
+    multiple: float | None,
+    budget_s: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     """One server, fresh, at one rate: idle answer, the arrivals, then its figures."""
     arrivals = poisson_arrivals(rate, args.duration, f"{args.seed}/{questions}/{rate:.6f}")
     with servers.start(name, budget_s) as live:
@@ -241,10 +305,18 @@ def run_cell(servers: Servers, name: str, questions: int, rate: float, multiple:
         cpu = (procs.cpu_seconds(live.pid) - cpu_before) if live.pid else math.nan
         rss = procs.peak_rss_bytes(live.pid) if live.pid else math.nan
         budget_metrics = wait_metrics(live) if name == "semif-wait" else None
-    figures = cell_figures(run, probes, reference, questions) | {"wait_budget_metrics": budget_metrics}
-    figures |= {"server": name, "questions": questions, "rate_per_s": rate, "multiple": multiple,
-                "server_cpu_cores": cpu / run.wall if run.wall else math.nan,
-                "server_peak_rss_mib": rss / 2**20, "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    figures = cell_figures(run, probes, reference, questions) | {
+        "wait_budget_metrics": budget_metrics
+    }
+    figures |= {
+        "server": name,
+        "questions": questions,
+        "rate_per_s": rate,
+        "multiple": multiple,
+        "server_cpu_cores": cpu / run.wall if run.wall else math.nan,
+        "server_peak_rss_mib": rss / 2**20,
+        "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
     note(f"openloop: {name} {questions}q at {rate:.2f}/s: {one_line(figures)}")
     return figures
 
@@ -254,60 +326,100 @@ def wait_metrics(live: Live) -> dict[str, Any]:
     buckets: prometheus_client writes no `_sum` for a histogram with negative buckets)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = asyncio.run(call_raw(live.target, encode(live.target, "GET", "/metrics"), 10.0)).body.decode()
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(text) for s in family.samples}
+    text = asyncio.run(
+        call_raw(live.target, encode(live.target, "GET", "/metrics"), 10.0)
+    ).body.decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
     count = samples.get(("semif_wait_estimate_error_seconds_count", ()), 0.0)
-    bucket = lambda le: samples.get(("semif_wait_estimate_error_seconds_bucket", (("le", le),)), 0.0)  # noqa: E731
-    return {"busy_refusals": {reason: samples.get(("semif_busy_refusals_total", (("reason", reason),)), 0.0)
-                              for reason in ("queue", "wait")},
-            "estimate_error_n": count,
-            "estimate_error_within_half_s_share": (bucket("0.5") - bucket("-0.5")) / count if count else None,
-            "estimate_error_within_1s_share": (bucket("1.0") - bucket("-1.0")) / count if count else None,
-            "estimate_low_share": (count - bucket("0.0")) / count if count else None}
+
+    def bucket(le):
+        return samples.get(("semif_wait_estimate_error_seconds_bucket", (("le", le),)), 0.0)
+
+    return {
+        "busy_refusals": {
+            reason: samples.get(("semif_busy_refusals_total", (("reason", reason),)), 0.0)
+            for reason in ("queue", "wait")
+        },
+        "estimate_error_n": count,
+        "estimate_error_within_half_s_share": (bucket("0.5") - bucket("-0.5")) / count
+        if count
+        else None,
+        "estimate_error_within_1s_share": (bucket("1.0") - bucket("-1.0")) / count
+        if count
+        else None,
+        "estimate_low_share": (count - bucket("0.0")) / count if count else None,
+    }
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:
     return {f"p{q}_s": percentile(values, q) for q in (50, 90, 99)}
 
 
-def cell_figures(run: OpenLoopRun, probes: Sequence[Any], reference: Any, questions: int) -> dict[str, Any]:
+def cell_figures(
+    run: OpenLoopRun, probes: Sequence[Any], reference: Any, questions: int
+) -> dict[str, Any]:
     """What one window offered and got back, and whether the load generator kept its schedule."""
     fates: list[Fate] = run.fates
     ok = [f for f in fates if f.status == 200]
-    in_window = [f for f in ok if f.done <= run.duration]  # goodput: answered within the window, steady state
+    in_window = [
+        f for f in ok if f.done <= run.duration
+    ]  # goodput: answered within the window, steady state
     refused = [f for f in fates if f.status == 429]
     window = max(run.duration, 1e-9)
     lags = [f.lag for f in fates]
     loadgen_cpu = run.client_cpu / run.wall if run.wall else 0.0
     lag_p99 = percentile(lags, 99) if lags else 0.0
     probe_latencies = [p.latency for p in probes]
-    retry = [int(f.retry_after) for f in refused if f.retry_after is not None and f.retry_after.isdigit()]
+    retry = [
+        int(f.retry_after) for f in refused if f.retry_after is not None and f.retry_after.isdigit()
+    ]
     return {
-        "offered": run.offered, "window_s": run.duration, "ok": len(ok),
-        "goodput_per_s": len(in_window) / window, "goodput_decisions_per_s": len(in_window) * questions / window,
+        "offered": run.offered,
+        "window_s": run.duration,
+        "ok": len(ok),
+        "goodput_per_s": len(in_window) / window,
+        "goodput_decisions_per_s": len(in_window) * questions / window,
         "latency_ok": _quantiles([f.latency for f in ok]),
-        "refused": len(refused), "refused_share": len(refused) / run.offered if run.offered else 0.0,
+        "refused": len(refused),
+        "refused_share": len(refused) / run.offered if run.offered else 0.0,
         "refusal_latency": _quantiles([f.latency for f in refused]),
         "retry_after_s": {"min": min(retry), "max": max(retry)} if retry else None,
         "timeouts": sum(1 for f in fates if f.outcome == "timeout"),
         "errors": sum(1 for f in fates if f.outcome == "error"),
-        "other_status": dict(sorted((str(s), sum(1 for f in fates if f.status == s))
-                                    for s in {f.status for f in fates if f.status not in (None, 200, 429)})),
+        "other_status": dict(
+            sorted(
+                (str(s), sum(1 for f in fates if f.status == s))
+                for s in {f.status for f in fates if f.status not in (None, 200, 429)}
+            )
+        ),
         "answers_equal_idle": sum(1 for f in ok if answers(f.body) == reference),
-        "health": {"probes": len(probes), "failed": sum(1 for p in probes if p.failed),
-                   **_quantiles(probe_latencies), "max_s": max(probe_latencies, default=math.nan)},
-        "loadgen": {"cpu_share": loadgen_cpu, "lag_p50_s": percentile(lags, 50) if lags else 0.0,
-                    "lag_p99_s": lag_p99, "lag_max_s": max(lags, default=0.0),
-                    "kept_up": loadgen_cpu <= LOADGEN_CPU_MAX and lag_p99 <= LOADGEN_LAG_P99_MAX_S},
+        "health": {
+            "probes": len(probes),
+            "failed": sum(1 for p in probes if p.failed),
+            **_quantiles(probe_latencies),
+            "max_s": max(probe_latencies, default=math.nan),
+        },
+        "loadgen": {
+            "cpu_share": loadgen_cpu,
+            "lag_p50_s": percentile(lags, 50) if lags else 0.0,
+            "lag_p99_s": lag_p99,
+            "lag_max_s": max(lags, default=0.0),
+            "kept_up": loadgen_cpu <= LOADGEN_CPU_MAX and lag_p99 <= LOADGEN_LAG_P99_MAX_S,
+        },
     }
 
 
 def one_line(c: dict[str, Any]) -> str:
-    return (f"{c['ok']}/{c['offered']} ok, goodput {c['goodput_per_s']:.2f}/s, p99 {c['latency_ok']['p99_s']:.2f} s, "
-            f"refused {c['refused_share']:.0%}, timeouts {c['timeouts']}, health p99 {c['health']['p99_s'] * 1e3:.0f} ms "
-            f"({c['health']['failed']} failed), loadgen cpu {c['loadgen']['cpu_share']:.0%} lag p99 "
-            f"{c['loadgen']['lag_p99_s'] * 1e3:.1f} ms")
+    return (
+        f"{c['ok']}/{c['offered']} ok, goodput {c['goodput_per_s']:.2f}/s, p99 {c['latency_ok']['p99_s']:.2f} s, "
+        f"refused {c['refused_share']:.0%}, timeouts {c['timeouts']}, health p99 {c['health']['p99_s'] * 1e3:.0f} ms "
+        f"({c['health']['failed']} failed), loadgen cpu {c['loadgen']['cpu_share']:.0%} lag p99 "
+        f"{c['loadgen']['lag_p99_s'] * 1e3:.1f} ms"
+    )
 
 
 # -- the whole run -------------------------------------------------------------------------------
@@ -316,22 +428,37 @@ def one_line(c: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     token = procs.token()
     servers = Servers(args, token)
-    result: dict[str, Any] = {"machine": machine(), "uptime_before": uptime(), "settings": settings_of(args),
-                              "shapes": {}}
+    result: dict[str, Any] = {
+        "machine": machine(),
+        "uptime_before": uptime(),
+        "settings": settings_of(args),
+        "shapes": {},
+    }
     for cell in args.cell:
         first = cell.servers[0]
         with servers.start(first) as live:
-            raw = encode(live.target, "POST", "/v1/systemone", systemone_body(cell.questions, live.model))
+            raw = encode(
+                live.target, "POST", "/v1/systemone", systemone_body(cell.questions, live.model)
+            )
             idle_answer(live, raw, args.timeout)  # warms it
             capacity = measure_capacity(live, raw, args.capacity_s, args.timeout)
-        note(f"openloop: {cell.questions}q capacity on {first}: {capacity['requests_per_s']:.2f} requests/s")
+        note(
+            f"openloop: {cell.questions}q capacity on {first}: {capacity['requests_per_s']:.2f} requests/s"
+        )
         budget_s = budget_seconds(args.budget, capacity["call_p50_s"])
         cells: list[dict[str, Any]] = []
-        result["shapes"][str(cell.questions)] = {"capacity": capacity | {"measured_on": first}, "budget_s": budget_s,
-                                                 "cells": cells}
+        result["shapes"][str(cell.questions)] = {
+            "capacity": capacity | {"measured_on": first},
+            "budget_s": budget_s,
+            "cells": cells,
+        }
         for rate, multiple in cell.offered(capacity["requests_per_s"]):
-            for name in cell.servers:  # the servers side by side at each rate: the machine's load drifts
-                cells.append(run_cell(servers, name, cell.questions, rate, multiple, budget_s, args))
+            for (
+                name
+            ) in cell.servers:  # the servers side by side at each rate: the machine's load drifts
+                cells.append(
+                    run_cell(servers, name, cell.questions, rate, multiple, budget_s, args)
+                )
                 write_json(args.out, result)  # so far: a run cut short keeps what it measured
     if "peer" in {name for cell in args.cell for name in cell.servers}:
         from bench.load.peer_fastjev import versions
@@ -358,22 +485,36 @@ def uptime() -> str:
 
 
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
-    return {"cells": [f"{c.questions}/{','.join(c.servers)}/{','.join(c.rates)}" for c in args.cell],
-            "duration_s": args.duration, "seed": args.seed, "timeout_s": args.timeout, "budget": args.budget,
-            "queue": args.queue, "scorer": args.scorer, "threads": args.threads or "torch default",
-            "probe_every_s": args.probe_every, "probe_timeout_s": args.probe_timeout}
+    return {
+        "cells": [f"{c.questions}/{','.join(c.servers)}/{','.join(c.rates)}" for c in args.cell],
+        "duration_s": args.duration,
+        "seed": args.seed,
+        "timeout_s": args.timeout,
+        "budget": args.budget,
+        "queue": args.queue,
+        "scorer": args.scorer,
+        "threads": args.threads or "torch default",
+        "probe_every_s": args.probe_every,
+        "probe_timeout_s": args.probe_timeout,
+    }
 
 
 def verdicts(result: dict[str, Any]) -> list[str]:
     """The load generator's own check, and the budget's promise: admitted p99 within budget + one call."""
     out = []
     cells = [c for shape in result["shapes"].values() for c in shape["cells"]]
-    slow = [f"{c['server']} {c['questions']}q {c['rate_per_s']:.2f}/s" for c in cells if not c["loadgen"]["kept_up"]]
+    slow = [
+        f"{c['server']} {c['questions']}q {c['rate_per_s']:.2f}/s"
+        for c in cells
+        if not c["loadgen"]["kept_up"]
+    ]
     worst_cpu = max((c["loadgen"]["cpu_share"] for c in cells), default=0.0)
     worst_lag = max((c["loadgen"]["lag_p99_s"] for c in cells), default=0.0)
-    out.append(f"loadgen: {'NOT the bottleneck' if not slow else 'MAY HAVE BEEN the bottleneck in ' + '; '.join(slow)} "
-               f"(its CPU at most {worst_cpu:.0%} of one core, sends at most {worst_lag * 1e3:.1f} ms behind "
-               f"schedule at p99; limits {LOADGEN_CPU_MAX:.0%}, {LOADGEN_LAG_P99_MAX_S * 1e3:.0f} ms)")
+    out.append(
+        f"loadgen: {'NOT the bottleneck' if not slow else 'MAY HAVE BEEN the bottleneck in ' + '; '.join(slow)} "
+        f"(its CPU at most {worst_cpu:.0%} of one core, sends at most {worst_lag * 1e3:.1f} ms behind "
+        f"schedule at p99; limits {LOADGEN_CPU_MAX:.0%}, {LOADGEN_LAG_P99_MAX_S * 1e3:.0f} ms)"
+    )
     for questions, shape in result["shapes"].items():
         call, budget = shape["capacity"]["call_p50_s"], shape["budget_s"]
         by = {(c["server"], c["rate_per_s"]): c for c in shape["cells"]}
@@ -384,10 +525,15 @@ def verdicts(result: dict[str, Any]) -> list[str]:
             bound = budget + call
             held = not math.isnan(p99) and p99 <= bound
             today = by.get(("semif", c["rate_per_s"]))
-            versus = (f", goodput {c['goodput_per_s']:.2f}/s against {today['goodput_per_s']:.2f}/s with the budget unset"
-                      if today else "")
-            out.append(f"budget {questions}q at {c['rate_per_s']:.2f}/s: admitted p99 {p99:.2f} s "
-                       f"{'within' if held else 'OVER'} budget + one call ({budget:g} + {call:.2f} s){versus}")
+            versus = (
+                f", goodput {c['goodput_per_s']:.2f}/s against {today['goodput_per_s']:.2f}/s with the budget unset"
+                if today
+                else ""
+            )
+            out.append(
+                f"budget {questions}q at {c['rate_per_s']:.2f}/s: admitted p99 {p99:.2f} s "
+                f"{'within' if held else 'OVER'} budget + one call ({budget:g} + {call:.2f} s){versus}"
+            )
     return out
 
 
@@ -403,19 +549,43 @@ def table(shape: dict[str, Any], questions: str) -> str:
     for c in shape["cells"]:
         lat, ref, health = c["latency_ok"], c["refusal_latency"], c["health"]
         multiple = "-" if c["multiple"] is None else f"{c['multiple']:.2f}x"
-        rows.append((c["server"], f"{c['rate_per_s']:.2f} ({multiple})", c["offered"],
-                     f"{c['goodput_per_s']:.2f}" + (f" ({c['goodput_decisions_per_s']:.1f})" if questions != "1" else ""),
-                     f"{_ms(lat['p50_s'])} / {_ms(lat['p90_s'])} / {_ms(lat['p99_s'])}",
-                     f"{c['refused_share']:.0%}", f"{_ms(ref['p50_s'])} / {_ms(ref['p99_s'])}", c["timeouts"] + c["errors"],
-                     f"{c['answers_equal_idle']}/{c['ok']}",
-                     f"{_ms(health['p50_s'])} / {_ms(health['p99_s'])} / {_ms(health['max_s'])}", f"{health['failed']}/{health['probes']}",
-                     f"{c['server_cpu_cores']:.2f}", f"{c['server_peak_rss_mib']:.0f}",
-                     f"{c['loadgen']['cpu_share']:.0%} / {c['loadgen']['lag_p99_s'] * 1e3:.1f}",
-                     " / ".join(f"{x:.1f}" for x in c["loadavg_1m"])))
-    headers = ("server", "offered /s (x capacity)", "sent", "goodput /s" + (" (decisions/s)" if questions != "1" else ""),
-               "ok p50 / p90 / p99 ms", "refused", "refusal p50 / p99 ms", "timeouts+errors", "answers = idle",
-               "health p50 / p99 / max ms", "health failed", "server CPU (cores)", "peak RSS MiB",
-               "loadgen CPU / lag p99 ms", "load 1m before / after")
+        rows.append(
+            (
+                c["server"],
+                f"{c['rate_per_s']:.2f} ({multiple})",
+                c["offered"],
+                f"{c['goodput_per_s']:.2f}"
+                + (f" ({c['goodput_decisions_per_s']:.1f})" if questions != "1" else ""),
+                f"{_ms(lat['p50_s'])} / {_ms(lat['p90_s'])} / {_ms(lat['p99_s'])}",
+                f"{c['refused_share']:.0%}",
+                f"{_ms(ref['p50_s'])} / {_ms(ref['p99_s'])}",
+                c["timeouts"] + c["errors"],
+                f"{c['answers_equal_idle']}/{c['ok']}",
+                f"{_ms(health['p50_s'])} / {_ms(health['p99_s'])} / {_ms(health['max_s'])}",
+                f"{health['failed']}/{health['probes']}",
+                f"{c['server_cpu_cores']:.2f}",
+                f"{c['server_peak_rss_mib']:.0f}",
+                f"{c['loadgen']['cpu_share']:.0%} / {c['loadgen']['lag_p99_s'] * 1e3:.1f}",
+                " / ".join(f"{x:.1f}" for x in c["loadavg_1m"]),
+            )
+        )
+    headers = (
+        "server",
+        "offered /s (x capacity)",
+        "sent",
+        "goodput /s" + (" (decisions/s)" if questions != "1" else ""),
+        "ok p50 / p90 / p99 ms",
+        "refused",
+        "refusal p50 / p99 ms",
+        "timeouts+errors",
+        "answers = idle",
+        "health p50 / p99 / max ms",
+        "health failed",
+        "server CPU (cores)",
+        "peak RSS MiB",
+        "loadgen CPU / lag p99 ms",
+        "load 1m before / after",
+    )
     return markdown_table(headers, rows)
 
 
@@ -423,44 +593,83 @@ def budget_table(cells: list[dict[str, Any]]) -> str:
     def share(value: float | None) -> str:
         return "-" if value is None else f"{value:.0%}"
 
-    rows = [(f"{c['rate_per_s']:.2f}", int(m["busy_refusals"]["queue"]), int(m["busy_refusals"]["wait"]),
-             int(m["estimate_error_n"]), share(m["estimate_error_within_half_s_share"]),
-             share(m["estimate_error_within_1s_share"]), share(m["estimate_low_share"]))
-            for c in cells for m in [c["wait_budget_metrics"]]]
-    return markdown_table(("offered /s", "busy: queue", "busy: wait", "estimates checked", "within ±0.5 s",
-                           "within ±1 s", "estimate low (waited longer)"), rows)
+    rows = [
+        (
+            f"{c['rate_per_s']:.2f}",
+            int(m["busy_refusals"]["queue"]),
+            int(m["busy_refusals"]["wait"]),
+            int(m["estimate_error_n"]),
+            share(m["estimate_error_within_half_s_share"]),
+            share(m["estimate_error_within_1s_share"]),
+            share(m["estimate_low_share"]),
+        )
+        for c in cells
+        for m in [c["wait_budget_metrics"]]
+    ]
+    return markdown_table(
+        (
+            "offered /s",
+            "busy: queue",
+            "busy: wait",
+            "estimates checked",
+            "within ±0.5 s",
+            "within ±1 s",
+            "estimate low (waited longer)",
+        ),
+        rows,
+    )
 
 
-def markdown(result: dict[str, Any], plot: Path | None, md_dir: Path | None, section: str = "openloop") -> str:
+def markdown(
+    result: dict[str, Any], plot: Path | None, md_dir: Path | None, section: str = "openloop"
+) -> str:
     info, s = result["machine"], result["settings"]
     named = "" if section == "openloop" else f" (`{section}`)"
-    against = "semif-serve and the peer server" if "peer" in result else "semif-serve"  # only what ran
-    lines = [f"## Open loop{named}: Poisson arrivals against {against}", "",
-             f"`python -m bench openloop` on `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}, "
-             f"{info['date']}; `uptime` before: {result['uptime_before']}; after: {result['uptime_after']}. "
-             f"Each cell: a fresh server, {s['duration_s']:g} s of Poisson arrivals (seed {s['seed']}; the same "
-             f"arrivals for every server of a shape), each request on its own connection, abandoned at "
-             f"{s['timeout_s']:g} s; health probed every {s['probe_every_s']:g} s on a fresh connection, failed past "
-             f"{s['probe_timeout_s']:g} s. SEMIF_MAX_QUEUE={s['queue']}; `semif-wait`: SEMIF_MAX_WAIT_S={s['budget']} "
-             "(`Nc`: N calls of the shape at its idle call time); "
-             f"scorer {s['scorer']}, torch threads: {s['threads']}."]
+    against = (
+        "semif-serve and the peer server" if "peer" in result else "semif-serve"
+    )  # only what ran
+    lines = [
+        f"## Open loop{named}: Poisson arrivals against {against}",
+        "",
+        f"`python -m bench openloop` on `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}, "
+        f"{info['date']}; `uptime` before: {result['uptime_before']}; after: {result['uptime_after']}. "
+        f"Each cell: a fresh server, {s['duration_s']:g} s of Poisson arrivals (seed {s['seed']}; the same "
+        f"arrivals for every server of a shape), each request on its own connection, abandoned at "
+        f"{s['timeout_s']:g} s; health probed every {s['probe_every_s']:g} s on a fresh connection, failed past "
+        f"{s['probe_timeout_s']:g} s. SEMIF_MAX_QUEUE={s['queue']}; `semif-wait`: SEMIF_MAX_WAIT_S={s['budget']} "
+        "(`Nc`: N calls of the shape at its idle call time); "
+        f"scorer {s['scorer']}, torch threads: {s['threads']}.",
+    ]
     if "peer" in result:
         p = result["peer"]
-        lines += ["", f"Peer: fastjev {p['fastjev']}'s own System One server (`fastjev.server.main`, its FastAPI app, "
-                      f"one uvicorn worker) with the model loaded on the CPU by bench/load/peer_fastjev.py; it ran on "
-                      f"FastAPI {p['fastapi']} and uvicorn {p['uvicorn']} from the bench environment (fastjev's `api` "
-                      f"extra pins {p['fastjev_api_extra_pins']})."]
+        lines += [
+            "",
+            f"Peer: fastjev {p['fastjev']}'s own System One server (`fastjev.server.main`, its FastAPI app, "
+            f"one uvicorn worker) with the model loaded on the CPU by bench/load/peer_fastjev.py; it ran on "
+            f"FastAPI {p['fastapi']} and uvicorn {p['uvicorn']} from the bench environment (fastjev's `api` "
+            f"extra pins {p['fastjev_api_extra_pins']}).",
+        ]
     for questions, shape in result["shapes"].items():
         cap = shape["capacity"]
-        lines += ["", f"### {questions}-question System One request", "",
-                  f"Capacity (one at a time, on {cap['measured_on']}): {cap['requests_per_s']:.2f} requests/s "
-                  f"(call p50 {cap['call_p50_s'] * 1e3:.0f} ms, n = {cap['n']}); semif-wait's SEMIF_MAX_WAIT_S: "
-                  f"{shape['budget_s']:g} s.", "", table(shape, questions)]
+        lines += [
+            "",
+            f"### {questions}-question System One request",
+            "",
+            f"Capacity (one at a time, on {cap['measured_on']}): {cap['requests_per_s']:.2f} requests/s "
+            f"(call p50 {cap['call_p50_s'] * 1e3:.0f} ms, n = {cap['n']}); semif-wait's SEMIF_MAX_WAIT_S: "
+            f"{shape['budget_s']:g} s.",
+            "",
+            table(shape, questions),
+        ]
         accounts = [c for c in shape["cells"] if c.get("wait_budget_metrics")]
         if accounts:
-            lines += ["", "semif-wait's own account (its /metrics after the window): 429 busy by reason, and its "
-                          "estimate against each admitted request's actual wait (admission to the end of its call).", "",
-                      budget_table(accounts)]
+            lines += [
+                "",
+                "semif-wait's own account (its /metrics after the window): 429 busy by reason, and its "
+                "estimate against each admitted request's actual wait (admission to the end of its call).",
+                "",
+                budget_table(accounts),
+            ]
     if plot is not None:
         where = os.path.relpath(plot, md_dir) if md_dir is not None else str(plot)
         lines += ["", f"![p99 and goodput against offered load]({where})"]
@@ -481,23 +690,40 @@ def draw(result: dict[str, Any], path: Path) -> None:
         p99_ax, good_ax = axes[0][column], axes[1][column]
         for name in dict.fromkeys(c["server"] for c in shape["cells"]):
             style = {"marker": "o", "label": name, "color": f"C{SERVERS.index(name)}"}
-            cells = sorted((c for c in shape["cells"] if c["server"] == name), key=lambda c: c["rate_per_s"])
+            cells = sorted(
+                (c for c in shape["cells"] if c["server"] == name), key=lambda c: c["rate_per_s"]
+            )
             rates = [c["rate_per_s"] for c in cells]
             p99_ax.plot(rates, [c["latency_ok"]["p99_s"] for c in cells], **style)
             good_ax.plot(rates, [c["goodput_per_s"] for c in cells], **style)
         capacity = shape["capacity"]["requests_per_s"]
         if any(c["server"] == "semif-wait" for c in shape["cells"]):
-            p99_ax.axhline(shape["budget_s"] + shape["capacity"]["call_p50_s"], color="grey", linestyle="--", linewidth=1,
-                           label="budget + one call")
-        good_ax.axhline(capacity, color="grey", linestyle=":", linewidth=1, label="capacity (one at a time)")
-        p99_ax.set(title=f"{questions}-question requests: p99 of successes", ylabel="seconds", yscale="log")
-        good_ax.set(title=f"{questions}-question requests: goodput", xlabel="offered load (requests/s)",
-                    ylabel="200 answers per second (within the window)")
+            p99_ax.axhline(
+                shape["budget_s"] + shape["capacity"]["call_p50_s"],
+                color="grey",
+                linestyle="--",
+                linewidth=1,
+                label="budget + one call",
+            )
+        good_ax.axhline(
+            capacity, color="grey", linestyle=":", linewidth=1, label="capacity (one at a time)"
+        )
+        p99_ax.set(
+            title=f"{questions}-question requests: p99 of successes", ylabel="seconds", yscale="log"
+        )
+        good_ax.set(
+            title=f"{questions}-question requests: goodput",
+            xlabel="offered load (requests/s)",
+            ylabel="200 answers per second (within the window)",
+        )
         good_ax.set_ylim(bottom=0)
         for ax in (p99_ax, good_ax):
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
-    fig.suptitle(f"Open-loop Poisson load ({result['machine']['date']}, {result['uptime_before']})", fontsize=9)
+    fig.suptitle(
+        f"Open-loop Poisson load ({result['machine']['date']}, {result['uptime_before']})",
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -508,37 +734,97 @@ def draw(result: dict[str, Any], path: Path) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench openloop", description=__doc__.splitlines()[0])
-    p.add_argument("--cell", type=Cell.parse, action="append",
-                   help="SHAPE/SERVERS/RATES, repeatable: SHAPE 1 or 21 questions; SERVERS of semif, semif-wait, peer, "
-                        "url; RATES per second, or Nx of the shape's capacity. Default: "
-                        + " and ".join(DEFAULT_CELLS))
-    p.add_argument("--duration", type=float, default=40.0, help="seconds of arrivals per cell (default 40)")
+    p = argparse.ArgumentParser(
+        prog="python -m bench openloop", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "--cell",
+        type=Cell.parse,
+        action="append",
+        help="SHAPE/SERVERS/RATES, repeatable: SHAPE 1 or 21 questions; SERVERS of semif, semif-wait, peer, "
+        "url; RATES per second, or Nx of the shape's capacity. Default: "
+        + " and ".join(DEFAULT_CELLS),
+    )
+    p.add_argument(
+        "--duration", type=float, default=40.0, help="seconds of arrivals per cell (default 40)"
+    )
     p.add_argument("--seed", default="31", help="seeds the arrivals (default 31)")
-    p.add_argument("--timeout", type=float, default=30.0, help="a caller abandons its request after this (default 30 s)")
-    p.add_argument("--budget", type=_budget, default="3c",
-                   help="SEMIF_MAX_WAIT_S of semif-wait: seconds, or Nc: N calls of the shape at its idle call time "
-                        "(default 3c)")
-    p.add_argument("--queue", type=int, default=32, help="SEMIF_MAX_QUEUE of ours (default 32, the server's own)")
-    p.add_argument("--scorer", choices=("small", "stub"), default="small",
-                   help="ours serve SmolLM2 (small, default) or the stub (the test suite's short run)")
-    p.add_argument("--stub-delay-ms", type=int, default=50, help="the stub's delay per call (default 50)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="OMP_NUM_THREADS for every server (default 1: two threads contend on a shared 2-core machine; "
-                        "0: torch's own choice)")
-    p.add_argument("--capacity-s", type=float, default=10.0, help="seconds of the capacity run per shape (default 10)")
-    p.add_argument("--probe-every", type=float, default=0.25, help="seconds between health probes (default 0.25)")
-    p.add_argument("--probe-timeout", type=float, default=2.0, help="a probe fails past this (default 2 s)")
-    p.add_argument("--url", help="server `url`: one already running, http://127.0.0.1:PORT (loopback unless --remote)")
-    p.add_argument("--remote", action="store_true",
-                   help="let --url name another host (a replica in the fleet); --pid is for a local server only")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="a caller abandons its request after this (default 30 s)",
+    )
+    p.add_argument(
+        "--budget",
+        type=_budget,
+        default="3c",
+        help="SEMIF_MAX_WAIT_S of semif-wait: seconds, or Nc: N calls of the shape at its idle call time "
+        "(default 3c)",
+    )
+    p.add_argument(
+        "--queue",
+        type=int,
+        default=32,
+        help="SEMIF_MAX_QUEUE of ours (default 32, the server's own)",
+    )
+    p.add_argument(
+        "--scorer",
+        choices=("small", "stub"),
+        default="small",
+        help="ours serve SmolLM2 (small, default) or the stub (the test suite's short run)",
+    )
+    p.add_argument(
+        "--stub-delay-ms", type=int, default=50, help="the stub's delay per call (default 50)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="OMP_NUM_THREADS for every server (default 1: two threads contend on a shared 2-core machine; "
+        "0: torch's own choice)",
+    )
+    p.add_argument(
+        "--capacity-s",
+        type=float,
+        default=10.0,
+        help="seconds of the capacity run per shape (default 10)",
+    )
+    p.add_argument(
+        "--probe-every",
+        type=float,
+        default=0.25,
+        help="seconds between health probes (default 0.25)",
+    )
+    p.add_argument(
+        "--probe-timeout", type=float, default=2.0, help="a probe fails past this (default 2 s)"
+    )
+    p.add_argument(
+        "--url",
+        help="server `url`: one already running, http://127.0.0.1:PORT (loopback unless --remote)",
+    )
+    p.add_argument(
+        "--remote",
+        action="store_true",
+        help="let --url name another host (a replica in the fleet); --pid is for a local server only",
+    )
     p.add_argument("--pid", type=int, help="server `url`'s process, for its CPU and peak RSS")
-    p.add_argument("--health", default="/health", help="server `url`'s health path (default /health)")
-    p.add_argument("--model-name", default=ALIAS, help=f"server `url`'s model name in the body (default {ALIAS})")
-    p.add_argument("--out", type=Path, default=HERE / "results" / "openloop.json", help="the JSON results")
+    p.add_argument(
+        "--health", default="/health", help="server `url`'s health path (default /health)"
+    )
+    p.add_argument(
+        "--model-name",
+        default=ALIAS,
+        help=f"server `url`'s model name in the body (default {ALIAS})",
+    )
+    p.add_argument(
+        "--out", type=Path, default=HERE / "results" / "openloop.json", help="the JSON results"
+    )
     p.add_argument("--plot", type=Path, help="draw the plot here (PNG)")
     p.add_argument("--md", type=Path, help="splice the report into this markdown file's --section")
-    p.add_argument("--section", default="openloop", help="the marked section --md rewrites (default openloop)")
+    p.add_argument(
+        "--section", default="openloop", help="the marked section --md rewrites (default openloop)"
+    )
     return p
 
 
@@ -548,7 +834,9 @@ def _budget(text: str) -> str:
             return text
     except ValueError:
         pass
-    raise argparse.ArgumentTypeError(f"a budget is seconds (2.5) or calls (3c), above 0; got {text!r}")
+    raise argparse.ArgumentTypeError(
+        f"a budget is seconds (2.5) or calls (3c), above 0; got {text!r}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import h11
 
+from bench.common.report import machine, splice
 from semif_serve.config import Settings
 from semif_serve.engine import CallTiming, Engine
 from semif_serve.ops.logs import configure
@@ -25,17 +26,29 @@ from semif_serve.routes import Reply
 from semif_serve.service import ROUTES, Service
 from semif_serve.stub import StubScorer
 
-from bench.common.report import machine, splice
-
-REQUEST = h11.Request(method="POST", target="/decide",
-                      headers=[(b"host", b"x"), (b"authorization", b"Bearer " + b"t" * 40), (b"content-length", b"300")])
+REQUEST = h11.Request(
+    method="POST",
+    target="/decide",
+    headers=[
+        (b"host", b"x"),
+        (b"authorization", b"Bearer " + b"t" * 40),
+        (b"content-length", b"300"),
+    ],
+)
 
 
 def cost(metrics: bool, access_log: bool, repeats: int, batches: int = 5) -> float:
     """Microseconds of CPU per request for one configuration."""
     settings = Settings(api_token="t" * 40, scorer="stub", metrics=metrics, access_log=access_log)
     service = Service(settings, Engine(StubScorer(settings)))
-    ops = Operations(settings, ROUTES, lambda: service.admission.in_progress, service.engine.health, lambda: 1, lambda: 0.0)
+    ops = Operations(
+        settings,
+        ROUTES,
+        lambda: service.admission.in_progress,
+        service.engine.health,
+        lambda: 1,
+        lambda: 0.0,
+    )
     reply = Reply(200, b"x" * 600, timing=CallTiming("direct", 1, 0.0, 0.0001, 0.0002))
     best = float("inf")
     for _ in range(batches):
@@ -50,10 +63,16 @@ def cost(metrics: bool, access_log: bool, repeats: int, batches: int = 5) -> flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench ops-cost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench ops-cost", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--repeats", type=int, default=20000)
-    parser.add_argument("--md", type=Path, default=Path(__file__).resolve().parents[1] / "RESULTS.md",
-                        help="its `ops-cost` section is replaced")
+    parser.add_argument(
+        "--md",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "RESULTS.md",
+        help="its `ops-cost` section is replaced",
+    )
     args = parser.parse_args(argv)
     info = machine()
     lines = []
@@ -61,19 +80,32 @@ def main(argv: list[str] | None = None) -> int:
         configure("json")  # unbuffered: each access line written and flushed on its own
         logging.getLogger().handlers[0].setStream(sink)  # type: ignore[attr-defined]
         for metrics, access_log in ((False, False), (True, False), (False, True), (True, True)):
-            lines.append(f"- metrics {'on' if metrics else 'off'}, access log {'on' if access_log else 'off'}: "
-                         f"{cost(metrics, access_log, args.repeats):.1f} us CPU per request")
+            lines.append(
+                f"- metrics {'on' if metrics else 'off'}, access log {'on' if access_log else 'off'}: "
+                f"{cost(metrics, access_log, args.repeats):.1f} us CPU per request"
+            )
         # As served by default: access lines buffered (SEMIF_LOG_FLUSH_S > 0), written per 64 KiB here.
         configure("json", 0.5)
         logging.getLogger().handlers[0].setStream(sink)  # type: ignore[attr-defined]
-        lines.append(f"- metrics on, access log on and buffered (the default SEMIF_LOG_FLUSH_S=0.5): "
-                     f"{cost(True, True, args.repeats):.1f} us CPU per request")
-    text = "\n".join(["## The ops layer alone (in process)", "",
-                      f"`python -m bench ops-cost`: request id, headers, metrics and the JSON access line for one request "
-                      f"and one scorer call, no HTTP; least of 5 batches of {args.repeats}. {info['nproc']} CPUs, load average "
-                      f"{' / '.join(map(str, info['loadavg']))} (shared machine), thread settings {info['threads']}.", "",
-                      *lines, ""])
+        lines.append(
+            f"- metrics on, access log on and buffered (the default SEMIF_LOG_FLUSH_S=0.5): "
+            f"{cost(True, True, args.repeats):.1f} us CPU per request"
+        )
+    text = "\n".join(
+        [
+            "## The ops layer alone (in process)",
+            "",
+            f"`python -m bench ops-cost`: request id, headers, metrics and the JSON access line for one request "
+            f"and one scorer call, no HTTP; least of 5 batches of {args.repeats}. {info['nproc']} CPUs, load average "
+            f"{' / '.join(map(str, info['loadavg']))} (shared machine), thread settings {info['threads']}.",
+            "",
+            *lines,
+            "",
+        ]
+    )
     print(text)
     if args.md.exists():
-        args.md.write_text(splice(args.md.read_text(encoding="utf-8"), "ops-cost", text), encoding="utf-8")
+        args.md.write_text(
+            splice(args.md.read_text(encoding="utf-8"), "ops-cost", text), encoding="utf-8"
+        )
     return 0

@@ -35,22 +35,32 @@ def versions() -> dict[str, str]:
     from importlib.metadata import requires
 
     pins = sorted(r.split(";")[0] for r in requires("fastjev") or () if 'extra == "api"' in r)
-    return {"fastjev": version("fastjev"), "fastapi": version("fastapi"), "uvicorn": version("uvicorn"),
-            "fastjev_api_extra_pins": ", ".join(pins)}
+    return {
+        "fastjev": version("fastjev"),
+        "fastapi": version("fastapi"),
+        "uvicorn": version("uvicorn"),
+        "fastjev_api_extra_pins": ", ".join(pins),
+    }
 
 
-def load_on_cpu(source: str, revision: str, device: str = "auto", dtype: str = "float32") -> tuple[Any, Any, dict[str, Any]]:
+def load_on_cpu(
+    source: str, revision: str, device: str = "auto", dtype: str = "float32"
+) -> tuple[Any, Any, dict[str, Any]]:
     """fastjev's loader's signature over semif-serve's loader, on the CPU whatever `device` says."""
     import torch
 
     from semif_serve import config, torch_engine
 
-    settings = config.Settings(api_token="unused" * 8, model=source, revision=revision, verify_weights="presence")
+    settings = config.Settings(
+        api_token="unused" * 8, model=source, revision=revision, verify_weights="presence"
+    )
     return torch_engine.load_model(settings, "cpu", dtype, torch)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.load.peer_fastjev", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.load.peer_fastjev", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--revision", required=True)
@@ -59,11 +69,29 @@ def main(argv: list[str] | None = None) -> None:
     from fastjev._runtime import core
 
     core.load_causal_model = load_on_cpu  # the one replacement (see the module's rules)
-    sys.argv = ["fastjev-server", "--backend", "torch", "--dtype", "float32", "--model", args.model,
-                "--revision", args.revision, "--served-model", SERVED_MODEL,
-                "--served-model-description", "SmolLM2-135M-Instruct on the CPU, served by fastjev (bench peer)",
-                "--served-model-release-date", "2024-11-01", "--host", "127.0.0.1", "--port", str(args.port),
-                "--api-key-env", "SEMIF_API_TOKEN"]
+    sys.argv = [
+        "fastjev-server",
+        "--backend",
+        "torch",
+        "--dtype",
+        "float32",
+        "--model",
+        args.model,
+        "--revision",
+        args.revision,
+        "--served-model",
+        SERVED_MODEL,
+        "--served-model-description",
+        "SmolLM2-135M-Instruct on the CPU, served by fastjev (bench peer)",
+        "--served-model-release-date",
+        "2024-11-01",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(args.port),
+        "--api-key-env",
+        "SEMIF_API_TOKEN",
+    ]
     server.main()
 
 

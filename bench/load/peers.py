@@ -21,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from bench.common import procs
 
@@ -35,16 +36,27 @@ VARIANTS = {"ours": OPS_ON, "ours_metrics": OPS_METRICS, "ours_off": OPS_OFF}
 # Baseline name -> whether uvicorn writes its access log (its default) or not.
 BASELINES: dict[str, bool] = {"baseline_logged": True, "baseline": False}
 # The short label each server goes by in the reports' column headers.
-LABELS = {"ours": "on", "ours_metrics": "metrics", "ours_off": "off", "baseline_logged": "base-logged", "baseline": "base"}
+LABELS = {
+    "ours": "on",
+    "ours_metrics": "metrics",
+    "ours_off": "off",
+    "baseline_logged": "base-logged",
+    "baseline": "base",
+}
 QUIET_FLAGS = "--no-access-log --log-level warning"
 LOGGED_FLAGS = "uvicorn's defaults: --log-level info, access log on"
 
 
 def start(stack: contextlib.ExitStack, token: str) -> dict[str, procs.Running]:
     """Ours once per VARIANTS, then both baselines, all over STUB; each stopped when `stack` closes."""
-    servers = {name: stack.enter_context(procs.semif_serve({**STUB, **env}, token)) for name, env in VARIANTS.items()}
+    servers = {
+        name: stack.enter_context(procs.semif_serve({**STUB, **env}, token))
+        for name, env in VARIANTS.items()
+    }
     for name, access_log in BASELINES.items():
-        servers[name] = stack.enter_context(procs.fastapi_baseline(STUB, token, access_log=access_log))
+        servers[name] = stack.enter_context(
+            procs.fastapi_baseline(STUB, token, access_log=access_log)
+        )
     return servers
 
 
@@ -52,9 +64,15 @@ def uvicorn_stack() -> dict[str, str]:
     """What uvicorn's `auto` picks in this environment (it imports uvloop/httptools when present)."""
     from importlib.metadata import version
 
-    has = lambda name: importlib.util.find_spec(name) is not None  # noqa: E731
-    return {"loop": "uvloop" if has("uvloop") else "asyncio", "http": "httptools" if has("httptools") else "h11",
-            "uvicorn": version("uvicorn"), "fastapi": version("fastapi")}
+    def has(name):
+        return importlib.util.find_spec(name) is not None
+
+    return {
+        "loop": "uvloop" if has("uvloop") else "asyncio",
+        "http": "httptools" if has("httptools") else "h11",
+        "uvicorn": version("uvicorn"),
+        "fastapi": version("fastapi"),
+    }
 
 
 def ours_stack() -> dict[str, Any]:
@@ -62,7 +80,11 @@ def ours_stack() -> dict[str, Any]:
     uvloop when installed, as the bench extra's uvicorn[standard] installs it)."""
     from semif_serve import config
 
-    env = {name: os.environ[name] for name in ("SEMIF_EVENT_LOOP", "SEMIF_LOG_FLUSH_S") if name in os.environ}
+    env = {
+        name: os.environ[name]
+        for name in ("SEMIF_EVENT_LOOP", "SEMIF_LOG_FLUSH_S")
+        if name in os.environ
+    }
     settings = config.load({"SEMIF_API_TOKEN": "x" * config.MIN_TOKEN_LENGTH, **env})
     return {"event_loop": settings.event_loop, "log_flush_s": settings.log_flush_s}
 
@@ -71,8 +93,11 @@ def _on(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "off") == "on"
 
 
-def stacks(variants: Mapping[str, Mapping[str, str]], uvicorn: Mapping[str, str],
-           ours: Mapping[str, Any] | None) -> dict[str, dict[str, str]]:
+def stacks(
+    variants: Mapping[str, Mapping[str, str]],
+    uvicorn: Mapping[str, str],
+    ours: Mapping[str, Any] | None,
+) -> dict[str, dict[str, str]]:
     """Each server's stack in words: server, event loop, HTTP parser, access log, metrics.
 
     `uvicorn` is what uvicorn's `auto` picks here (uvicorn_stack), `ours` our
@@ -83,20 +108,54 @@ def stacks(variants: Mapping[str, Mapping[str, str]], uvicorn: Mapping[str, str]
     out = {}
     for name, env in variants.items():
         log = f"on (JSON{flush})" if _on(env, "SEMIF_ACCESS_LOG") else "off"
-        out[name] = {"server": "semif-serve", "loop": loop, "http": "h11", "access_log": log,
-                     "metrics": "on" if _on(env, "SEMIF_METRICS") else "off"}
-    base = f"FastAPI {uvicorn.get('fastapi', '?')} on uvicorn {uvicorn.get('uvicorn', '?')} (1 worker)"
+        out[name] = {
+            "server": "semif-serve",
+            "loop": loop,
+            "http": "h11",
+            "access_log": log,
+            "metrics": "on" if _on(env, "SEMIF_METRICS") else "off",
+        }
+    base = (
+        f"FastAPI {uvicorn.get('fastapi', '?')} on uvicorn {uvicorn.get('uvicorn', '?')} (1 worker)"
+    )
     for name, access_log in BASELINES.items():
-        log = f"on (text, a line per request, flushed each; {LOGGED_FLAGS})" if access_log else f"off ({QUIET_FLAGS})"
-        out[name] = {"server": base, "loop": uvicorn.get("loop", "?"), "http": uvicorn.get("http", "?"),
-                     "access_log": log, "metrics": "none"}
+        log = (
+            f"on (text, a line per request, flushed each; {LOGGED_FLAGS})"
+            if access_log
+            else f"off ({QUIET_FLAGS})"
+        )
+        out[name] = {
+            "server": base,
+            "loop": uvicorn.get("loop", "?"),
+            "http": uvicorn.get("http", "?"),
+            "access_log": log,
+            "metrics": "none",
+        }
     return out
 
 
 def stacks_rows(named: Mapping[str, Mapping[str, str]]) -> list[tuple[str, ...]]:
     """Rows for a table under STACK_HEADERS, one per server."""
-    return [(name, LABELS.get(name, name), s["server"], s["loop"], s["http"], s["access_log"], s["metrics"])
-            for name, s in named.items()]
+    return [
+        (
+            name,
+            LABELS.get(name, name),
+            s["server"],
+            s["loop"],
+            s["http"],
+            s["access_log"],
+            s["metrics"],
+        )
+        for name, s in named.items()
+    ]
 
 
-STACK_HEADERS = ("name", "in the tables", "server", "event loop", "HTTP parser", "access log", "metrics")
+STACK_HEADERS = (
+    "name",
+    "in the tables",
+    "server",
+    "event loop",
+    "HTTP parser",
+    "access log",
+    "metrics",
+)

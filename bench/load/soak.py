@@ -29,9 +29,10 @@ import contextlib
 import itertools
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from bench.common import datasets, procs, prometheus
 from bench.common.loadgen import Connection, Response, Target, call, encode
@@ -91,7 +92,9 @@ class Process:
         return len(list(Path(f"/proc/{self.pid}/fd").iterdir()))
 
 
-async def client(target: Target, row: dict[str, Any], ledger: Ledger, until: float, limit: int, timeout: float) -> None:
+async def client(
+    target: Target, row: dict[str, Any], ledger: Ledger, until: float, limit: int, timeout: float
+) -> None:
     """One client: one request at a time, reconnecting whenever the server closes (after a 429)."""
     connection: Connection | None = None
     while time.monotonic() < until and len(ledger.sent) < limit:
@@ -105,7 +108,9 @@ async def client(target: Target, row: dict[str, Any], ledger: Ledger, until: flo
         rid = f"soak-{next(ledger.ids)}"
         ledger.sent.append(rid)
         try:
-            response = await connection.exchange(encode(target, "POST", "/decide", {**row, "id": rid}), timeout)
+            response = await connection.exchange(
+                encode(target, "POST", "/decide", {**row, "id": rid}), timeout
+            )
         except RECOVERABLE:
             await connection.close()
             continue
@@ -139,8 +144,10 @@ async def soak(target: Target, process: Process, args: argparse.Namespace) -> di
     start = {"fds": await resting_fds(process), "rss_kib": process.status("VmRSS")}
     ledger, peak_fds = Ledger(), start["fds"]
     until = time.monotonic() + args.seconds
-    clients = [asyncio.ensure_future(client(target, row, ledger, until, args.max_requests, args.timeout))
-               for _ in range(2 * args.max_queue)]
+    clients = [
+        asyncio.ensure_future(client(target, row, ledger, until, args.max_requests, args.timeout))
+        for _ in range(2 * args.max_queue)
+    ]
     while not all(task.done() for task in clients):
         peak_fds = max(peak_fds, process.fds())
         await asyncio.wait(clients, timeout=0.5)
@@ -148,21 +155,39 @@ async def soak(target: Target, process: Process, args: argparse.Namespace) -> di
     health = (await call(target, "GET", "/health")).json()
     end_fds = await settle(process, start["fds"], args.fd_slack, wait=5.0)
     return {
-        "seconds": args.seconds, "max_queue": args.max_queue, "delay_ms": args.delay_ms, "clients": 2 * args.max_queue,
-        "sent": len(ledger.sent), "answered": sum(ledger.answers.values()),
+        "seconds": args.seconds,
+        "max_queue": args.max_queue,
+        "delay_ms": args.delay_ms,
+        "clients": 2 * args.max_queue,
+        "sent": len(ledger.sent),
+        "answered": sum(ledger.answers.values()),
         "statuses": {str(k): v for k, v in sorted(ledger.statuses.items())},
-        "lost": len(ledger.lost), "duplicated": len(ledger.duplicated) + ledger.stray, "mismatched": len(ledger.mismatched),
+        "lost": len(ledger.lost),
+        "duplicated": len(ledger.duplicated) + ledger.stray,
+        "mismatched": len(ledger.mismatched),
         "connect_failures": ledger.connect_failures,
         "in_progress_at_end": health["in_progress"],
-        "rss_kib": {"start": start["rss_kib"], "end": process.status("VmRSS"), "peak": process.status("VmHWM")},
+        "rss_kib": {
+            "start": start["rss_kib"],
+            "end": process.status("VmRSS"),
+            "peak": process.status("VmHWM"),
+        },
         "fds": {"start": start["fds"], "peak": peak_fds, "end": end_fds},
-        "examples": {"lost": ledger.lost[:5], "duplicated": ledger.duplicated[:5], "mismatched": ledger.mismatched[:5]},
+        "examples": {
+            "lost": ledger.lost[:5],
+            "duplicated": ledger.duplicated[:5],
+            "mismatched": ledger.mismatched[:5],
+        },
     }
 
 
 def verdict(figures: dict[str, Any], fd_slack: int) -> Outcome:
     """Pass when every request was answered once, only 200/429, nothing left in progress, no fd growth."""
-    problems = [f"{figures[name]} {name}" for name in ("lost", "duplicated", "mismatched", "connect_failures") if figures[name]]
+    problems = [
+        f"{figures[name]} {name}"
+        for name in ("lost", "duplicated", "mismatched", "connect_failures")
+        if figures[name]
+    ]
     if set(figures["statuses"]) - {"200", "429"}:
         problems.append(f"unexpected statuses {figures['statuses']}")
     if figures["in_progress_at_end"]:
@@ -174,31 +199,70 @@ def verdict(figures: dict[str, Any], fd_slack: int) -> Outcome:
     table = [
         ("requests sent / answered", f"{figures['sent']} / {figures['answered']}"),
         ("statuses", ", ".join(f"{k}: {v}" for k, v in figures["statuses"].items())),
-        ("lost / duplicated / mismatched", f"{figures['lost']} / {figures['duplicated']} / {figures['mismatched']}"),
+        (
+            "lost / duplicated / mismatched",
+            f"{figures['lost']} / {figures['duplicated']} / {figures['mismatched']}",
+        ),
         ("server RSS start / end / peak (KiB)", f"{rss['start']} / {rss['end']} / {rss['peak']}"),
-        ("server fds start / peak / end", f"{figures['fds']['start']} / {figures['fds']['peak']} / {figures['fds']['end']}"),
+        (
+            "server fds start / peak / end",
+            f"{figures['fds']['start']} / {figures['fds']['peak']} / {figures['fds']['end']}",
+        ),
     ]
-    criterion = f"every request answered exactly once (200 with its id, or 429); fd growth <= {fd_slack}"
-    text = "; ".join(problems) if problems else f"{figures['sent']} requests, each answered exactly once; fds back to start"
+    criterion = (
+        f"every request answered exactly once (200 with its id, or 429); fd growth <= {fd_slack}"
+    )
+    text = (
+        "; ".join(problems)
+        if problems
+        else f"{figures['sent']} requests, each answered exactly once; fds back to start"
+    )
     return Outcome("soak", not problems, text, criterion, figures, table)
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=60.0, help="how long to offer load (default 60)")
-    parser.add_argument("--max-requests", type=int, default=500_000, help="stop after this many requests (default 500000)")
-    parser.add_argument("--max-queue", type=int, default=8, help="SEMIF_MAX_QUEUE for the server; 2x this many clients (default 8)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench soak", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=60.0, help="how long to offer load (default 60)"
+    )
+    parser.add_argument(
+        "--max-requests",
+        type=int,
+        default=500_000,
+        help="stop after this many requests (default 500000)",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=8,
+        help="SEMIF_MAX_QUEUE for the server; 2x this many clients (default 8)",
+    )
     parser.add_argument("--delay-ms", type=int, default=20, help="SEMIF_STUB_DELAY_MS (default 20)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds one request may take (default 30)")
-    parser.add_argument("--fd-slack", type=int, default=4, help="fd growth tolerated as noise (default 4)")
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds one request may take (default 30)"
+    )
+    parser.add_argument(
+        "--fd-slack", type=int, default=4, help="fd growth tolerated as noise (default 4)"
+    )
     parser.add_argument("--out", type=Path, help="write the outcome as JSON")
-    parser.add_argument("--plot", type=Path, help="write what a real Prometheus saw (saturation, refusals) as a PNG")
-    parser.add_argument("--scrape-interval", type=float, default=0.5, help="Prometheus' scrape interval with --plot, s (default 0.5)")
+    parser.add_argument(
+        "--plot", type=Path, help="write what a real Prometheus saw (saturation, refusals) as a PNG"
+    )
+    parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=0.5,
+        help="Prometheus' scrape interval with --plot, s (default 0.5)",
+    )
     return parser
 
 
 @contextlib.contextmanager
-def watched(server: procs.Running, args: argparse.Namespace) -> Iterator[Callable[[], dict[str, Any]] | None]:
+def watched(
+    server: procs.Running, args: argparse.Namespace
+) -> Iterator[Callable[[], dict[str, Any]] | None]:
     """With --plot: Prometheus scraping the server for the whole run; yields what draws its view afterwards."""
     if args.plot is None:
         yield None
@@ -206,27 +270,39 @@ def watched(server: procs.Running, args: argparse.Namespace) -> Iterator[Callabl
     from bench.load import soak_plot  # matplotlib only when a plot is asked for
 
     interval = args.scrape_interval
-    with prometheus.running([f"{procs.HOST}:{server.target.port}"], interval=f"{round(interval * 1000)}ms") as prom:
+    with prometheus.running(
+        [f"{procs.HOST}:{server.target.port}"], interval=f"{round(interval * 1000)}ms"
+    ) as prom:
         prom.wait_scraped(1)
         began = time.time()
 
         def plot() -> dict[str, Any]:
             time.sleep(4 * interval)  # the last samples, and a few of the server at rest
             seen = soak_plot.seen(prom, began, time.time(), interval)
-            title = (f"soak: {2 * args.max_queue} clients, SEMIF_MAX_QUEUE={args.max_queue}, "
-                     f"{args.delay_ms} ms per call, {args.seconds:g} s (Prometheus every {interval:g} s)")
-            return {"plot": str(soak_plot.draw(seen, args.plot, title)), "peaks": soak_plot.peaks(seen)}
+            title = (
+                f"soak: {2 * args.max_queue} clients, SEMIF_MAX_QUEUE={args.max_queue}, "
+                f"{args.delay_ms} ms per call, {args.seconds:g} s (Prometheus every {interval:g} s)"
+            )
+            return {
+                "plot": str(soak_plot.draw(seen, args.plot, title)),
+                "peaks": soak_plot.peaks(seen),
+            }
 
         yield plot
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    env = {**procs.stub_env(args.delay_ms, args.max_queue), **({"SEMIF_METRICS": "on"} if args.plot else {})}
+    env = {
+        **procs.stub_env(args.delay_ms, args.max_queue),
+        **({"SEMIF_METRICS": "on"} if args.plot else {}),
+    }
     with procs.semif_serve(env, procs.token()) as server, watched(server, args) as plot:
         note(f"soak: {2 * args.max_queue} clients against {server.url} for {args.seconds:g} s")
         figures = asyncio.run(soak(server.target, Process(server.process.pid), args))
         if plot is not None:
             figures["prometheus"] = plot()
-            note(f"soak: what Prometheus saw is drawn in {figures['prometheus']['plot']}: {figures['prometheus']['peaks']}")
+            note(
+                f"soak: what Prometheus saw is drawn in {figures['prometheus']['plot']}: {figures['prometheus']['peaks']}"
+            )
     return emit(verdict(figures, args.fd_slack), args.out)

@@ -34,11 +34,20 @@ def threshold() -> float:
     return float(found.group(1))
 
 
-def series(prom: prometheus.Prometheus, expr: str, span: tuple[float, float, float], origin: float,
-           label: str) -> dict[str, list[tuple[float, float]]]:
+def series(
+    prom: prometheus.Prometheus,
+    expr: str,
+    span: tuple[float, float, float],
+    origin: float,
+    label: str,
+) -> dict[str, list[tuple[float, float]]]:
     """A range query over span (start, end, step) as {legend: [(seconds since origin, value)]}."""
-    return {sample["metric"].get(label, label): [(float(t) - origin, float(v)) for t, v in sample["values"]]
-            for sample in prom.query_range(expr, *span)}
+    return {
+        sample["metric"].get(label, label): [
+            (float(t) - origin, float(v)) for t, v in sample["values"]
+        ]
+        for sample in prom.query_range(expr, *span)
+    }
 
 
 def seen(prom: prometheus.Prometheus, origin: float, end: float, interval: float) -> dict[str, Any]:
@@ -48,9 +57,16 @@ def seen(prom: prometheus.Prometheus, origin: float, end: float, interval: float
     span = (origin - 4 * interval, end, interval)
     return {
         "saturation": series(prom, SATURATION, span, origin, "instance"),
-        "scored": series(prom, f"sum(rate(semif_http_requests_total{{route=~\"/decide|/decide/shared\", status=\"200\"}}[{window}]))",
-                         span, origin, "answered 200"),
-        "refusals": series(prom, f"sum by (code) (rate(semif_refusals_total[{window}])) > 0", span, origin, "code"),
+        "scored": series(
+            prom,
+            f'sum(rate(semif_http_requests_total{{route=~"/decide|/decide/shared", status="200"}}[{window}]))',
+            span,
+            origin,
+            "answered 200",
+        ),
+        "refusals": series(
+            prom, f"sum by (code) (rate(semif_refusals_total[{window}])) > 0", span, origin, "code"
+        ),
         "window": window,
     }
 
@@ -58,9 +74,14 @@ def seen(prom: prometheus.Prometheus, origin: float, end: float, interval: float
 def peaks(figures: dict[str, Any]) -> dict[str, Any]:
     """The highest saturation and refusal rate per code Prometheus saw: the drawing's numbers, for the JSON."""
     top = [value for points in figures["saturation"].values() for _, value in points]
-    return {"saturation": max(top, default=None),
-            "refusals_per_s": {code: round(max(value for _, value in points), 1) for code, points in figures["refusals"].items()},
-            "rate_window": figures["window"]}
+    return {
+        "saturation": max(top, default=None),
+        "refusals_per_s": {
+            code: round(max(value for _, value in points), 1)
+            for code, points in figures["refusals"].items()
+        },
+        "rate_window": figures["window"],
+    }
 
 
 def draw(figures: dict[str, Any], path: Path, title: str) -> Path:
@@ -69,13 +90,21 @@ def draw(figures: dict[str, Any], path: Path, title: str) -> Path:
     for legend, points in figures["saturation"].items():
         top.plot(*zip(*points), label=f"in progress / SEMIF_MAX_QUEUE ({legend})", color="tab:blue")
     bound = threshold()
-    top.axhline(bound, color="tab:red", linestyle="--", linewidth=1, label=f"{SATURATED} threshold ({bound:g})")
+    top.axhline(
+        bound,
+        color="tab:red",
+        linestyle="--",
+        linewidth=1,
+        label=f"{SATURATED} threshold ({bound:g})",
+    )
     top.set_ylim(-0.05, 1.1)
     top.set_ylabel("queue saturation")
     top.legend(loc="lower right", fontsize=8)
     top.set_title(title, fontsize=10)
-    for legend, points in figures["scored"].items():
-        bottom.plot(*zip(*points), label="scoring requests answered 200", color="tab:green", linewidth=1.5)
+    for points in figures["scored"].values():
+        bottom.plot(
+            *zip(*points), label="scoring requests answered 200", color="tab:green", linewidth=1.5
+        )
     for code, points in sorted(figures["refusals"].items()):
         bottom.plot(*zip(*points), label=f"refused {code}", linestyle="--", linewidth=1.5)
     bottom.set_yscale("symlog", linthresh=1.0)  # a few scored per second beside hundreds refused

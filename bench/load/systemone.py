@@ -46,12 +46,25 @@ SMALL_P50_SYSTEMONE_VS_SHARED_MAX = 1.02
 def bodies() -> dict[str, tuple[str, dict[str, Any]]]:
     """The 21 speed criteria as 21 noul questions, and /decide/shared with the rows they translate to."""
     spec = datasets.load_json(datasets.SPEED21)
-    questions = {d["id"]: {"type": "noul", "instructions": d["question"], "criteria": {"true": "Yes", "false": "No"}}
-                 for d in spec["decisions"]}
+    questions = {
+        d["id"]: {
+            "type": "noul",
+            "instructions": d["question"],
+            "criteria": {"true": "Yes", "false": "No"},
+        }
+        for d in spec["decisions"]
+    }
     systemone = {"model": "jev-latest", "state": spec["state"], "questions": questions}
-    policy = translate.Policy(request_model.Limits(64, frozenset()), frozenset({"jev-latest"}), "none", None)
-    rows = [d.row for d in translate.translate(json.dumps(systemone).encode(), policy).request.decisions]
-    return {"systemone": ("/v1/systemone", systemone), "shared": ("/decide/shared", datasets.shared_body(spec["state"], rows))}
+    policy = translate.Policy(
+        request_model.Limits(64, frozenset()), frozenset({"jev-latest"}), "none", None
+    )
+    rows = [
+        d.row for d in translate.translate(json.dumps(systemone).encode(), policy).request.decisions
+    ]
+    return {
+        "systemone": ("/v1/systemone", systemone),
+        "shared": ("/decide/shared", datasets.shared_body(spec["state"], rows)),
+    }
 
 
 def alternated(rounds: int) -> list[str]:
@@ -74,16 +87,35 @@ def stub(rounds: int, seconds: int, token: str) -> dict[str, Any]:
                 run_wrk(server, path, lua, CONNECTIONS, 1, 1)  # warm-up
                 figures = run_wrk(server, path, lua, CONNECTIONS, seconds, 1)
             if figures["non_2xx"] or figures["socket_errors"]:
-                raise RuntimeError(f"{name}: {figures['non_2xx']} non-2xx, {figures['socket_errors']} socket errors")
+                raise RuntimeError(
+                    f"{name}: {figures['non_2xx']} non-2xx, {figures['socket_errors']} socket errors"
+                )
             cpu = figures["server_cpu_s"] / figures["requests"] * 1e6
             runs[name].append(cpu)
-            print(json.dumps({"section": "stub", "endpoint": name, "requests": figures["requests"], "rps": round(figures["rps"]),
-                              "cpu_us_per_request": round(cpu, 1), "wrk_cpu_s": round(figures["wrk_cpu_s"], 2),
-                              "loadavg_1m": round(os.getloadavg()[0], 2)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "section": "stub",
+                        "endpoint": name,
+                        "requests": figures["requests"],
+                        "rps": round(figures["rps"]),
+                        "cpu_us_per_request": round(cpu, 1),
+                        "wrk_cpu_s": round(figures["wrk_cpu_s"], 2),
+                        "loadavg_1m": round(os.getloadavg()[0], 2),
+                    }
+                ),
+                flush=True,
+            )
     medians = {name: statistics.median(values) for name, values in runs.items()}
     ratio = medians["systemone"] / medians["shared"]
     bound = STUB_CPU_SYSTEMONE_VS_SHARED_MAX
-    return {"runs": runs, "median_cpu_us": medians, "ratio": ratio, "target": bound, "met": ratio <= bound}
+    return {
+        "runs": runs,
+        "median_cpu_us": medians,
+        "ratio": ratio,
+        "target": bound,
+        "met": ratio <= bound,
+    }
 
 
 def small(repeats: int, threads: int, token: str) -> dict[str, Any]:
@@ -93,8 +125,12 @@ def small(repeats: int, threads: int, token: str) -> dict[str, Any]:
     made = bodies()
     times: dict[str, list[float]] = {"systemone": [], "shared": []}
     overheads: dict[str, list[float]] = {"systemone": [], "shared": []}
-    with procs.semif_serve(settings, token, ready_timeout=600.0) as server, \
-            httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=300.0) as client:
+    with (
+        procs.semif_serve(settings, token, ready_timeout=600.0) as server,
+        httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=300.0
+        ) as client,
+    ):
 
         def post(name: str) -> tuple[float, float]:
             """Wall-clock seconds of one request, and the part outside score_shared (its own timing)."""
@@ -104,9 +140,22 @@ def small(repeats: int, threads: int, token: str) -> dict[str, Any]:
             elapsed = time.perf_counter() - started
             response.raise_for_status()
             timing = response.json()["semif" if name == "systemone" else "timing"]
-            scorer = timing["timing"]["total_seconds"] if name == "systemone" else timing["total_seconds"]
-            print(json.dumps({"section": "small", "endpoint": name, "seconds": round(elapsed, 4),
-                              "outside_scorer_ms": round((elapsed - scorer) * 1e3, 2)}), flush=True)
+            scorer = (
+                timing["timing"]["total_seconds"]
+                if name == "systemone"
+                else timing["total_seconds"]
+            )
+            print(
+                json.dumps(
+                    {
+                        "section": "small",
+                        "endpoint": name,
+                        "seconds": round(elapsed, 4),
+                        "outside_scorer_ms": round((elapsed - scorer) * 1e3, 2),
+                    }
+                ),
+                flush=True,
+            )
             return elapsed, elapsed - scorer
 
         for name in ("systemone", "shared"):  # one untimed warm-up each
@@ -118,22 +167,44 @@ def small(repeats: int, threads: int, token: str) -> dict[str, Any]:
     p50 = {name: statistics.median(values) for name, values in times.items()}
     outside = {name: statistics.median(values) for name, values in overheads.items()}
     ratio, bound = p50["systemone"] / p50["shared"], SMALL_P50_SYSTEMONE_VS_SHARED_MAX
-    return {"seconds": times, "p50_s": p50, "ratio": ratio, "target": bound, "met": ratio <= bound,
-            "outside_scorer_s": overheads, "outside_scorer_p50_s": outside,
-            # What /v1/systemone adds beyond the scorer, against /decide/shared's p50: the noise-free part of the ratio.
-            "added_outside_scorer_fraction": (outside["systemone"] - outside["shared"]) / p50["shared"],
-            "spread_s": {name: [min(v), max(v)] for name, v in times.items()}, "n": repeats, "omp_num_threads": threads,
-            "loadavg_1m": round(os.getloadavg()[0], 2)}
+    return {
+        "seconds": times,
+        "p50_s": p50,
+        "ratio": ratio,
+        "target": bound,
+        "met": ratio <= bound,
+        "outside_scorer_s": overheads,
+        "outside_scorer_p50_s": outside,
+        # What /v1/systemone adds beyond the scorer, against /decide/shared's p50: the noise-free part of the ratio.
+        "added_outside_scorer_fraction": (outside["systemone"] - outside["shared"]) / p50["shared"],
+        "spread_s": {name: [min(v), max(v)] for name, v in times.items()},
+        "n": repeats,
+        "omp_num_threads": threads,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench systemone", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench systemone", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--only", choices=("stub", "small"), help="one section (default: both)")
     parser.add_argument("--rounds", type=int, default=3, help="stub: runs per endpoint (default 3)")
-    parser.add_argument("--seconds", type=int, default=3, help="stub: whole seconds per wrk run (default 3)")
-    parser.add_argument("--repeats", type=int, default=7, help="small: timed requests per endpoint (default 7, at least 5)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="small: OMP_NUM_THREADS for the server (default 1: two threads compete on a shared 2-core machine)")
+    parser.add_argument(
+        "--seconds", type=int, default=3, help="stub: whole seconds per wrk run (default 3)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=7,
+        help="small: timed requests per endpoint (default 7, at least 5)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="small: OMP_NUM_THREADS for the server (default 1: two threads compete on a shared 2-core machine)",
+    )
     parser.add_argument("--out", type=Path, help="write the summary here as JSON")
     args = parser.parse_args(argv)
     if args.repeats < 5:
@@ -145,11 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "small"):
         result["small"] = small(args.repeats, args.threads, token)
     for section, figures in result.items():
-        print(f"{section}: /v1/systemone / /decide/shared = {figures['ratio']:.3f} (target <= {figures['target']}): "
-              f"{'met' if figures['met'] else 'NOT met'}")
+        print(
+            f"{section}: /v1/systemone / /decide/shared = {figures['ratio']:.3f} (target <= {figures['target']}): "
+            f"{'met' if figures['met'] else 'NOT met'}"
+        )
     if "small" in result:
-        print(f"small: outside the scorer, /v1/systemone adds {result['small']['added_outside_scorer_fraction']:+.4%} "
-              "of /decide/shared's p50")
+        print(
+            f"small: outside the scorer, /v1/systemone adds {result['small']['added_outside_scorer_fraction']:+.4%} "
+            "of /decide/shared's p50"
+        )
     if args.out is not None:
         write_json(args.out, result)
     return 0

@@ -53,16 +53,27 @@ def sixteen_options() -> datasets.Row:
     """A 16-option row (SemIf's maximum), built from the first row's state."""
     base = datasets.rows()[0]
     options = [{"id": f"o{k:02d}", "description": f"Option number {k}"} for k in range(16)]
-    return {"id": "sixteen", "state": base["state"], "question": "Which option fits best?", "options": options}
+    return {
+        "id": "sixteen",
+        "state": base["state"],
+        "question": "Which option fits best?",
+        "options": options,
+    }
 
 
 def requests() -> dict[str, tuple[str, str, Any]]:
     """Each cell's method, path and JSON body, built from bench/data (`python -m bench server-cpu` sends them too)."""
     spec = datasets.load_json(datasets.SPEED21)
-    return {"health": ("GET", "/health", None),
-            "decide-2": ("POST", "/decide", datasets.first_with(2)),
-            "decide-16": ("POST", "/decide", sixteen_options()),
-            "shared-21": ("POST", "/decide/shared", datasets.shared_body(spec["state"], spec["decisions"]))}
+    return {
+        "health": ("GET", "/health", None),
+        "decide-2": ("POST", "/decide", datasets.first_with(2)),
+        "decide-16": ("POST", "/decide", sixteen_options()),
+        "shared-21": (
+            "POST",
+            "/decide/shared",
+            datasets.shared_body(spec["state"], spec["decisions"]),
+        ),
+    }
 
 
 def script(method: str, body: Any, token: str) -> str:
@@ -71,9 +82,11 @@ def script(method: str, body: Any, token: str) -> str:
         return 'wrk.method = "GET"\n'
     text = json.dumps(body)
     assert "]==]" not in text
-    return (f'wrk.method = "{method}"\nwrk.body = [==[{text}]==]\n'
-            'wrk.headers["Content-Type"] = "application/json"\n'
-            f'wrk.headers["Authorization"] = "Bearer {token}"\n')
+    return (
+        f'wrk.method = "{method}"\nwrk.body = [==[{text}]==]\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f'wrk.headers["Authorization"] = "Bearer {token}"\n'
+    )
 
 
 def _ms(text: str) -> float:
@@ -86,12 +99,18 @@ def parse(output: str) -> dict[str, Any]:
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
     latency = {q: _ms(v) for q, v in re.findall(r"^\s+(50|99)%\s+(\S+)$", output, re.M)}
     non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
-    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
+    errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
+    )
     done = re.search(r"^\s*(\d+) requests in ", output, re.M)
-    return {"rps": rps, "p50_ms": latency.get("50"), "p99_ms": latency.get("99"),
-            "non_2xx": int(non2xx.group(1)) if non2xx else 0,
-            "socket_errors": sum(map(int, errors.groups())) if errors else 0,
-            "requests": int(done.group(1)) if done else 0}
+    return {
+        "rps": rps,
+        "p50_ms": latency.get("50"),
+        "p99_ms": latency.get("99"),
+        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+        "socket_errors": sum(map(int, errors.groups())) if errors else 0,
+        "requests": int(done.group(1)) if done else 0,
+    }
 
 
 def _children_cpu() -> float:
@@ -100,13 +119,27 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_wrk(server: procs.Running, path: str, lua: Path, conns: int, duration: int, threads: int) -> dict[str, Any]:
+def run_wrk(
+    server: procs.Running, path: str, lua: Path, conns: int, duration: int, threads: int
+) -> dict[str, Any]:
     """One wrk run against `server`, with the CPU the server and wrk spent on it."""
-    argv = ["wrk", f"-t{min(threads, conns)}", f"-c{conns}", f"-d{duration:g}s", "--latency", "-s", str(lua),
-            server.url + path]
+    argv = [
+        "wrk",
+        f"-t{min(threads, conns)}",
+        f"-c{conns}",
+        f"-d{duration:g}s",
+        "--latency",
+        "-s",
+        str(lua),
+        server.url + path,
+    ]
     server_before, wrk_before, started = server.cpu_seconds(), _children_cpu(), time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 30, check=False)
-    wall, wrk_cpu, server_cpu = time.monotonic() - started, _children_cpu() - wrk_before, server.cpu_seconds() - server_before
+    wall, wrk_cpu, server_cpu = (
+        time.monotonic() - started,
+        _children_cpu() - wrk_before,
+        server.cpu_seconds() - server_before,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr[-500:]}")
     return {**parse(done.stdout), "server_cpu_s": server_cpu, "wrk_cpu_s": wrk_cpu, "wall_s": wall}
@@ -122,23 +155,43 @@ def measure(args: argparse.Namespace, token: str) -> dict[str, Any]:
             lua.write_text(script(method, body, token))
             for conns in args.concurrency:
                 key = f"{endpoint}@{conns}"
-                note(f"wrk: {key}, {args.rounds} rounds x {args.duration:g} s on each of {len(SERVERS)} servers")
+                note(
+                    f"wrk: {key}, {args.rounds} rounds x {args.duration:g} s on each of {len(SERVERS)} servers"
+                )
                 cells[key] = {name: [] for name in SERVERS}
                 for index in range(args.rounds):
                     for name in SERVERS if index % 2 == 0 else SERVERS[::-1]:
-                        cells[key][name].append(run_wrk(servers[name], path, lua, conns, args.duration, args.threads))
+                        cells[key][name].append(
+                            run_wrk(servers[name], path, lua, conns, args.duration, args.threads)
+                        )
     # Each run's own figures stay in the JSON beside the summary, so a report can be recomputed.
     return {"cells": {key: {**summarise(rounds), "runs": rounds} for key, rounds in cells.items()}}
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench wrk", description=__doc__.splitlines()[0])
-    p.add_argument("--duration", type=int, default=2, help="whole seconds per server per round, as wrk takes them (default 2)")
-    p.add_argument("--rounds", type=int, default=3, help="rounds per cell, order reversed each (default 3)")
-    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
-    p.add_argument("--threads", type=int, default=1, help="wrk threads (default 1: the other core is the server's)")
+    p.add_argument(
+        "--duration",
+        type=int,
+        default=2,
+        help="whole seconds per server per round, as wrk takes them (default 2)",
+    )
+    p.add_argument(
+        "--rounds", type=int, default=3, help="rounds per cell, order reversed each (default 3)"
+    )
+    p.add_argument(
+        "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32]
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="wrk threads (default 1: the other core is the server's)",
+    )
     p.add_argument("--out", type=Path, default=HERE / "results" / "wrk.json")
-    p.add_argument("--md", type=Path, default=HERE / "RESULTS.md", help="its `wrk` section is replaced")
+    p.add_argument(
+        "--md", type=Path, default=HERE / "RESULTS.md", help="its `wrk` section is replaced"
+    )
     return p
 
 
@@ -149,10 +202,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     version = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
     uvicorn, ours = peers.uvicorn_stack(), peers.ours_stack()
-    result = {"machine": machine(), "uvicorn": uvicorn, "ours": ours, "stacks": peers.stacks(peers.VARIANTS, uvicorn, ours),
-              "rounds": args.rounds, "duration_s": args.duration,
-              "threads": args.threads, "wrk_version": (version.stdout + version.stderr).split()[1] if version.stdout + version.stderr else "?",
-              **measure(args, procs.token())}
+    result = {
+        "machine": machine(),
+        "uvicorn": uvicorn,
+        "ours": ours,
+        "stacks": peers.stacks(peers.VARIANTS, uvicorn, ours),
+        "rounds": args.rounds,
+        "duration_s": args.duration,
+        "threads": args.threads,
+        "wrk_version": (version.stdout + version.stderr).split()[1]
+        if version.stdout + version.stderr
+        else "?",
+        **measure(args, procs.token()),
+    }
     result["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     write_json(args.out, result)
     text = markdown(result)

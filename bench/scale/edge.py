@@ -24,14 +24,13 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
-
-from deploy.nginx.render import Edge, render
 
 from bench.common import procs
 from bench.common.loadgen import Target
+from deploy.nginx.render import Edge, render
 
 NGINX_ENV = "SEMIF_NGINX"  # path of the nginx binary, when it is not on PATH
 UNPRIVILEGED = "nobody"
@@ -67,7 +66,8 @@ class Replica:
         """Start and wait until /health answers 200."""
         assert self.running is None, "already running"
         self.running = self._stack.enter_context(
-            procs.running(procs.semif_argv(), self.env, self.port, self.token, log_dir=self.log_dir))
+            procs.running(procs.semif_argv(), self.env, self.port, self.token, log_dir=self.log_dir)
+        )
 
     def stop(self) -> None:
         """SIGTERM (drain) and wait for the exit; a no-op when it is not running."""
@@ -139,32 +139,53 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path, time
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"nginx exited with {process.returncode}:\n{log.read_text(errors='replace')[-2000:]}")
-        with contextlib.suppress(OSError), socket.create_connection((procs.HOST, port), timeout=1.0):
+            raise RuntimeError(
+                f"nginx exited with {process.returncode}:\n{log.read_text(errors='replace')[-2000:]}"
+            )
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection((procs.HOST, port), timeout=1.0),
+        ):
             return
         time.sleep(0.05)
     raise RuntimeError(f"nginx not listening within {timeout:.0f} s")
 
 
 @contextlib.contextmanager
-def nginx(replicas: list[Replica], token: str, workers: int = 1, max_body_bytes: int | None = None,
-          ready_timeout: float = 10.0) -> Iterator[Nginx]:
+def nginx(
+    replicas: list[Replica],
+    token: str,
+    workers: int = 1,
+    max_body_bytes: int | None = None,
+    ready_timeout: float = 10.0,
+) -> Iterator[Nginx]:
     """nginx in the foreground in front of `replicas`, stopped (SIGTERM, then SIGKILL) on exit."""
     binary = nginx_binary()
     if binary is None:
         raise FileNotFoundError(f"nginx not found (apt-get install nginx, or set {NGINX_ENV})")
     run_dir = _run_dir()
     port = procs.free_port()
-    edge = Edge(f"{procs.HOST}:{port}", tuple(r.address for r in replicas), run_dir, workers=str(workers),
-                **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
+    edge = Edge(
+        f"{procs.HOST}:{port}",
+        tuple(r.address for r in replicas),
+        run_dir,
+        workers=str(workers),
+        **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}),
+    )
     conf = run_dir / "nginx.conf"
     conf.write_text(render(edge))
     stderr = run_dir / "stderr.log"
     argv = [binary, "-p", str(run_dir), "-c", str(conf), "-e", str(stderr), "-g", "daemon off;"]
     try:
         with open(stderr, "ab") as sink:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                       start_new_session=True, **_drop_privileges())  # type: ignore[call-overload]
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **_drop_privileges(),
+            )  # type: ignore[call-overload]
         try:
             _wait_listening(port, process, stderr, ready_timeout)
             yield Nginx(Target(procs.HOST, port, token), run_dir, process)
@@ -208,7 +229,9 @@ class Logged:
 
 def _listed(text: str) -> tuple[str, ...]:
     """nginx's list of tries: ", " between replicas, " : " between upstream groups; "-" for none."""
-    return tuple(part.strip() for part in re.split(r"[,:]\s(?=\S)", text) if part.strip() not in ("", "-"))
+    return tuple(
+        part.strip() for part in re.split(r"[,:]\s(?=\S)", text) if part.strip() not in ("", "-")
+    )
 
 
 def parse_log(lines: list[str]) -> list[Logged]:
@@ -218,5 +241,7 @@ def parse_log(lines: list[str]) -> list[Logged]:
         found = _UPSTREAM.search(line)
         if found:
             _time, request_id, _method, _uri, status = line.split(" ", 5)[:5]
-            logged.append(Logged(request_id, int(status), _listed(found.group(1)), _listed(found.group(2))))
+            logged.append(
+                Logged(request_id, int(status), _listed(found.group(1)), _listed(found.group(2)))
+            )
     return logged

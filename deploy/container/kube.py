@@ -41,8 +41,17 @@ GPU_ONLY_ENV = ("SEMIF_VRAM_CAP_GIB",)
 # (GPU count and scheduler requests do not); podman has no preStop, so `lifecycle` only
 # shortens the stop timeout (stop_timeout).
 POD_FIELDS = {"terminationGracePeriodSeconds", "securityContext", "containers", "volumes"}
-CONTAINER_FIELDS = {"ports", "env", "resources", "securityContext", "volumeMounts", "startupProbe",
-                    "readinessProbe", "livenessProbe", "lifecycle"}
+CONTAINER_FIELDS = {
+    "ports",
+    "env",
+    "resources",
+    "securityContext",
+    "volumeMounts",
+    "startupProbe",
+    "readinessProbe",
+    "livenessProbe",
+    "lifecycle",
+}
 
 
 def load(path: Path = DEPLOYMENT) -> dict[str, Any]:
@@ -62,7 +71,9 @@ def checked(pod: dict[str, Any]) -> dict[str, Any]:
 def _known(section: dict[str, Any], fields: set[str], where: str) -> None:
     unknown = set(section) - fields - set(NOT_MIRRORED)
     if unknown:
-        raise ValueError(f"deployment.yaml {where} sets {sorted(unknown)}, which deploy/container/kube.py does not mirror")
+        raise ValueError(
+            f"deployment.yaml {where} sets {sorted(unknown)}, which deploy/container/kube.py does not mirror"
+        )
 
 
 def _container(pod: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +96,11 @@ def user_flags(pod: dict[str, Any]) -> list[str]:
     if not pod_security.get("runAsNonRoot") or pod_security["runAsUser"] == 0:
         raise ValueError("deployment.yaml must run as a non-root uid")
     security = _container(pod)["securityContext"]
-    _known(security, {"allowPrivilegeEscalation", "readOnlyRootFilesystem", "capabilities"}, "container securityContext")
+    _known(
+        security,
+        {"allowPrivilegeEscalation", "readOnlyRootFilesystem", "capabilities"},
+        "container securityContext",
+    )
     flags = ["--user", f"{pod_security['runAsUser']}:{pod_security['runAsGroup']}"]
     if security.get("allowPrivilegeEscalation") is False:
         flags += ["--security-opt", "no-new-privileges"]
@@ -135,7 +150,9 @@ def env_flags(pod: dict[str, Any], cpu: bool) -> list[str]:
 def stop_timeout(pod: dict[str, Any]) -> int:
     """Seconds podman waits after SIGTERM: the kubelet's grace counts from the start of
     preStop, and podman sends SIGTERM at once."""
-    pre_stop = _container(pod).get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+    pre_stop = (
+        _container(pod).get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+    )
     return int(pod["terminationGracePeriodSeconds"]) - int(pre_stop)
 
 
@@ -147,15 +164,23 @@ def flags(pod: dict[str, Any], models: Path, publish: str | None, cpu: bool) -> 
     ports = [] if publish is None else [f"--publish={publish}:{container_port(pod, 'http')}"]
     memory = container.get("resources", {}).get("limits", {}).get("memory")
     limits = [] if memory is None else ["--memory", memory.removesuffix("i").lower()]
-    return (user_flags(pod) + mount_flags(pod, models) + env_flags(pod, cpu) + ports + limits
-            + ["--stop-timeout", str(stop_timeout(pod))])
+    return (
+        user_flags(pod)
+        + mount_flags(pod, models)
+        + env_flags(pod, cpu)
+        + ports
+        + limits
+        + ["--stop-timeout", str(stop_timeout(pod))]
+    )
 
 
 def health_path(pod: dict[str, Any]) -> tuple[str, int]:
     """The one (path, port) every httpGet probe asks."""
-    targets = {(probe["httpGet"]["path"], container_port(pod, probe["httpGet"]["port"]))
-               for name in ("startupProbe", "readinessProbe", "livenessProbe")
-               if "httpGet" in (probe := _container(pod).get(name, {}))}
+    targets = {
+        (probe["httpGet"]["path"], container_port(pod, probe["httpGet"]["port"]))
+        for name in ("startupProbe", "readinessProbe", "livenessProbe")
+        if "httpGet" in (probe := _container(pod).get(name, {}))
+    }
     (target,) = targets
     return target
 
@@ -166,12 +191,18 @@ def liveness(pod: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.container.kube", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m deploy.container.kube", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="what", required=True)
     run = sub.add_parser("flags", help="podman run arguments")
-    run.add_argument("--models", type=Path, required=True, help="host directory for the models volume")
+    run.add_argument(
+        "--models", type=Path, required=True, help="host directory for the models volume"
+    )
     run.add_argument("--publish", help="host address:port to publish the container port on")
-    run.add_argument("--cpu", action="store_true", help="leave out settings that apply only to CUDA")
+    run.add_argument(
+        "--cpu", action="store_true", help="leave out settings that apply only to CUDA"
+    )
     sub.add_parser("health-path", help="path and port of the httpGet probes")
     sub.add_parser("metrics-port", help="the container port named metrics (SEMIF_METRICS_PORT)")
     sub.add_parser("liveness", help="the liveness probe's command")

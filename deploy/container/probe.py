@@ -22,9 +22,16 @@ from pathlib import Path
 from typing import Any
 
 # The tiny model's parity request (tests/models/test_tiny_served.py asks the same row).
-ROW = {"id": "t1", "state": {"ticket": "printer on fire", "floor": 3}, "question": "Is this urgent?",
-       "options": [{"id": "yes", "description": "Yes, urgent"}, {"id": "no", "description": "No"},
-                   {"id": "later", "description": "It can wait a day"}]}
+ROW = {
+    "id": "t1",
+    "state": {"ticket": "printer on fire", "floor": 3},
+    "question": "Is this urgent?",
+    "options": [
+        {"id": "yes", "description": "Yes, urgent"},
+        {"id": "no", "description": "No"},
+        {"id": "later", "description": "It can wait a day"},
+    ],
+}
 PARITY_FIELDS = ("option_ids", "option_logits", "prompt_sha256")
 TOOLS = ("gcc", "cc", "c++", "g++", "clang", "make", "git")
 
@@ -53,14 +60,21 @@ def wait(url: str, seconds: float) -> None:
         if last == 200:
             return
         time.sleep(0.5)
-    raise Failed(f"GET {url} did not answer 200 within {seconds:.0f} s (last: {last or 'no answer'})")
+    raise Failed(
+        f"GET {url} did not answer 200 within {seconds:.0f} s (last: {last or 'no answer'})"
+    )
 
 
 def decide(base: str, out: Path | None) -> None:
     """POST /decide with the token from SEMIF_API_TOKEN answers 200; the body goes to out."""
     body = json.dumps(ROW).encode()
-    headers = {"authorization": "Bearer " + os.environ["SEMIF_API_TOKEN"], "content-type": "application/json"}
-    request = urllib.request.Request(base.rstrip("/") + "/decide", data=body, headers=headers, method="POST")
+    headers = {
+        "authorization": "Bearer " + os.environ["SEMIF_API_TOKEN"],
+        "content-type": "application/json",
+    }
+    request = urllib.request.Request(
+        base.rstrip("/") + "/decide", data=body, headers=headers, method="POST"
+    )
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             answer = response.read()
@@ -109,7 +123,9 @@ def confined(uid: int, read_only: list[Path], writable: Path) -> None:
             probe.write_text("x")
         except OSError as error:
             if error.errno != errno.EROFS:
-                raise Failed(f"writing under {directory} failed with {error!r}, not EROFS") from None
+                raise Failed(
+                    f"writing under {directory} failed with {error!r}, not EROFS"
+                ) from None
         else:
             probe.unlink()
             raise Failed(f"{directory} is writable")
@@ -122,8 +138,13 @@ def confined(uid: int, read_only: list[Path], writable: Path) -> None:
 def minimal() -> None:
     """No compiler, no git, no pip cache and no stray wheel in the image."""
     found = [tool for tool in TOOLS if shutil.which(tool) or Path("/usr/bin", tool).exists()]
-    caches = [str(p) for root in ("/root", "/home", "/tmp", "/opt") if Path(root).is_dir()
-              for p in Path(root).rglob("*") if (p.name == "pip" and p.parent.name == ".cache") or p.suffix == ".whl"]
+    caches = [
+        str(p)
+        for root in ("/root", "/home", "/tmp", "/opt")
+        if Path(root).is_dir()
+        for p in Path(root).rglob("*")
+        if (p.name == "pip" and p.parent.name == ".cache") or p.suffix == ".whl"
+    ]
     if found or caches:
         raise Failed(f"the runtime image holds {found + caches}")
     print(f"no {', '.join(TOOLS)}; no pip cache or wheel")

@@ -46,7 +46,10 @@ class Edge:
 
 def server_lines(replicas: tuple[str, ...]) -> str:
     """Primaries with passive failure detection, then the same replicas as never-down backups."""
-    primaries = [f"        server {r} max_fails={MAX_FAILS} fail_timeout={FAIL_TIMEOUT_S}s;" for r in replicas]
+    primaries = [
+        f"        server {r} max_fails={MAX_FAILS} fail_timeout={FAIL_TIMEOUT_S}s;"
+        for r in replicas
+    ]
     backups = [f"        server {r} backup max_fails=0;" for r in replicas]
     return "\n".join(primaries + backups)
 
@@ -66,11 +69,19 @@ def render(edge: Edge, template: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.nginx.render", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m deploy.nginx.render", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--listen", default="127.0.0.1:8080", help="address:port nginx listens on")
-    parser.add_argument("--replica", action="append", required=True, help="host:port of one replica (repeat)")
-    parser.add_argument("--run-dir", type=Path, required=True, help="pid, logs and temp files (writable by nginx)")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="= SEMIF_MAX_BODY_BYTES")
+    parser.add_argument(
+        "--replica", action="append", required=True, help="host:port of one replica (repeat)"
+    )
+    parser.add_argument(
+        "--run-dir", type=Path, required=True, help="pid, logs and temp files (writable by nginx)"
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="= SEMIF_MAX_BODY_BYTES"
+    )
     parser.add_argument("--workers", default="auto", help="worker_processes (default auto)")
     args = parser.parse_args(argv)
     edge = Edge(args.listen, tuple(args.replica), args.run_dir, args.max_body_bytes, args.workers)

@@ -81,16 +81,24 @@ def locate_gguf(distribution: str | None = None) -> Path:
     try:
         dist = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
-        raise BuildError(f"the wheel {distribution} is not installed; install it with: {INSTALL}") from None
+        raise BuildError(
+            f"the wheel {distribution} is not installed; install it with: {INSTALL}"
+        ) from None
     if dist.version != DISTRIBUTION_VERSION:
-        raise BuildError(f"{distribution} {dist.version} is installed, this builder needs {DISTRIBUTION_VERSION}: {INSTALL}")
+        raise BuildError(
+            f"{distribution} {dist.version} is installed, this builder needs {DISTRIBUTION_VERSION}: {INSTALL}"
+        )
     for member in dist.files or ():
         if str(member) == GGUF_MEMBER:
             path = Path(str(dist.locate_file(member)))
             if not path.is_file():
-                raise BuildError(f"{path} is missing from the installed {distribution}; reinstall: {INSTALL} --force-reinstall")
+                raise BuildError(
+                    f"{path} is missing from the installed {distribution}; reinstall: {INSTALL} --force-reinstall"
+                )
             return path
-    raise BuildError(f"{distribution} {dist.version} does not list {GGUF_MEMBER}; reinstall: {INSTALL} --force-reinstall")
+    raise BuildError(
+        f"{distribution} {dist.version} does not list {GGUF_MEMBER}; reinstall: {INSTALL} --force-reinstall"
+    )
 
 
 def sha256_of(path: Path) -> str:
@@ -109,8 +117,10 @@ def check_gguf(path: Path) -> str:
         raise BuildError(f"cannot read {path}: {error.strerror or error}") from None
     if digest != GGUF_SHA256:
         size = path.stat().st_size
-        raise BuildError(f"{path} is corrupt or truncated ({size} bytes, sha256 {digest[:16]}..., expected "
-                         f"{GGUF_SHA256[:16]}...); reinstall: {INSTALL} --force-reinstall")
+        raise BuildError(
+            f"{path} is corrupt or truncated ({size} bytes, sha256 {digest[:16]}..., expected "
+            f"{GGUF_SHA256[:16]}...); reinstall: {INSTALL} --force-reinstall"
+        )
     return digest
 
 
@@ -118,7 +128,9 @@ def _require_extra() -> None:
     """The conversion's dependencies live in the `model` extra, never in the server's."""
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
-        raise BuildError(f"converting the GGUF needs {' and '.join(missing)}: pip install -e '.[model]'")
+        raise BuildError(
+            f"converting the GGUF needs {' and '.join(missing)}: pip install -e '.[model]'"
+        )
 
 
 def _fix_special_tokens(tokenizer: Any, config: Any) -> None:
@@ -146,9 +158,13 @@ def convert(gguf: Path) -> dict[str, bytes]:
         # local_files_only is recorded in tokenizer_config.json: fixed, so the bytes never depend on the environment.
         common = {"gguf_file": gguf.name, "local_files_only": True}
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **common)
-        quantised = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **common)
+        quantised = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), dtype=torch.float32, **common
+        )
     except Exception as error:  # noqa: BLE001 - any parse failure of the file is one line for the user
-        raise BuildError(f"cannot convert {gguf}: {type(error).__name__}: {error}".splitlines()[0]) from None
+        raise BuildError(
+            f"cannot convert {gguf}: {type(error).__name__}: {error}".splitlines()[0]
+        ) from None
     config = quantised.config
     del config.quantization_config  # save_pretrained refuses a model marked GGUF-quantised
     model = type(quantised)(config).eval()
@@ -161,7 +177,9 @@ def convert(gguf: Path) -> dict[str, bytes]:
         tokenizer.save_pretrained(scratch)
         files = {path.name: path.read_bytes() for path in Path(scratch).iterdir()}
     if sorted(files) != list(SNAPSHOT_FILES):
-        raise RuntimeError(f"unexpected snapshot files {sorted(files)}; expected {list(SNAPSHOT_FILES)}")
+        raise RuntimeError(
+            f"unexpected snapshot files {sorted(files)}; expected {list(SNAPSHOT_FILES)}"
+        )
     return files
 
 
@@ -192,7 +210,9 @@ def _remember(out: Path, digest: str, revision: str) -> None:
     marker = _marker(out, digest)
     marker.parent.mkdir(parents=True, exist_ok=True)
     staging = marker.with_name(marker.name + ".tmp")
-    staging.write_text(json.dumps({"repo_id": REPO_ID, "revision": revision, "gguf_sha256": digest}))
+    staging.write_text(
+        json.dumps({"repo_id": REPO_ID, "revision": revision, "gguf_sha256": digest})
+    )
     os.replace(staging, marker)
 
 
@@ -203,7 +223,10 @@ def build(out: Path | None = None, gguf: Path | None = None) -> dict[str, str]:
     digest = check_gguf(source)
     found = _built_before(out, digest)
     if found is not None:
-        print(f"small-model: snapshot {found['SEMIF_REVISION']} already built from this GGUF", file=sys.stderr)
+        print(
+            f"small-model: snapshot {found['SEMIF_REVISION']} already built from this GGUF",
+            file=sys.stderr,
+        )
         return found
     print(f"small-model: converting {source} (about a minute)", file=sys.stderr)
     try:
@@ -211,17 +234,29 @@ def build(out: Path | None = None, gguf: Path | None = None) -> dict[str, str]:
         _remember(out, digest, settings["SEMIF_REVISION"])
     except OSError as error:  # ENOSPC, EACCES, ...: nothing half-written is left where it is read
         where = f" ({error.filename})" if error.filename else ""
-        raise BuildError(f"cannot write the snapshot under {out}: {error.strerror or error}{where}") from None
+        raise BuildError(
+            f"cannot write the snapshot under {out}: {error.strerror or error}{where}"
+        ) from None
     return settings
 
 
 def main(argv: list[str] | None = None) -> int:
     """`small-model [--out DIR]`: build, then print the settings as KEY=VALUE lines."""
     parser = argparse.ArgumentParser(prog="small-model", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help=f"HF_HOME to build into (default ${HOME_ENV}, else {default_out()})")
-    parser.add_argument("--gguf", type=Path, default=None, metavar="FILE",
-                        help=f"convert this copy of {GGUF_NAME} instead of the installed wheel's (same sha256)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"HF_HOME to build into (default ${HOME_ENV}, else {default_out()})",
+    )
+    parser.add_argument(
+        "--gguf",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"convert this copy of {GGUF_NAME} instead of the installed wheel's (same sha256)",
+    )
     args = parser.parse_args(argv)
     try:
         settings = build(args.out, args.gguf)

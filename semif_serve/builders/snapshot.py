@@ -26,8 +26,29 @@ from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils.sha import git_hash
 
 # What the hub's default .gitattributes stores in LFS, plus anything over its 10 MB git limit.
-LFS_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".onnx", ".msgpack", ".model",
-                          ".gguf", ".npy", ".npz", ".pkl", ".ot", ".tflite", ".zip", ".gz", ".tar", ".parquet"})
+LFS_SUFFIXES = frozenset(
+    {
+        ".safetensors",
+        ".bin",
+        ".pt",
+        ".pth",
+        ".ckpt",
+        ".h5",
+        ".onnx",
+        ".msgpack",
+        ".model",
+        ".gguf",
+        ".npy",
+        ".npz",
+        ".pkl",
+        ".ot",
+        ".tflite",
+        ".zip",
+        ".gz",
+        ".tar",
+        ".parquet",
+    }
+)
 GIT_MAX_BYTES = 10 * 1024 * 1024
 
 
@@ -60,8 +81,12 @@ def matches(snapshot: Path, files: dict[str, bytes]) -> bool:
     """True when the snapshot holds exactly these files, each a link to its own blob with these bytes."""
     if not snapshot.is_dir():
         return False
-    present = sorted(str(path.relative_to(snapshot)) for path in snapshot.rglob("*") if not path.is_dir())
-    return present == sorted(files) and all(_holds(snapshot, name, data) for name, data in files.items())
+    present = sorted(
+        str(path.relative_to(snapshot)) for path in snapshot.rglob("*") if not path.is_dir()
+    )
+    return present == sorted(files) and all(
+        _holds(snapshot, name, data) for name, data in files.items()
+    )
 
 
 def _holds(snapshot: Path, name: str, data: bytes) -> bool:

@@ -208,10 +208,14 @@ def build_tokenizer() -> PreTrainedTokenizerBase:
     )
     tokenizer.add_special_tokens({"additional_special_tokens": [IM_START, IM_END, *VISION_TOKENS]})
     # As in Qwen3: the think markers are single tokens but not special.
-    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in THINK_TOKENS])
+    tokenizer.add_tokens(
+        [AddedToken(token, special=False, normalized=False) for token in THINK_TOKENS]
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     if len(tokenizer) > VOCAB_SIZE:
-        raise ValueError(f"Tokenizer has {len(tokenizer)} tokens, more than VOCAB_SIZE {VOCAB_SIZE}")
+        raise ValueError(
+            f"Tokenizer has {len(tokenizer)} tokens, more than VOCAB_SIZE {VOCAB_SIZE}"
+        )
     return tokenizer
 
 
@@ -255,9 +259,15 @@ def _weights(model: Qwen3_5ForCausalLM) -> bytes:
     from safetensors.torch import save
 
     def production_key(name: str) -> str:
-        return "model.language_model." + name.removeprefix("model.") if name.startswith("model.") else name
+        return (
+            "model.language_model." + name.removeprefix("model.")
+            if name.startswith("model.")
+            else name
+        )
 
-    tensors = {production_key(name): tensor.contiguous() for name, tensor in model.state_dict().items()}
+    tensors = {
+        production_key(name): tensor.contiguous() for name, tensor in model.state_dict().items()
+    }
     return save(tensors, metadata={"format": "pt"})
 
 
@@ -272,7 +282,9 @@ def render_files() -> dict[str, bytes]:
         files = {path.name: path.read_bytes() for path in Path(scratch).iterdir()}
     files["model.safetensors"] = _weights(model)
     if sorted(files) != list(SNAPSHOT_FILES):
-        raise RuntimeError(f"Unexpected snapshot files {sorted(files)}; expected {list(SNAPSHOT_FILES)}")
+        raise RuntimeError(
+            f"Unexpected snapshot files {sorted(files)}; expected {list(SNAPSHOT_FILES)}"
+        )
     return files
 
 
@@ -285,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     """`tiny-model [--out DIR]`: build, then print the settings as KEY=VALUE lines."""
     parser = argparse.ArgumentParser(prog="tiny-model", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help=f"HF_HOME to build into (default {DEFAULT_OUT})"
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help=f"HF_HOME to build into (default {DEFAULT_OUT})",
     )
     args = parser.parse_args(argv)
     for key, value in build(args.out).items():

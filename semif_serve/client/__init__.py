@@ -20,6 +20,20 @@ from .results import Averaged, Calibrated, Combined, Decided, Health, Result, Sh
 from .retry import RetryPolicy
 
 __all__ = [
-    "ApiError", "AsyncClient", "Averaged", "Calibrated", "Client", "Combined", "DeadlineExceeded", "Decided",
-    "Health", "Question", "Result", "RetryPolicy", "SemifError", "Shared", "Timing", "TransportError",
+    "ApiError",
+    "AsyncClient",
+    "Averaged",
+    "Calibrated",
+    "Client",
+    "Combined",
+    "DeadlineExceeded",
+    "Decided",
+    "Health",
+    "Question",
+    "Result",
+    "RetryPolicy",
+    "SemifError",
+    "Shared",
+    "Timing",
+    "TransportError",
 ]

@@ -19,7 +19,8 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .clients import TOKEN_ENV, Client
 from .errors import SemifError
@@ -59,20 +60,41 @@ def seconds(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    parse = argparse.ArgumentParser(prog="semif-serve ask", description="Ask semif-serve one typed decision. "
-                                    f"The bearer token is read from {TOKEN_ENV}.")
+    parse = argparse.ArgumentParser(
+        prog="semif-serve ask",
+        description="Ask semif-serve one typed decision. "
+        f"The bearer token is read from {TOKEN_ENV}.",
+    )
     parse.add_argument("--url", default=DEFAULT_URL, help=f"the server (default {DEFAULT_URL})")
-    parse.add_argument("--state", required=True, type=state,
-                       help="a JSON object or array, or else plain text sent as a string")
+    parse.add_argument(
+        "--state",
+        required=True,
+        type=state,
+        help="a JSON object or array, or else plain text sent as a string",
+    )
     parse.add_argument("--question", required=True)
-    parse.add_argument("--option", dest="options", action="append", type=option, required=True,
-                       metavar="ID=DESCRIPTION", help="one option; repeat for each (2..16)")
-    parse.add_argument("--orderings", choices=("none", "rotations", "all", "prior"),
-                       help="order averaging, or prior: one row debiased by the workload's position prior")
+    parse.add_argument(
+        "--option",
+        dest="options",
+        action="append",
+        type=option,
+        required=True,
+        metavar="ID=DESCRIPTION",
+        help="one option; repeat for each (2..16)",
+    )
+    parse.add_argument(
+        "--orderings",
+        choices=("none", "rotations", "all", "prior"),
+        help="order averaging, or prior: one row debiased by the workload's position prior",
+    )
     parse.add_argument("--workload", help="a calibrated workload the server knows")
     parse.add_argument("--id", default="ask", help="the decision id (default: ask)")
-    parse.add_argument("--deadline", type=seconds, default=30.0, help="seconds for the call, retries included")
-    parse.add_argument("--json", action="store_true", help="print the server's JSON instead of a table")
+    parse.add_argument(
+        "--deadline", type=seconds, default=30.0, help="seconds for the call, retries included"
+    )
+    parse.add_argument(
+        "--json", action="store_true", help="print the server's JSON instead of a table"
+    )
     return parse
 
 
@@ -89,15 +111,19 @@ def table(result: Decided) -> str:
     calibrated = combined.calibrated if combined is not None else plain.calibrated
     rows = [("option", "probability", "calibrated", "combined", "agreement")]
     for index, option_id in enumerate(result.option_ids):
-        rows.append((
-            option_id,
-            _number(plain.probability(option_id)),
-            _number(calibrated.probabilities[index]) if calibrated else "-",
-            _number(combined.probabilities[index]) if combined else "-",
-            _number(combined.agreement) if combined and combined.top == option_id else "-",
-        ))
+        rows.append(
+            (
+                option_id,
+                _number(plain.probability(option_id)),
+                _number(calibrated.probabilities[index]) if calibrated else "-",
+                _number(combined.probabilities[index]) if combined else "-",
+                _number(combined.agreement) if combined and combined.top == option_id else "-",
+            )
+        )
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows
+    )
 
 
 def _number(value: float) -> str:
@@ -111,12 +137,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         with Client(args.url, deadline=args.deadline) as client:
-            result = client.decide(args.state, args.question, args.options, id=args.id,
-                                   orderings=args.orderings, workload=args.workload)
+            result = client.decide(
+                args.state,
+                args.question,
+                args.options,
+                id=args.id,
+                orderings=args.orderings,
+                workload=args.workload,
+            )
     except SemifError as error:
         status = f"HTTP {error.status}, " if error.status is not None else ""
-        print(f"semif-serve ask: {error.message} ({status}{error.code}, request id {error.request_id})",
-              file=sys.stderr)
+        print(
+            f"semif-serve ask: {error.message} ({status}{error.code}, request id {error.request_id})",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     print(json.dumps(result.to_json(), indent=2) if args.json else table(result))
     return 0

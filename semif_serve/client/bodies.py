@@ -9,12 +9,13 @@ only when the caller set it, so an old server never sees a field it does not kno
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Any
 
 # {id: description}, [(id, description)] or [{"id": ..., "description": ...}]
-Options = Union[Mapping[str, str], Sequence[tuple[str, str]], Sequence[Mapping[str, str]]]
-State = Union[str, Mapping[str, Any], Sequence[Any]]
+Options = Mapping[str, str] | Sequence[tuple[str, str]] | Sequence[Mapping[str, str]]
+State = str | Mapping[str, Any] | Sequence[Any]
 
 
 def options(value: Options) -> list[dict[str, str]]:
@@ -40,15 +41,27 @@ class Question:
     orderings: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return _with({"id": self.id, "question": self.question, "options": options(self.options)},
-                     orderings=self.orderings)
+        return _with(
+            {"id": self.id, "question": self.question, "options": options(self.options)},
+            orderings=self.orderings,
+        )
 
 
-def decide(state: State, question: str, choices: Options, *, id: str, orderings: str | None,
-           workload: str | None) -> dict[str, Any]:
+def decide(
+    state: State,
+    question: str,
+    choices: Options,
+    *,
+    id: str,
+    orderings: str | None,
+    workload: str | None,
+) -> dict[str, Any]:
     """The /decide body."""
-    return _with({"id": id, "state": state, "question": question, "options": options(choices)},
-                 orderings=orderings, workload=workload)
+    return _with(
+        {"id": id, "state": state, "question": question, "options": options(choices)},
+        orderings=orderings,
+        workload=workload,
+    )
 
 
 def shared(state: State, questions: Sequence[Question], *, workload: str | None) -> dict[str, Any]:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import httpx
 
@@ -56,65 +57,137 @@ def _describe(error: Exception) -> str:
 class _Base:
     """The endpoints as `Call`s and the settings both clients share."""
 
-    def __init__(self, url: str, token: str | None, deadline: float, retry: RetryPolicy | None) -> None:
+    def __init__(
+        self, url: str, token: str | None, deadline: float, retry: RetryPolicy | None
+    ) -> None:
         self.url = url
         self.policy = retry if retry is not None else RetryPolicy(deadline=deadline)
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
 
     @staticmethod
-    def _decide(state: State, question: str, options: Options, id: str, orderings: str | None,
-                workload: str | None, deadline: float | None, request_id: str | None) -> Call:
-        body = bodies.decide(state, question, options, id=id, orderings=orderings, workload=workload)
-        return Call("POST", "/decide", body, results.decided, deadline=deadline, request_id=request_id)
+    def _decide(
+        state: State,
+        question: str,
+        options: Options,
+        id: str,
+        orderings: str | None,
+        workload: str | None,
+        deadline: float | None,
+        request_id: str | None,
+    ) -> Call:
+        body = bodies.decide(
+            state, question, options, id=id, orderings=orderings, workload=workload
+        )
+        return Call(
+            "POST", "/decide", body, results.decided, deadline=deadline, request_id=request_id
+        )
 
     @staticmethod
-    def _shared(state: State, decisions: Sequence[Question], workload: str | None, deadline: float | None,
-                request_id: str | None) -> Call:
+    def _shared(
+        state: State,
+        decisions: Sequence[Question],
+        workload: str | None,
+        deadline: float | None,
+        request_id: str | None,
+    ) -> Call:
         body = bodies.shared(state, decisions, workload=workload)
-        return Call("POST", "/decide/shared", body, results.Shared.from_json, deadline=deadline,
-                    request_id=request_id)
+        return Call(
+            "POST",
+            "/decide/shared",
+            body,
+            results.Shared.from_json,
+            deadline=deadline,
+            request_id=request_id,
+        )
 
     @staticmethod
     def _health(deadline: float | None, request_id: str | None) -> Call:
         # A probe: one attempt, and a draining server's 503 body is its answer, not an error.
-        return Call("GET", "/health", None, results.Health.from_json, ok=(200, 503), retry=False, deadline=deadline,
-                    request_id=request_id)
+        return Call(
+            "GET",
+            "/health",
+            None,
+            results.Health.from_json,
+            ok=(200, 503),
+            retry=False,
+            deadline=deadline,
+            request_id=request_id,
+        )
 
     @staticmethod
-    def _request(http: httpx.Client | httpx.AsyncClient, call: Call, attempts: Attempts, timeout: float) -> httpx.Request:
-        return http.build_request(call.method, call.path, json=call.body, headers=attempts.headers,
-                                  timeout=httpx.Timeout(timeout))
+    def _request(
+        http: httpx.Client | httpx.AsyncClient, call: Call, attempts: Attempts, timeout: float
+    ) -> httpx.Request:
+        return http.build_request(
+            call.method,
+            call.path,
+            json=call.body,
+            headers=attempts.headers,
+            timeout=httpx.Timeout(timeout),
+        )
 
     @staticmethod
     def _finish(call: Call, step: Next, attempts: Attempts) -> Any:
         try:
             return call.read(step.value)
         except (TypeError, KeyError, ValueError) as error:
-            raise TransportError("bad_response", f"the answer does not have the contract's shape: {error}",
-                                 attempts.request_id, attempts.count, 200) from None
+            raise TransportError(
+                "bad_response",
+                f"the answer does not have the contract's shape: {error}",
+                attempts.request_id,
+                attempts.count,
+                200,
+            ) from None
 
 
 class Client(_Base):
     """A blocking client with a keep-alive pool; use it in a `with` block or call `close()`."""
 
-    def __init__(self, url: str, token: str | None = None, *, deadline: float = 30.0,
-                 retry: RetryPolicy | None = None, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        deadline: float = 30.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         super().__init__(url, token, deadline, retry)
         self._http = httpx.Client(base_url=url, headers=self._headers, transport=transport)
 
-    def decide(self, state: State, question: str, options: Options, *, id: str = "decision",
-               orderings: str | None = None, workload: str | None = None, deadline: float | None = None,
-               request_id: str | None = None) -> results.Decided:
+    def decide(
+        self,
+        state: State,
+        question: str,
+        options: Options,
+        *,
+        id: str = "decision",
+        orderings: str | None = None,
+        workload: str | None = None,
+        deadline: float | None = None,
+        request_id: str | None = None,
+    ) -> results.Decided:
         """POST /decide: a `Result`, or an `Averaged` one when `orderings` is set."""
-        return self._run(self._decide(state, question, options, id, orderings, workload, deadline, request_id))
+        return self._run(
+            self._decide(state, question, options, id, orderings, workload, deadline, request_id)
+        )
 
-    def decide_shared(self, state: State, decisions: Sequence[Question], *, workload: str | None = None,
-                      deadline: float | None = None, request_id: str | None = None) -> results.Shared:
+    def decide_shared(
+        self,
+        state: State,
+        decisions: Sequence[Question],
+        *,
+        workload: str | None = None,
+        deadline: float | None = None,
+        request_id: str | None = None,
+    ) -> results.Shared:
         """POST /decide/shared: every decision over one state, in one scorer call."""
         return self._run(self._shared(state, decisions, workload, deadline, request_id))
 
-    def health(self, *, deadline: float | None = None, request_id: str | None = None) -> results.Health:
+    def health(
+        self, *, deadline: float | None = None, request_id: str | None = None
+    ) -> results.Health:
         """GET /health, one attempt; `status` is "draining" while the server shuts down."""
         return self._run(self._health(deadline, request_id))
 
@@ -122,7 +195,9 @@ class Client(_Base):
         attempts = self.policy.begin(call.request_id, call.deadline, call.retry)
         while True:
             timeout = attempts.start()
-            step = self._attempt(self._request(self._http, call, attempts, timeout), attempts, call.ok)
+            step = self._attempt(
+                self._request(self._http, call, attempts, timeout), attempts, call.ok
+            )
             if step.done:
                 return self._finish(call, step, attempts)
             time.sleep(step.pause)
@@ -149,7 +224,7 @@ class Client(_Base):
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -159,23 +234,50 @@ class Client(_Base):
 class AsyncClient(_Base):
     """The asyncio client with a keep-alive pool; use it in an `async with` block or await `aclose()`."""
 
-    def __init__(self, url: str, token: str | None = None, *, deadline: float = 30.0,
-                 retry: RetryPolicy | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        deadline: float = 30.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         super().__init__(url, token, deadline, retry)
         self._http = httpx.AsyncClient(base_url=url, headers=self._headers, transport=transport)
 
-    async def decide(self, state: State, question: str, options: Options, *, id: str = "decision",
-                     orderings: str | None = None, workload: str | None = None, deadline: float | None = None,
-                     request_id: str | None = None) -> results.Decided:
+    async def decide(
+        self,
+        state: State,
+        question: str,
+        options: Options,
+        *,
+        id: str = "decision",
+        orderings: str | None = None,
+        workload: str | None = None,
+        deadline: float | None = None,
+        request_id: str | None = None,
+    ) -> results.Decided:
         """POST /decide: a `Result`, or an `Averaged` one when `orderings` is set."""
-        return await self._run(self._decide(state, question, options, id, orderings, workload, deadline, request_id))
+        return await self._run(
+            self._decide(state, question, options, id, orderings, workload, deadline, request_id)
+        )
 
-    async def decide_shared(self, state: State, decisions: Sequence[Question], *, workload: str | None = None,
-                            deadline: float | None = None, request_id: str | None = None) -> results.Shared:
+    async def decide_shared(
+        self,
+        state: State,
+        decisions: Sequence[Question],
+        *,
+        workload: str | None = None,
+        deadline: float | None = None,
+        request_id: str | None = None,
+    ) -> results.Shared:
         """POST /decide/shared: every decision over one state, in one scorer call."""
         return await self._run(self._shared(state, decisions, workload, deadline, request_id))
 
-    async def health(self, *, deadline: float | None = None, request_id: str | None = None) -> results.Health:
+    async def health(
+        self, *, deadline: float | None = None, request_id: str | None = None
+    ) -> results.Health:
         """GET /health, one attempt; `status` is "draining" while the server shuts down."""
         return await self._run(self._health(deadline, request_id))
 
@@ -193,7 +295,9 @@ class AsyncClient(_Base):
                 return self._finish(call, step, attempts)
             await asyncio.sleep(step.pause)
 
-    async def _attempt(self, request: httpx.Request, attempts: Attempts, ok: tuple[int, ...]) -> Next:
+    async def _attempt(
+        self, request: httpx.Request, attempts: Attempts, ok: tuple[int, ...]
+    ) -> Next:
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TransportError as error:
@@ -211,7 +315,7 @@ class AsyncClient(_Base):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -25,9 +25,14 @@ CLIENT_CODES = {
 class SemifError(Exception):
     """Any failure of a semif-serve call."""
 
-    def __init__(self, status: int | None, code: str, message: str, request_id: str, attempts: int = 1) -> None:
-        super().__init__(f"{code}: {message}" + (f" (HTTP {status})" if status is not None else "")
-                         + f" [request id {request_id}]")
+    def __init__(
+        self, status: int | None, code: str, message: str, request_id: str, attempts: int = 1
+    ) -> None:
+        super().__init__(
+            f"{code}: {message}"
+            + (f" (HTTP {status})" if status is not None else "")
+            + f" [request id {request_id}]"
+        )
         self.status = status
         self.code = code
         self.message = message
@@ -38,26 +43,49 @@ class SemifError(Exception):
 class ApiError(SemifError):
     """The server refused or failed the request and said why in its error envelope."""
 
-    def __init__(self, status: int, code: str, message: str, request_id: str, attempts: int = 1,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        request_id: str,
+        attempts: int = 1,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(status, code, message, request_id, attempts)
         self.retry_after = retry_after
 
     @classmethod
-    def from_envelope(cls, status: int, body: Any, request_id: str, attempts: int,
-                      retry_after: float | None) -> "ApiError":
+    def from_envelope(
+        cls, status: int, body: Any, request_id: str, attempts: int, retry_after: float | None
+    ) -> ApiError:
         """Read `{"error": {"code", "message"}}`; anything else is still an ApiError, coded by status."""
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict) and isinstance(error.get("code"), str):
-            return cls(status, error["code"], str(error.get("message", "")), request_id, attempts, retry_after)
-        return cls(status, f"http_{status}", "the server answered without an error envelope",
-                   request_id, attempts, retry_after)
+            return cls(
+                status,
+                error["code"],
+                str(error.get("message", "")),
+                request_id,
+                attempts,
+                retry_after,
+            )
+        return cls(
+            status,
+            f"http_{status}",
+            "the server answered without an error envelope",
+            request_id,
+            attempts,
+            retry_after,
+        )
 
 
 class TransportError(SemifError):
     """No usable response: the connection failed, broke mid-response, or the body was not JSON."""
 
-    def __init__(self, code: str, message: str, request_id: str, attempts: int = 1, status: int | None = None) -> None:
+    def __init__(
+        self, code: str, message: str, request_id: str, attempts: int = 1, status: int | None = None
+    ) -> None:
         if code not in CLIENT_CODES:
             raise KeyError(f"unknown client error code {code!r}")
         super().__init__(status, code, message, request_id, attempts)
@@ -70,7 +98,9 @@ class DeadlineExceeded(SemifError):
     or None when the deadline ran out during the attempt itself; `status` is its status.
     """
 
-    def __init__(self, message: str, request_id: str, attempts: int, last: SemifError | None) -> None:
+    def __init__(
+        self, message: str, request_id: str, attempts: int, last: SemifError | None
+    ) -> None:
         status = last.status if last is not None else None
         detail = f"; last: {last.code}: {last.message}" if last is not None else ""
         super().__init__(status, "deadline_exceeded", message + detail, request_id, attempts)

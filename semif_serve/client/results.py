@@ -14,8 +14,9 @@ optional and written back only when present. `from_json` on a `/decide` answer p
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, TypeVar, Union
+from typing import Any, ClassVar, TypeVar
 
 Json = dict[str, Any]
 T = TypeVar("T", bound="_Typed")
@@ -39,8 +40,14 @@ class _Typed:
         if missing:
             raise TypeError(f"{cls.__name__}: the server's answer lacks {', '.join(missing)}")
         # An optional key sent as null stays in `extra`, so writing it back keeps the null.
-        typed = names - {f.name for f in dataclasses.fields(cls) if f.name not in required and data.get(f.name) is None}
-        values = {key: _read(cls._NESTED.get(key), value) for key, value in data.items() if key in typed}
+        typed = names - {
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in required and data.get(f.name) is None
+        }
+        values = {
+            key: _read(cls._NESTED.get(key), value) for key, value in data.items() if key in typed
+        }
         return cls(**values, extra={key: value for key, value in data.items() if key not in typed})
 
     def to_json(self) -> Json:
@@ -55,8 +62,11 @@ class _Typed:
 
 
 def _required(cls: type) -> list[dataclasses.Field[Any]]:
-    return [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
-            and f.default_factory is dataclasses.MISSING]
+    return [
+        f
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
 
 
 def _read(reader: Any, value: Any) -> Any:
@@ -145,12 +155,16 @@ class Averaged(_Typed):
     _NESTED: ClassVar[Mapping[str, Any]] = {"combined": Combined, "orderings": [Result]}
 
 
-Decided = Union[Result, Averaged]
+Decided = Result | Averaged
 
 
 def decided(data: Mapping[str, Any]) -> Decided:
     """One decision's answer: averaged when it carries `combined`, else a plain result."""
-    return Averaged.from_json(data) if isinstance(data, Mapping) and "combined" in data else Result.from_json(data)
+    return (
+        Averaged.from_json(data)
+        if isinstance(data, Mapping) and "combined" in data
+        else Result.from_json(data)
+    )
 
 
 @dataclass(frozen=True)
@@ -176,13 +190,20 @@ class Shared:
     timing: Timing
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Shared":
-        if not isinstance(data, Mapping) or not isinstance(data.get("results"), list) or "timing" not in data:
+    def from_json(cls, data: Mapping[str, Any]) -> Shared:
+        if (
+            not isinstance(data, Mapping)
+            or not isinstance(data.get("results"), list)
+            or "timing" not in data
+        ):
             raise TypeError("Shared: the server's answer lacks results or timing")
         return cls([decided(item) for item in data["results"]], Timing.from_json(data["timing"]))
 
     def to_json(self) -> Json:
-        return {"results": [item.to_json() for item in self.results], "timing": self.timing.to_json()}
+        return {
+            "results": [item.to_json() for item in self.results],
+            "timing": self.timing.to_json(),
+        }
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,10 @@ import json
 import random
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from .errors import ApiError, DeadlineExceeded, SemifError, TransportError
 
@@ -48,7 +49,9 @@ def retryable(error: ApiError) -> bool:
     return error.status in RETRY_STATUSES or (error.status == 429 and error.code in RETRY_429_CODES)
 
 
-def parse_retry_after(value: str | None, now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> float | None:
+def parse_retry_after(
+    value: str | None, now: Callable[[], datetime] = lambda: datetime.now(UTC)
+) -> float | None:
     """Seconds from a `Retry-After` value: delta-seconds or an HTTP-date (RFC 9110 10.2.3); None if unusable."""
     if value is None:
         return None
@@ -82,7 +85,9 @@ class RetryPolicy:
         """The largest pause before retry number `retry` (0 for the first)."""
         return min(self.cap, self.base * 2.0 ** min(retry, 62))
 
-    def begin(self, request_id: str | None = None, deadline: float | None = None, retry: bool = True) -> "Attempts":
+    def begin(
+        self, request_id: str | None = None, deadline: float | None = None, retry: bool = True
+    ) -> Attempts:
         """Open one logical call; `deadline` overrides the policy's for this call only."""
         seconds = self.deadline if deadline is None else deadline
         if not seconds > 0:
@@ -128,20 +133,36 @@ class Attempts:
         return left
 
     def expired(self, why: str) -> DeadlineExceeded:
-        return DeadlineExceeded(f"{why} ({self.deadline:g} s, {self.count} attempt(s))", self.request_id,
-                                self.count, self.last)
+        return DeadlineExceeded(
+            f"{why} ({self.deadline:g} s, {self.count} attempt(s))",
+            self.request_id,
+            self.count,
+            self.last,
+        )
 
-    def answered(self, status: int, headers: Mapping[str, str], body: bytes, ok: tuple[int, ...] = (200,)) -> Next:
+    def answered(
+        self, status: int, headers: Mapping[str, str], body: bytes, ok: tuple[int, ...] = (200,)
+    ) -> Next:
         """A complete response: the JSON for an `ok` status, a pause, or the error raised."""
         data = _json(body)
         if status in ok:
             if data is _NOT_JSON:
-                raise TransportError("bad_response", f"HTTP {status} with a body that is not JSON",
-                                     self.request_id, self.count, status)
+                raise TransportError(
+                    "bad_response",
+                    f"HTTP {status} with a body that is not JSON",
+                    self.request_id,
+                    self.count,
+                    status,
+                )
             if not (isinstance(data, dict) and "error" in data):
                 return Next(done=True, value=data)
-        error = ApiError.from_envelope(status, None if data is _NOT_JSON else data, self.request_id, self.count,
-                                       parse_retry_after(headers.get("retry-after")))
+        error = ApiError.from_envelope(
+            status,
+            None if data is _NOT_JSON else data,
+            self.request_id,
+            self.count,
+            parse_retry_after(headers.get("retry-after")),
+        )
         if not (self.retry and retryable(error)):
             raise error
         return self._pause(error, error.retry_after)
@@ -157,8 +178,13 @@ class Attempts:
 
     def broken(self, status: int, message: str) -> TransportError:
         """A response that started and broke off; the caller raises it (never retried)."""
-        return TransportError("incomplete_response", f"the server closed the connection mid-response "
-                              f"(HTTP {status}): {message}", self.request_id, self.count, status)
+        return TransportError(
+            "incomplete_response",
+            f"the server closed the connection mid-response (HTTP {status}): {message}",
+            self.request_id,
+            self.count,
+            status,
+        )
 
     def _pause(self, error: SemifError, retry_after: float | None) -> Next:
         self.last = error

@@ -44,9 +44,17 @@ class AccessRecord:
 
 def write(record: AccessRecord) -> None:
     fields = {
-        "request_id": record.request_id, "peer": record.peer, "method": record.method, "path": record.path,
-        "status": record.status, "code": record.code, "rows": record.rows, "bytes_in": record.bytes_in,
-        "bytes_out": record.bytes_out, "queued_s": _round(record.queued_s), "scoring_s": _round(record.scoring_s),
+        "request_id": record.request_id,
+        "peer": record.peer,
+        "method": record.method,
+        "path": record.path,
+        "status": record.status,
+        "code": record.code,
+        "rows": record.rows,
+        "bytes_in": record.bytes_in,
+        "bytes_out": record.bytes_out,
+        "queued_s": _round(record.queued_s),
+        "scoring_s": _round(record.scoring_s),
         "total_s": _round(record.total_s),
     }
     handler = logs.direct_access_handler(log)

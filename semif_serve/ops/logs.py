@@ -46,7 +46,10 @@ ACCESS_LOGGER = "semif_serve.access"
 BUFFER_BYTES = 64 * 1024
 
 
-_second: list[Any] = [None, ""]  # the last whole second formatted, and its text: one strftime a second
+_second: list[Any] = [
+    None,
+    "",
+]  # the last whole second formatted, and its text: one strftime a second
 
 
 def utc_time(created: float) -> str:
@@ -65,20 +68,35 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, then the record's fields."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = _json_line(record.created, record.levelname, record.name, record.getMessage(),
-                          getattr(record, "fields", None) or {})
+        line = _json_line(
+            record.created,
+            record.levelname,
+            record.name,
+            record.getMessage(),
+            getattr(record, "fields", None) or {},
+        )
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return _ENCODER.encode(line)
 
     def format_access(self, created: float, message: str, fields: Mapping[str, Any]) -> str:
         """`format` of an INFO access record made at `created`, without making the record."""
-        return _ENCODER.encode(_json_line(created, logging.getLevelName(logging.INFO), ACCESS_LOGGER, message, fields))
+        return _ENCODER.encode(
+            _json_line(created, logging.getLevelName(logging.INFO), ACCESS_LOGGER, message, fields)
+        )
 
 
-def _json_line(created: float, level: str, logger: str, message: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+def _json_line(
+    created: float, level: str, logger: str, message: str, fields: Mapping[str, Any]
+) -> dict[str, Any]:
     """A JSON line's keys in their order: time, level, logger, message, then the fields."""
-    return {"time": utc_time(created), "level": level.lower(), "logger": logger, "message": message, **fields}
+    return {
+        "time": utc_time(created),
+        "level": level.lower(),
+        "logger": logger,
+        "message": message,
+        **fields,
+    }
 
 
 class TextFormatter(logging.Formatter):
@@ -98,8 +116,12 @@ class TextFormatter(logging.Formatter):
         if self._second[0] != second:
             self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
         asctime = self.default_msec_format % (self._second[1], int((created - second) * 1000))
-        text = self._fmt % {"asctime": asctime, "levelname": logging.getLevelName(logging.INFO),  # type: ignore[operator]
-                            "name": ACCESS_LOGGER, "message": message}
+        text = self._fmt % {
+            "asctime": asctime,
+            "levelname": logging.getLevelName(logging.INFO),  # type: ignore[operator]
+            "name": ACCESS_LOGGER,
+            "message": message,
+        }
         return _with_fields(text, fields)
 
 
@@ -114,7 +136,11 @@ def _text(value: Any) -> str:
     """A bare word as is; anything with spaces, quotes or structure as JSON, so a line splits unambiguously."""
     if isinstance(value, str) and value and not any(ch.isspace() or ch in '"=\\' for ch in value):
         return value
-    return json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (dict, list, str)) else str(value)
+    return (
+        json.dumps(value, ensure_ascii=False, default=str)
+        if isinstance(value, (dict, list, str))
+        else str(value)
+    )
 
 
 class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -139,11 +165,21 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         access record, under the same lock, into the same buffer, without the record."""
         with self.lock:  # type: ignore[union-attr]
             try:
-                self._keep(self.formatter.format_access(created, message, fields) + self.terminator,  # type: ignore[union-attr]
-                           may_wait=True)
+                self._keep(
+                    self.formatter.format_access(created, message, fields) + self.terminator,  # type: ignore[union-attr]
+                    may_wait=True,
+                )
             except Exception:  # noqa: BLE001 - as emit: report, never raise into the caller
-                self.handleError(logging.makeLogRecord({"name": ACCESS_LOGGER, "msg": message, "levelno": logging.INFO,
-                                                        "levelname": logging.getLevelName(logging.INFO)}))
+                self.handleError(
+                    logging.makeLogRecord(
+                        {
+                            "name": ACCESS_LOGGER,
+                            "msg": message,
+                            "levelno": logging.INFO,
+                            "levelname": logging.getLevelName(logging.INFO),
+                        }
+                    )
+                )
 
     def _keep(self, line: str, may_wait: bool) -> None:
         """Hold a formatted line; write everything held now unless it may wait (an access line,
@@ -170,8 +206,15 @@ def direct_access_handler(logger: logging.Logger) -> BufferedStreamHandler | Non
     """The handler an INFO record of `logger` would reach, and the only one, when logging is as
     `configure` left it; None whenever anything else could see, drop or change the record."""
     handler = _configured[0]
-    if (handler is None or not logger.isEnabledFor(logging.INFO) or logger.disabled or logger.filters
-            or handler.filters or handler.level > logging.INFO or not hasattr(handler.formatter, "format_access")):
+    if (
+        handler is None
+        or not logger.isEnabledFor(logging.INFO)
+        or logger.disabled
+        or logger.filters
+        or handler.filters
+        or handler.level > logging.INFO
+        or not hasattr(handler.formatter, "format_access")
+    ):
         return None
     root = logging.root
     node: logging.Logger | None = logger
@@ -227,7 +270,11 @@ def redacted_settings(settings: Any) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     """Mappings (the calibration table and its read-only views) as plain dicts, for JSON."""
-    return {key: _plain(inner) for key, inner in value.items()} if isinstance(value, Mapping) else value
+    return (
+        {key: _plain(inner) for key, inner in value.items()}
+        if isinstance(value, Mapping)
+        else value
+    )
 
 
 def log_settings(log: logging.Logger, settings: Any) -> None:

@@ -18,9 +18,18 @@ read when scraped, so they cost nothing per request.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -29,18 +38,63 @@ from ..engine import KINDS
 from ..errors import STATUS
 
 # Sub-millisecond HTTP answers up to multi-second scorer calls on a loaded card.
-DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+DURATION_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 CONTENT_TYPE = CONTENT_TYPE_LATEST.encode()
 # Engine health key -> metric name (present only on CUDA).
 CUDA_MEMORY = {
-    "memory_reserved_bytes": ("semif_cuda_memory_reserved_bytes", "CUDA memory reserved by the caching allocator."),
-    "memory_allocated_bytes": ("semif_cuda_memory_allocated_bytes", "CUDA memory allocated to tensors."),
-    "max_memory_reserved_bytes": ("semif_cuda_memory_peak_reserved_bytes", "Peak CUDA memory reserved since start."),
+    "memory_reserved_bytes": (
+        "semif_cuda_memory_reserved_bytes",
+        "CUDA memory reserved by the caching allocator.",
+    ),
+    "memory_allocated_bytes": (
+        "semif_cuda_memory_allocated_bytes",
+        "CUDA memory allocated to tensors.",
+    ),
+    "max_memory_reserved_bytes": (
+        "semif_cuda_memory_peak_reserved_bytes",
+        "Peak CUDA memory reserved since start.",
+    ),
 }
 INFO_KEYS = ("scorer", "semif_commit", "model", "revision", "device")
 # Actual wait minus the wait-budget estimate: both signs, from a tenth of a second to a minute.
-ERROR_BUCKETS = (-60.0, -30.0, -10.0, -5.0, -2.5, -1.0, -0.5, -0.25, -0.1, 0.0,
-                 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+ERROR_BUCKETS = (
+    -60.0,
+    -30.0,
+    -10.0,
+    -5.0,
+    -2.5,
+    -1.0,
+    -0.5,
+    -0.25,
+    -0.1,
+    0.0,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 
 
 class _CudaMemory(Collector):
@@ -63,8 +117,12 @@ class _BusyRefusals(Collector):
         self._counts = counts
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily("semif_busy_refusals", "429 busy by reason: queue (SEMIF_MAX_QUEUE, before "
-                                     "the body) or wait (SEMIF_MAX_WAIT_S, after it).", labels=("reason",))
+        family = CounterMetricFamily(
+            "semif_busy_refusals",
+            "429 busy by reason: queue (SEMIF_MAX_QUEUE, before "
+            "the body) or wait (SEMIF_MAX_WAIT_S, after it).",
+            labels=("reason",),
+        )
         for reason, count in self._counts().items():
             family.add_metric((reason,), count)
         yield family
@@ -73,45 +131,104 @@ class _BusyRefusals(Collector):
 class Metrics:
     """Every semif_ metric of one server, in its own registry."""
 
-    def __init__(self, max_queue: int, in_progress: Callable[[], int], open_connections: Callable[[], int],
-                 facts: Callable[[], dict[str, Any]], drain_seconds: Callable[[], float],
-                 shutdown_grace: float, busy_refusals: Callable[[], dict[str, int]] | None = None) -> None:
+    def __init__(
+        self,
+        max_queue: int,
+        in_progress: Callable[[], int],
+        open_connections: Callable[[], int],
+        facts: Callable[[], dict[str, Any]],
+        drain_seconds: Callable[[], float],
+        shutdown_grace: float,
+        busy_refusals: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
-        self._requests = Counter("semif_http_requests", "HTTP requests answered, by route and status.",
-                                 ("route", "status"), registry=registry)
-        self._duration = Histogram("semif_http_request_duration_seconds", "From request head to response written.",
-                                   ("route",), buckets=DURATION_BUCKETS, registry=registry)
-        self._queued = Histogram("semif_scorer_queue_seconds", "Time a scorer call waited for the engine thread.",
-                                 ("kind",), buckets=DURATION_BUCKETS, registry=registry)
-        self._scoring = Histogram("semif_scorer_call_duration_seconds", "Duration of one scorer call.",
-                                  ("kind",), buckets=DURATION_BUCKETS, registry=registry)
-        self._rows = Counter("semif_rows_scored", "Rows the scorer was given (after order expansion).", registry=registry)
-        self._refusals = Counter("semif_refusals", "Error responses, by error code.", ("code",), registry=registry)
-        self._oom = Counter("semif_out_of_memory_events", "Scorer calls that ran out of accelerator memory.",
-                            registry=registry)
-        decisions = Counter("semif_decisions", "Decisions answered, by orderings method (none, rotations, all, prior).",
-                            ("method",), registry=registry)
+        self._requests = Counter(
+            "semif_http_requests",
+            "HTTP requests answered, by route and status.",
+            ("route", "status"),
+            registry=registry,
+        )
+        self._duration = Histogram(
+            "semif_http_request_duration_seconds",
+            "From request head to response written.",
+            ("route",),
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self._queued = Histogram(
+            "semif_scorer_queue_seconds",
+            "Time a scorer call waited for the engine thread.",
+            ("kind",),
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self._scoring = Histogram(
+            "semif_scorer_call_duration_seconds",
+            "Duration of one scorer call.",
+            ("kind",),
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self._rows = Counter(
+            "semif_rows_scored",
+            "Rows the scorer was given (after order expansion).",
+            registry=registry,
+        )
+        self._refusals = Counter(
+            "semif_refusals", "Error responses, by error code.", ("code",), registry=registry
+        )
+        self._oom = Counter(
+            "semif_out_of_memory_events",
+            "Scorer calls that ran out of accelerator memory.",
+            registry=registry,
+        )
+        decisions = Counter(
+            "semif_decisions",
+            "Decisions answered, by orderings method (none, rotations, all, prior).",
+            ("method",),
+            registry=registry,
+        )
         self._per_method = {method: decisions.labels(method) for method in ORDERINGS}
-        Gauge("semif_requests_in_progress", "POSTs holding an admission slot (queued or scoring).",
-              registry=registry).set_function(in_progress)
-        Gauge("semif_max_queue", "SEMIF_MAX_QUEUE: the admission limit.", registry=registry).set(max_queue)
-        Gauge("semif_open_connections", "Client connections open now.", registry=registry).set_function(open_connections)
+        Gauge(
+            "semif_requests_in_progress",
+            "POSTs holding an admission slot (queued or scoring).",
+            registry=registry,
+        ).set_function(in_progress)
+        Gauge("semif_max_queue", "SEMIF_MAX_QUEUE: the admission limit.", registry=registry).set(
+            max_queue
+        )
+        Gauge(
+            "semif_open_connections", "Client connections open now.", registry=registry
+        ).set_function(open_connections)
         # The drain, seen only through SEMIF_METRICS_PORT (the client port closes at SIGTERM): a
         # drain past the grace means the process did not leave when it should have (an alert).
-        Gauge("semif_drain_elapsed_seconds", "Seconds since SIGTERM began the drain; 0 while serving.",
-              registry=registry).set_function(drain_seconds)
-        Gauge("semif_shutdown_grace_seconds", "SEMIF_SHUTDOWN_GRACE_S: the longest a drain waits for requests.",
-              registry=registry).set(shutdown_grace)
+        Gauge(
+            "semif_drain_elapsed_seconds",
+            "Seconds since SIGTERM began the drain; 0 while serving.",
+            registry=registry,
+        ).set_function(drain_seconds)
+        Gauge(
+            "semif_shutdown_grace_seconds",
+            "SEMIF_SHUTDOWN_GRACE_S: the longest a drain waits for requests.",
+            registry=registry,
+        ).set(shutdown_grace)
         info = facts()
         Info("semif_build", "What this process serves.", registry=registry).info(
-            {key: "" if info.get(key) is None else str(info[key]) for key in INFO_KEYS})
+            {key: "" if info.get(key) is None else str(info[key]) for key in INFO_KEYS}
+        )
         registry.register(_CudaMemory(facts))
         self._wait_error: Any = None
-        if busy_refusals is not None:  # only with SEMIF_MAX_WAIT_S: without it, the exposition is as before
+        if (
+            busy_refusals is not None
+        ):  # only with SEMIF_MAX_WAIT_S: without it, the exposition is as before
             registry.register(_BusyRefusals(busy_refusals))
             self._wait_error = Histogram(
-                "semif_wait_estimate_error_seconds", "Actual wait (admitted to scorer call ended) minus the "
-                "SEMIF_MAX_WAIT_S estimate; positive: the estimate was low.", buckets=ERROR_BUCKETS, registry=registry)
+                "semif_wait_estimate_error_seconds",
+                "Actual wait (admitted to scorer call ended) minus the "
+                "SEMIF_MAX_WAIT_S estimate; positive: the estimate was low.",
+                buckets=ERROR_BUCKETS,
+                registry=registry,
+            )
         self._per_request: dict[tuple[str, int, str | None], tuple[Any, Any, Any]] = {}
         self._per_call: dict[str, tuple[Any, Any]] = {}
         for code in STATUS:
@@ -121,10 +238,14 @@ class Metrics:
 
     def request(self, route: str, status: int, code: str | None, seconds: float) -> None:
         children = self._per_request.get((route, status, code))
-        if children is None:  # labels() is the costly part of an increment: bound once per combination
+        if (
+            children is None
+        ):  # labels() is the costly part of an increment: bound once per combination
             children = self._per_request[(route, status, code)] = (
-                self._requests.labels(route, str(status)), self._duration.labels(route),
-                None if code is None else self._refusals.labels(code))
+                self._requests.labels(route, str(status)),
+                self._duration.labels(route),
+                None if code is None else self._refusals.labels(code),
+            )
         requests, duration, refusals = children
         requests.inc()
         duration.observe(seconds)
@@ -136,7 +257,9 @@ class Metrics:
         for method in methods:
             self._per_method[method].inc()
 
-    def scorer_call(self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool) -> None:
+    def scorer_call(
+        self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool
+    ) -> None:
         children = self._per_call.get(kind) or self._bind_call(kind)
         children[0].observe(queued)
         children[1].observe(scoring)

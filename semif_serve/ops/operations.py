@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import h11
 
@@ -53,15 +54,26 @@ def peer_of(writer: Any) -> str:
 def _printable(value: bytes, limit: int) -> str:
     """Client bytes as a short printable string for the log; the common case costs one check."""
     text = value.decode("latin-1")
-    return text if len(text) <= limit and text.isprintable() and text.isascii() else excerpt(text, limit)
+    return (
+        text
+        if len(text) <= limit and text.isprintable() and text.isascii()
+        else excerpt(text, limit)
+    )
 
 
 class Operations:
     """Request ids, Retry-After, the access log and the metrics of one server."""
 
-    def __init__(self, settings: Settings, routes: Mapping[bytes, Route], in_progress: Callable[[], int],
-                 scorer_facts: Callable[[], dict[str, Any]], open_connections: Callable[[], int],
-                 drain_seconds: Callable[[], float], busy_refusals: Callable[[], dict[str, int]] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        routes: Mapping[bytes, Route],
+        in_progress: Callable[[], int],
+        scorer_facts: Callable[[], dict[str, Any]],
+        open_connections: Callable[[], int],
+        drain_seconds: Callable[[], float],
+        busy_refusals: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
         """`routes` is the application's table: its paths are the route labels (any other path is
         "other"), and a route marked `typesafe` answers with the SDK's own request-id field too.
         `in_progress` counts the admitted POSTs (the busy Retry-After and a gauge); `scorer_facts`
@@ -70,24 +82,37 @@ class Operations:
         self.labels = {path: path.decode() for path in routes}
         # Extension: System One's SDK reads a response's request id from its own header name: on its
         # routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives it an id.
-        self.typesafe = frozenset(self.labels[path] for path, found in routes.items() if found.typesafe)
+        self.typesafe = frozenset(
+            self.labels[path] for path, found in routes.items() if found.typesafe
+        )
         self.in_progress = in_progress
         self.retry_after = RetryAfter()
         self.access_log = settings.access_log
-        self.metrics = (_metrics(settings, in_progress, scorer_facts, open_connections, drain_seconds, busy_refusals)
-                        if settings.metrics else None)
+        self.metrics = (
+            _metrics(
+                settings, in_progress, scorer_facts, open_connections, drain_seconds, busy_refusals
+            )
+            if settings.metrics
+            else None
+        )
 
     # -- the wire's side ------------------------------------------------------------------
 
-    def begin(self, request: h11.Request | None, head_bytes: int = 0, request_id: bytes | None = None) -> Exchange:
+    def begin(
+        self, request: h11.Request | None, head_bytes: int = 0, request_id: bytes | None = None
+    ) -> Exchange:
         """Open the exchange for a parsed head (and the X-Request-Id it carried once, if any),
         or for bytes that never became one."""
         if request is None:
             return Exchange(request_ids.generate(), "-", "-", "other", bytes_in=head_bytes)
         path = request_target.path(request.target)
-        return Exchange(request_ids.accept(request_id),
-                        _printable(request.method, 16), _printable(path, 200),
-                        self.labels.get(path, "other"), bytes_in=head_bytes)
+        return Exchange(
+            request_ids.accept(request_id),
+            _printable(request.method, 16),
+            _printable(path, 200),
+            self.labels.get(path, "other"),
+            bytes_in=head_bytes,
+        )
 
     def headers(self, exchange: Exchange, reply: Reply) -> list[tuple[bytes, bytes]]:
         """What every response carries beyond the reply's own headers."""
@@ -110,10 +135,22 @@ class Operations:
             self.metrics.decisions(reply.orderings)
         if self.access_log:
             timing = reply.timing
-            access_log.write(access_log.AccessRecord(
-                exchange.request_id, peer, exchange.method, exchange.path, reply.status, reply.code,
-                timing.rows if timing is not None else 0, exchange.bytes_in, bytes_out,
-                timing.queued if timing is not None else None, timing.scoring if timing is not None else None, total))
+            access_log.write(
+                access_log.AccessRecord(
+                    exchange.request_id,
+                    peer,
+                    exchange.method,
+                    exchange.path,
+                    reply.status,
+                    reply.code,
+                    timing.rows if timing is not None else 0,
+                    exchange.bytes_in,
+                    bytes_out,
+                    timing.queued if timing is not None else None,
+                    timing.scoring if timing is not None else None,
+                    total,
+                )
+            )
 
     def metrics_reply(self) -> Reply:
         """GET /metrics: the exposition, or 404 when metrics are off."""
@@ -129,8 +166,13 @@ class Operations:
             return
         self.retry_after.observe(timing.scoring)
         if self.metrics is not None:
-            self.metrics.scorer_call(timing.kind, timing.rows, timing.queued or 0.0, timing.scoring,
-                                     timing.outcome == "out_of_memory")
+            self.metrics.scorer_call(
+                timing.kind,
+                timing.rows,
+                timing.queued or 0.0,
+                timing.scoring,
+                timing.outcome == "out_of_memory",
+            )
 
 
 def _content_type() -> bytes:
@@ -139,14 +181,28 @@ def _content_type() -> bytes:
     return CONTENT_TYPE
 
 
-def _metrics(settings: Settings, in_progress: Callable[[], int], scorer_facts: Callable[[], dict[str, Any]],
-             open_connections: Callable[[], int], drain_seconds: Callable[[], float],
-             busy_refusals: Callable[[], dict[str, int]] | None) -> Any:
+def _metrics(
+    settings: Settings,
+    in_progress: Callable[[], int],
+    scorer_facts: Callable[[], dict[str, Any]],
+    open_connections: Callable[[], int],
+    drain_seconds: Callable[[], float],
+    busy_refusals: Callable[[], dict[str, int]] | None,
+) -> Any:
     """The metrics, or None (logged once) where prometheus_client is not installed."""
     try:
         from .metrics import Metrics
     except ImportError:
-        log.warning("metrics are off: prometheus_client is not installed (pip install 'semif-serve[metrics]')")
+        log.warning(
+            "metrics are off: prometheus_client is not installed (pip install 'semif-serve[metrics]')"
+        )
         return None
-    return Metrics(settings.max_queue, in_progress, open_connections, scorer_facts, drain_seconds,
-                   settings.shutdown_grace, busy_refusals)
+    return Metrics(
+        settings.max_queue,
+        in_progress,
+        open_connections,
+        scorer_facts,
+        drain_seconds,
+        settings.shutdown_grace,
+        busy_refusals,
+    )

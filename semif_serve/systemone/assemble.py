@@ -25,7 +25,8 @@ Knows nothing of HTTP or the engine; `usage.input_tokens` counts a shared state 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..prior import METHOD as PRIOR
 from ..request_model import Decision
@@ -48,11 +49,15 @@ def probabilities(decision: Decision, view: Mapping[str, Any], calibrated: bool)
     chosen = source["calibrated"] if calibrated else source
     ids = [option["id"] for option in decision.row["options"]]
     if list(view["option_ids"]) != ids:
-        raise ValueError(f"result for {decision.row['id']!r} does not score the options {ids} in order")
+        raise ValueError(
+            f"result for {decision.row['id']!r} does not score the options {ids} in order"
+        )
     return [float(p) for p in chosen["probabilities"]]
 
 
-def answer(question: Question, decision: Decision, view: Mapping[str, Any], calibrated: bool) -> dict[str, Any]:
+def answer(
+    question: Question, decision: Decision, view: Mapping[str, Any], calibrated: bool
+) -> dict[str, Any]:
     """One question's answer, with its view under `semif`."""
     p = probabilities(decision, view, calibrated)
     ids = [option["id"] for option in decision.row["options"]]
@@ -61,11 +66,21 @@ def answer(question: Question, decision: Decision, view: Mapping[str, Any], cali
     distribution = dict(zip(ids, p))
     if question.kind == "choice":
         best = max(range(len(p)), key=p.__getitem__)  # max keeps the first of equal values
-        return {"type": "choice", "choice": ids[best], "probabilities": distribution,
-                "confidence": confidence(p), "semif": view}
-    return {"type": "score", "score": math.fsum(i * value for i, value in enumerate(p)),
-            "legend": dict(question.legend or {}), "probabilities": distribution,
-            "confidence": confidence(p), "semif": view}
+        return {
+            "type": "choice",
+            "choice": ids[best],
+            "probabilities": distribution,
+            "confidence": confidence(p),
+            "semif": view,
+        }
+    return {
+        "type": "score",
+        "score": math.fsum(i * value for i, value in enumerate(p)),
+        "legend": dict(question.legend or {}),
+        "probabilities": distribution,
+        "confidence": confidence(p),
+        "semif": view,
+    }
 
 
 def input_tokens(results: Sequence[Mapping[str, Any]], timing: Mapping[str, Any] | None) -> int:
@@ -75,12 +90,25 @@ def input_tokens(results: Sequence[Mapping[str, Any]], timing: Mapping[str, Any]
     return total - prefix * (len(results) - 1) if prefix else total
 
 
-def response(plan: Plan, model: str, views: Sequence[Mapping[str, Any]], results: Sequence[Mapping[str, Any]],
-             kind: str, timing: Mapping[str, Any] | None) -> dict[str, Any]:
+def response(
+    plan: Plan,
+    model: str,
+    views: Sequence[Mapping[str, Any]],
+    results: Sequence[Mapping[str, Any]],
+    kind: str,
+    timing: Mapping[str, Any] | None,
+) -> dict[str, Any]:
     """The response body: answers keyed by question, in the request's order."""
     calibrated = plan.request.workload is not None
-    answers = {question.key: answer(question, decision, view, calibrated)
-               for question, decision, view in zip(plan.questions, plan.request.decisions, views, strict=True)}
-    return {"model": model, "answers": answers,
-            "usage": {"input_tokens": input_tokens(results, timing), "output_tokens": 0},
-            "semif": {"mode": kind, "timing": timing}}
+    answers = {
+        question.key: answer(question, decision, view, calibrated)
+        for question, decision, view in zip(
+            plan.questions, plan.request.decisions, views, strict=True
+        )
+    }
+    return {
+        "model": model,
+        "answers": answers,
+        "usage": {"input_tokens": input_tokens(results, timing), "output_tokens": 0},
+        "semif": {"mode": kind, "timing": timing},
+    }

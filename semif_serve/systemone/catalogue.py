@@ -14,9 +14,12 @@ SEMIF_MODEL as it is, so no bound file breaks. Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-RELEASE_DATE = "2026-09-22"  # the TypeSafe API reference SemIf's mapping follows (JEV_API_COMPAT.md 1)
+RELEASE_DATE = (
+    "2026-09-22"  # the TypeSafe API reference SemIf's mapping follows (JEV_API_COMPAT.md 1)
+)
 # The stub loads no weights: its id has the form, with no revision and no dtype to name.
 STUB_ID = "semif/stub@000000000000+stub-none"
 
@@ -38,8 +41,16 @@ def model_id(facts: Mapping[str, Any]) -> str:
 
 def listing(served: str, aliases: Sequence[str]) -> dict[str, Any]:
     """The served id first, then each alias once, in order, named as the alias of what it serves."""
-    models = [{"name": served, "description": "semif-serve: SemIf option-letter readout (text only; not TypeSafe's Jev)",
-               "release_date": RELEASE_DATE}]
-    models += [{"name": alias, "description": f"alias of {served}", "release_date": RELEASE_DATE}
-               for alias in dict.fromkeys(aliases) if alias != served]
+    models = [
+        {
+            "name": served,
+            "description": "semif-serve: SemIf option-letter readout (text only; not TypeSafe's Jev)",
+            "release_date": RELEASE_DATE,
+        }
+    ]
+    models += [
+        {"name": alias, "description": f"alias of {served}", "release_date": RELEASE_DATE}
+        for alias in dict.fromkeys(aliases)
+        if alias != served
+    ]
     return {"models": models}

@@ -30,8 +30,9 @@ raises its refusal with the `param` translation passes it, so nothing here rewri
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from .. import averaging, request_model
 from ..errors import ApiError, excerpt
@@ -114,9 +115,18 @@ def _repeats(value: Any, path: str) -> Iterator[tuple[str, str]]:
     "Not found" is the generator's end, never a value: the repeated key may itself be ""."""
     if isinstance(value, _Repeated):
         yield path, value.repeated
-    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    children = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for name, child in children:
-        yield from _repeats(child, f"{path}[{name}]" if isinstance(name, int) else f"{path}.{name}" if path else name)
+        yield from _repeats(
+            child,
+            f"{path}[{name}]" if isinstance(name, int) else f"{path}.{name}" if path else name,
+        )
 
 
 def _text(value: Any, param: str) -> str:
@@ -143,14 +153,19 @@ def _noul(criteria: Any, param: str) -> tuple[list[dict[str, str]], None]:
     options = []
     for key, default in (("true", NOUL_TRUE), ("false", NOUL_FALSE)):
         value = criteria.get(key)
-        options.append({"id": key, "description": default if value is None else _text(value, f"{param}.{key}")})
+        options.append(
+            {"id": key, "description": default if value is None else _text(value, f"{param}.{key}")}
+        )
     return options, None
 
 
 def _choice(criteria: Any, param: str) -> tuple[list[dict[str, str]], None]:
     if not isinstance(criteria, dict) or not 2 <= len(criteria) <= request_model.MAX_OPTIONS:
-        raise refuse(f"{param} must be an object of 2..{request_model.MAX_OPTIONS} options (SemIf's letters A..P), "
-                     f"got {len(criteria) if isinstance(criteria, dict) else type(criteria).__name__}", param)
+        raise refuse(
+            f"{param} must be an object of 2..{request_model.MAX_OPTIONS} options (SemIf's letters A..P), "
+            f"got {len(criteria) if isinstance(criteria, dict) else type(criteria).__name__}",
+            param,
+        )
     options = []
     for key, value in criteria.items():
         if not key.strip():
@@ -162,16 +177,23 @@ def _choice(criteria: Any, param: str) -> tuple[list[dict[str, str]], None]:
 
 def _score(criteria: Any, param: str) -> tuple[list[dict[str, str]], dict[str, str]]:
     if not isinstance(criteria, list) or not 2 <= len(criteria) <= MAX_LEVELS:
-        raise refuse(f"{param} must be an array of 2..{MAX_LEVELS} levels, "
-                     f"got {len(criteria) if isinstance(criteria, list) else type(criteria).__name__}", param)
+        raise refuse(
+            f"{param} must be an array of 2..{MAX_LEVELS} levels, "
+            f"got {len(criteria) if isinstance(criteria, list) else type(criteria).__name__}",
+            param,
+        )
     levels = [_text(level, f"{param}[{index}]") for index, level in enumerate(criteria)]
-    return [{"id": str(i), "description": level} for i, level in enumerate(levels)], {str(i): level for i, level in enumerate(levels)}
+    return [{"id": str(i), "description": level} for i, level in enumerate(levels)], {
+        str(i): level for i, level in enumerate(levels)
+    }
 
 
 OPTIONS = {"noul": _noul, "choice": _choice, "score": _score}
 
 
-def _question(key: str, item: Any, state: Any, orderings: str, sent: bool) -> tuple[Decision, Question]:
+def _question(
+    key: str, item: Any, state: Any, orderings: str, sent: bool
+) -> tuple[Decision, Question]:
     """One question: its row (and so its prompt) and what its answer needs. An orderings method the
     request `sent` that these options cannot take blames `semif.orderings`; the server's default
     (sound for some option counts, not all) blames the criteria, the part the caller wrote."""
@@ -181,19 +203,29 @@ def _question(key: str, item: Any, state: Any, orderings: str, sent: bool) -> tu
     if not isinstance(item, dict):
         raise refuse(f"{param} must be an object", param)
     kind = item.get("type")
-    named = isinstance(kind, str)  # an array or object is unhashable: only a string meets the tables
+    named = isinstance(
+        kind, str
+    )  # an array or object is unhashable: only a string meets the tables
     if named and kind in REFUSED_TYPES:
         raise refuse(f"{param}: {REFUSED_TYPES[kind]}", f"{param}.type")
     if not named or kind not in OPTIONS:
-        raise refuse(f"{param}.type must be one of {', '.join(OPTIONS)}, got {excerpt(kind, 40)!r}", f"{param}.type")
+        raise refuse(
+            f"{param}.type must be one of {', '.join(OPTIONS)}, got {excerpt(kind, 40)!r}",
+            f"{param}.type",
+        )
     if kind != "noul" and "criteria" not in item:
         raise refuse(f"{param}.criteria is required for a {kind} question", f"{param}.criteria")
     instructions = item.get("instructions")
-    question = DEFAULT_INSTRUCTIONS[kind] if instructions is None else _text(instructions, f"{param}.instructions")
+    question = (
+        DEFAULT_INSTRUCTIONS[kind]
+        if instructions is None
+        else _text(instructions, f"{param}.instructions")
+    )
     options, legend = OPTIONS[kind](item.get("criteria"), f"{param}.criteria")
     source = "semif.orderings" if sent else "the server's default orderings"
-    method = request_model.checked_orderings(orderings, options, f"{param}: {source}",
-                                             "semif.orderings" if sent else f"{param}.criteria")
+    method = request_model.checked_orderings(
+        orderings, options, f"{param}: {source}", "semif.orderings" if sent else f"{param}.criteria"
+    )
     row = {"id": key, "state": state, "question": question, "options": options}
     return Decision(row=row, orderings=method), Question(key, kind, legend)
 
@@ -207,12 +239,20 @@ def _extension(value: Any, policy: Policy) -> tuple[str, str | None, frozenset[s
         raise refuse("semif must be an object with orderings and/or workload", "semif")
     unknown = sorted(set(value) - EXTENSION_KEYS)
     if unknown:
-        raise refuse(f"semif has unknown field(s): {', '.join(excerpt(key, 40) for key in unknown[:5])}", "semif")
+        raise refuse(
+            f"semif has unknown field(s): {', '.join(excerpt(key, 40) for key in unknown[:5])}",
+            "semif",
+        )
     orderings = value.get("orderings", policy.orderings)
     if orderings not in averaging.ORDERINGS:
-        raise refuse(f"semif.orderings must be one of {', '.join(averaging.ORDERINGS)}", "semif.orderings")
-    workload = (request_model.checked_workload(value["workload"], policy.limits, "semif.workload")
-                if "workload" in value else policy.workload)
+        raise refuse(
+            f"semif.orderings must be one of {', '.join(averaging.ORDERINGS)}", "semif.orderings"
+        )
+    workload = (
+        request_model.checked_workload(value["workload"], policy.limits, "semif.workload")
+        if "workload" in value
+        else policy.workload
+    )
     return orderings, workload, EXTENSION_KEYS & set(value)
 
 
@@ -226,15 +266,23 @@ def translate(body: bytes, policy: Policy) -> Plan:
     for name in ("model", "state", "questions"):
         if name not in data:
             raise refuse(f"body is missing field {name}", name)
-    if not isinstance(data["model"], str) or data["model"] not in policy.models:  # a list or object: 422, not a crash
-        raise refuse(f"unknown model {excerpt(str(data['model']), 60)!r}; served: {', '.join(sorted(policy.models))}", "model")
+    if (
+        not isinstance(data["model"], str) or data["model"] not in policy.models
+    ):  # a list or object: 422, not a crash
+        raise refuse(
+            f"unknown model {excerpt(str(data['model']), 60)!r}; served: {', '.join(sorted(policy.models))}",
+            "model",
+        )
     state = request_model.checked_state(data["state"], "state")
     orderings, workload, sent = _extension(data.get("semif"), policy)
     questions = data["questions"]
     limit = policy.limits.max_decisions
     if not isinstance(questions, dict) or not 1 <= len(questions) <= limit:
         raise refuse(f"questions must be an object of 1..{limit} questions", "questions")
-    translated = [_question(key, item, state, orderings, "orderings" in sent) for key, item in questions.items()]
+    translated = [
+        _question(key, item, state, orderings, "orderings" in sent)
+        for key, item in questions.items()
+    ]
     request = DecideRequest(tuple(d for d, _ in translated), workload, shared=len(translated) > 1)
     # One method and one workload for every question, so the field the request sent is to blame (neither
     # sent: the server's two defaults, which configuration refuses to start with unless they agree; a

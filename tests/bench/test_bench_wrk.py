@@ -24,12 +24,18 @@ Transfer/sec:    512.00KB
 
 
 def test_parse_reads_rate_percentiles_in_their_units_and_failures() -> None:
-    assert parse(WRK_OUTPUT) == {"rps": 721.0, "p50_ms": 0.85, "p99_ms": 1200.0, "non_2xx": 5, "socket_errors": 3,
-                                 "requests": 1442}
+    assert parse(WRK_OUTPUT) == {
+        "rps": 721.0,
+        "p50_ms": 0.85,
+        "p99_ms": 1200.0,
+        "non_2xx": 5,
+        "socket_errors": 3,
+        "requests": 1442,
+    }
 
 
 def test_a_post_script_carries_the_body_verbatim_and_the_token() -> None:
-    text = script("POST", {"id": "a\"b", "s": "x\\y"}, "tok")
+    text = script("POST", {"id": 'a"b', "s": "x\\y"}, "tok")
     assert 'wrk.body = [==[{"id": "a\\"b", "s": "x\\\\y"}]==]' in text and '"Bearer tok"' in text
     assert script("GET", None, "tok") == 'wrk.method = "GET"\n'
 
@@ -38,5 +44,9 @@ def test_splice_replaces_a_marked_section_and_keeps_the_rest() -> None:
     first = splice("# Results\n\nbody\n", "wrk", "old figures")
     assert section(first, "wrk") == "old figures" and first.startswith("# Results\n\nbody\n")
     second = splice(first + "after\n", "wrk", "new figures")
-    assert section(second, "wrk") == "new figures" and "old figures" not in second and second.endswith("after\n")
+    assert (
+        section(second, "wrk") == "new figures"
+        and "old figures" not in second
+        and second.endswith("after\n")
+    )
     assert section("no marks", "wrk") is None

@@ -16,15 +16,34 @@ from bench.__main__ import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 # deploy/'s sources name paths in their comments.
-DEPLOY = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "deploy").rglob("*")
-                if path.suffix in {".py", ".sh", ".yaml", ".yml", ".json", ".template"})
+DEPLOY = sorted(
+    str(path.relative_to(ROOT))
+    for path in (ROOT / "deploy").rglob("*")
+    if path.suffix in {".py", ".sh", ".yaml", ".yml", ".json", ".template"}
+)
 GUIDES = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs").glob("*.md"))
-DOCS = ["README.md", *GUIDES, "TESTING.md", "contract.md", "bench/README.md", "bench/RESULTS.md", "bench/gpu/gpu_check.sh", ".ci/run",
-        "pyproject.toml", *DEPLOY]  # pyproject: the mutation-testing selection names test files
+DOCS = [
+    "README.md",
+    *GUIDES,
+    "TESTING.md",
+    "contract.md",
+    "bench/README.md",
+    "bench/RESULTS.md",
+    "bench/gpu/gpu_check.sh",
+    ".ci/run",
+    "pyproject.toml",
+    *DEPLOY,
+]  # pyproject: the mutation-testing selection names test files
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +70,9 @@ def test_an_unknown_command_prints_the_list_on_stderr_and_exits_2() -> None:
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_every_listed_command_answers_help(helps: dict[str, subprocess.CompletedProcess[str]], name: str) -> None:
+def test_every_listed_command_answers_help(
+    helps: dict[str, subprocess.CompletedProcess[str]], name: str
+) -> None:
     done = helps[name]
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage:") and "--help" in done.stdout
@@ -72,6 +93,8 @@ def test_every_command_the_docs_name_is_registered() -> None:
 
 def test_every_bench_and_test_path_the_docs_name_exists() -> None:
     paths = named(r"(?<![\w/.-])((?:bench|tests|deploy)/[\w./-]*\w)")
-    outputs = {path for path in paths if path.startswith("bench/results")}  # what the commands write
+    outputs = {
+        path for path in paths if path.startswith("bench/results")
+    }  # what the commands write
     assert len(paths - outputs) > 20, "too few paths found: the pattern is wrong"
     assert sorted(path for path in paths - outputs if not (ROOT / path).exists()) == []

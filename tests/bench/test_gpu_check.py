@@ -25,7 +25,6 @@ from bench.common.loadgen import Target
 from bench.gpu import gpu_check
 from bench.gpu.gpu_check import FAILED, INCONCLUSIVE, MIB, PASSED, SKIPPED, Plan, Records, Run
 from semif_serve.scorer import OutOfMemory
-
 from tests.fake_scorer import semif_like
 from tests.wire_client import TOKEN
 
@@ -49,8 +48,14 @@ def test_cap_leaves_half_the_rise_within_bounds_and_says_when_the_bound_is_proba
 
 def test_release_verdict() -> None:
     slack = 512 * MIB
-    assert gpu_check.release_verdict(BASELINE, BASELINE + GIB, [BASELINE, BASELINE + slack])[0] == PASSED
-    assert gpu_check.release_verdict(BASELINE, BASELINE + GIB, [BASELINE, BASELINE + slack + 1])[0] == FAILED
+    assert (
+        gpu_check.release_verdict(BASELINE, BASELINE + GIB, [BASELINE, BASELINE + slack])[0]
+        == PASSED
+    )
+    assert (
+        gpu_check.release_verdict(BASELINE, BASELINE + GIB, [BASELINE, BASELINE + slack + 1])[0]
+        == FAILED
+    )
     assert gpu_check.release_verdict(BASELINE, BASELINE + slack, [BASELINE])[0] == INCONCLUSIVE
 
 
@@ -74,7 +79,10 @@ def test_a_crashing_step_is_a_failed_record_and_fails_the_run(tmp_path: Path) ->
 
     run.step("broken", broken)
     run.records.add("fine", PASSED, "ok")
-    assert [(r["check"], r["status"]) for r in records(tmp_path)] == [("broken", FAILED), ("fine", PASSED)]
+    assert [(r["check"], r["status"]) for r in records(tmp_path)] == [
+        ("broken", FAILED),
+        ("fine", PASSED),
+    ]
     assert run.records.summary(run.plan, 1.0) == 1
     assert "FAIL: 1 passed, 1 failed" in (tmp_path / "summary.txt").read_text()
 
@@ -89,9 +97,21 @@ class MemoryScorer:
     bugs the GPU check exists to catch.
     """
 
-    def __init__(self, per: int, cap: int | None = None, keep: bool = False, keep_on_oom: bool = False,
-                 device: str = "cuda:0") -> None:
-        self.per, self.cap, self.keep, self.keep_on_oom, self.device = per, cap, keep, keep_on_oom, device
+    def __init__(
+        self,
+        per: int,
+        cap: int | None = None,
+        keep: bool = False,
+        keep_on_oom: bool = False,
+        device: str = "cuda:0",
+    ) -> None:
+        self.per, self.cap, self.keep, self.keep_on_oom, self.device = (
+            per,
+            cap,
+            keep,
+            keep_on_oom,
+            device,
+        )
         self.reserved = self.peak = BASELINE
 
     def load(self) -> None:
@@ -113,19 +133,40 @@ class MemoryScorer:
         self._spend([row])
         return self._result(row)
 
-    def score_shared(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def score_shared(
+        self, rows: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         self._spend(rows)
         return [self._result(row) for row in rows], {"total_seconds": 0.0}
 
     def health(self) -> dict[str, Any]:
-        return {"scorer": "fake", "semif_commit": "fake", "model": "fake", "revision": "r" * 40, "device": self.device,
-                "dtype": "bfloat16", "memory_reserved_bytes": self.reserved, "memory_allocated_bytes": self.reserved,
-                "max_memory_reserved_bytes": self.peak}
+        return {
+            "scorer": "fake",
+            "semif_commit": "fake",
+            "model": "fake",
+            "revision": "r" * 40,
+            "device": self.device,
+            "dtype": "bfloat16",
+            "memory_reserved_bytes": self.reserved,
+            "memory_allocated_bytes": self.reserved,
+            "max_memory_reserved_bytes": self.peak,
+        }
 
 
 def cuda_plan(out: Path) -> Plan:
-    return Plan(out=out, device="cuda", models=frozenset({"tiny"}), speed_n=5, vram_tokens=512, shared_tokens=200,
-                decisions_start=4, decisions_max=256, target_bytes=GIB, growth_budget_s=60.0, budget_s=300.0)
+    return Plan(
+        out=out,
+        device="cuda",
+        models=frozenset({"tiny"}),
+        speed_n=5,
+        vram_tokens=512,
+        shared_tokens=200,
+        decisions_start=4,
+        decisions_max=256,
+        target_bytes=GIB,
+        growth_budget_s=60.0,
+        budget_s=300.0,
+    )
 
 
 def records(out: Path) -> list[dict[str, Any]]:
@@ -143,44 +184,68 @@ async def grown(start_server: Any, scorer: MemoryScorer, out: Path) -> tuple[Run
 
 
 async def test_large_shared_grows_until_the_target_and_passes_when_memory_is_released(
-        start_server: Any, tmp_path: Path) -> None:
+    start_server: Any, tmp_path: Path
+) -> None:
     run, found = await grown(start_server, MemoryScorer(per=64 * 1024), tmp_path)
     assert found["startup"]["status"] == PASSED
     record = found["large_shared"]
     counts = [step["decisions"] for step in record["figures"]["steps"]]
     assert record["status"] == PASSED, record["reason"]
-    assert counts == [4, 8, 16, 32, 64, 128] and record["figures"]["steps"][-1]["peak_over_baseline"] >= GIB
+    assert (
+        counts == [4, 8, 16, 32, 64, 128]
+        and record["figures"]["steps"][-1]["peak_over_baseline"] >= GIB
+    )
     assert run.found["burst"]["count"] == 128 and run.found["burst"]["rise"] >= GIB
 
 
-async def test_large_shared_fails_when_a_call_keeps_its_memory(start_server: Any, tmp_path: Path) -> None:
+async def test_large_shared_fails_when_a_call_keeps_its_memory(
+    start_server: Any, tmp_path: Path
+) -> None:
     _, found = await grown(start_server, MemoryScorer(per=64 * 1024, keep=True), tmp_path)
     assert found["large_shared"]["status"] == FAILED, found["large_shared"]["reason"]
 
 
-async def test_large_shared_is_inconclusive_when_no_request_exceeds_the_slack(start_server: Any, tmp_path: Path) -> None:
+async def test_large_shared_is_inconclusive_when_no_request_exceeds_the_slack(
+    start_server: Any, tmp_path: Path
+) -> None:
     _, found = await grown(start_server, MemoryScorer(per=1024), tmp_path)
     record = found["large_shared"]
     assert record["status"] == INCONCLUSIVE and record["figures"]["steps"][-1]["decisions"] == 256
 
 
-async def test_startup_fails_when_health_names_another_device(start_server: Any, tmp_path: Path) -> None:
+async def test_startup_fails_when_health_names_another_device(
+    start_server: Any, tmp_path: Path
+) -> None:
     _, found = await grown(start_server, MemoryScorer(per=64 * 1024, device="cuda:1"), tmp_path)
-    assert found["startup"]["status"] == FAILED and "expected 'cuda:0'" in found["startup"]["reason"]
+    assert (
+        found["startup"]["status"] == FAILED and "expected 'cuda:0'" in found["startup"]["reason"]
+    )
 
 
 async def burst(start_server: Any, scorer: MemoryScorer, probative: bool) -> tuple[str, str]:
     server = await start_server(scorer, max_decisions=256, max_body_bytes=16 * MIB)
     target = Target("127.0.0.1", server.port, TOKEN)
     row = {**datasets.rows()[0], "state": "data " * 200}
-    figures = await gpu_check._burst(target, gpu_check.shared_body(row, row["state"], 128), datasets.rows()[0])
-    after = [figures["after_503"]["memory_reserved_bytes"], figures["after_200"]["memory_reserved_bytes"]]
-    return gpu_check.burst_verdict(tuple(figures["first"]), figures["second_status"],
-                                   figures["before"]["memory_reserved_bytes"], after, probative)
+    figures = await gpu_check._burst(
+        target, gpu_check.shared_body(row, row["state"], 128), datasets.rows()[0]
+    )
+    after = [
+        figures["after_503"]["memory_reserved_bytes"],
+        figures["after_200"]["memory_reserved_bytes"],
+    ]
+    return gpu_check.burst_verdict(
+        tuple(figures["first"]),
+        figures["second_status"],
+        figures["before"]["memory_reserved_bytes"],
+        after,
+        probative,
+    )
 
 
 async def test_burst_over_the_cap_is_a_503_then_a_200(start_server: Any) -> None:
-    status, reason = await burst(start_server, MemoryScorer(per=64 * 1024, cap=BASELINE + GIB), True)
+    status, reason = await burst(
+        start_server, MemoryScorer(per=64 * 1024, cap=BASELINE + GIB), True
+    )
     assert status == PASSED, reason
 
 
@@ -193,8 +258,15 @@ async def test_burst_fails_when_the_failed_call_keeps_its_memory(start_server: A
 # -- the script end to end on the CPU ------------------------------------------------------------
 
 EXPECTED = {
-    "environment": PASSED, "build_tiny": PASSED, "startup": SKIPPED, "vram": SKIPPED, "speed": PASSED,
-    "parity_tiny": PASSED, "large_shared": SKIPPED, "vram_cap": SKIPPED, "oom_burst": SKIPPED,
+    "environment": PASSED,
+    "build_tiny": PASSED,
+    "startup": SKIPPED,
+    "vram": SKIPPED,
+    "speed": PASSED,
+    "parity_tiny": PASSED,
+    "large_shared": SKIPPED,
+    "vram_cap": SKIPPED,
+    "oom_burst": SKIPPED,
     "parity_smollm2": SKIPPED,
 }
 
@@ -202,8 +274,15 @@ EXPECTED = {
 def test_dry_run_takes_every_step_on_the_cpu_and_says_what_it_skipped(tmp_path: Path) -> None:
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
     env.pop("SEMIF_DEVICE", None)
-    done = subprocess.run(["bash", "bench/gpu/gpu_check.sh", "--dry-run"], cwd=procs.ROOT, env=env, capture_output=True,
-                          text=True, timeout=400, check=False)
+    done = subprocess.run(
+        ["bash", "bench/gpu/gpu_check.sh", "--dry-run"],
+        cwd=procs.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
     found = {r["check"]: r for r in records(tmp_path)}
     assert {check: r["status"] for check, r in found.items()} == EXPECTED, done.stdout[-3000:]
     assert done.returncode == 0, done.stdout[-3000:]
@@ -213,5 +292,8 @@ def test_dry_run_takes_every_step_on_the_cpu_and_says_what_it_skipped(tmp_path: 
     assert found["parity_tiny"]["figures"]["top_choice_agreement"] == 1.0
     assert found["speed"]["figures"]["n"] == 3
     summary = (tmp_path / "summary.txt").read_text()
-    assert all(check in summary for check in EXPECTED) and "PASS: 4 passed, 0 failed, 6 skipped" in summary
+    assert (
+        all(check in summary for check in EXPECTED)
+        and "PASS: 4 passed, 0 failed, 6 skipped" in summary
+    )
     assert (tmp_path / "server-a.log").stat().st_size > 0

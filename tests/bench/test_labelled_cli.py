@@ -12,14 +12,16 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from bench.common import procs
 from bench.common.loadgen import call
-from bench.labelled import fit, metrics, rows as labelled
+from bench.labelled import fit, metrics
+from bench.labelled import rows as labelled
 from semif_serve.calibration import T_MAX, T_MIN
 
 TOKEN = "labelled-token-" + "0123456789abcdef" * 2
@@ -29,7 +31,9 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[procs.Running]:
-    with procs.semif_serve(procs.stub_env(), TOKEN, log_dir=tmp_path_factory.mktemp("logs")) as running:
+    with procs.semif_serve(
+        procs.stub_env(), TOKEN, log_dir=tmp_path_factory.mktemp("logs")
+    ) as running:
         yield running
 
 
@@ -45,15 +49,33 @@ def subset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=procs.ROOT, capture_output=True, text=True,
-                          env={**os.environ, "SEMIF_API_TOKEN": TOKEN}, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=procs.ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SEMIF_API_TOKEN": TOKEN},
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
-def evaluated(server: procs.Running, subset: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def evaluated(
+    server: procs.Running, subset: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("evaluate")
-    done = bench("evaluate", "--url", server.url, "--data", str(subset), "--out", str(out / "results.json"),
-                 "--plot", str(out / "reliability.png"))
+    done = bench(
+        "evaluate",
+        "--url",
+        server.url,
+        "--data",
+        str(subset),
+        "--out",
+        str(out / "results.json"),
+        "--plot",
+        str(out / "reliability.png"),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return {"done": done, "results": json.loads((out / "results.json").read_text()), "dir": out}
 
@@ -64,8 +86,9 @@ def served(server: procs.Running, row: dict[str, Any], method: str) -> dict[str,
     return response.json()
 
 
-def test_evaluate_keeps_the_served_probabilities_of_every_row_and_method(evaluated: dict[str, Any],
-                                                                         server: procs.Running, subset: Path) -> None:
+def test_evaluate_keeps_the_served_probabilities_of_every_row_and_method(
+    evaluated: dict[str, Any], server: procs.Running, subset: Path
+) -> None:
     results = evaluated["results"]
     by_id = {row["id"]: row for row in results["rows"]}
     for row in labelled.load(subset):
@@ -75,9 +98,13 @@ def test_evaluate_keeps_the_served_probabilities_of_every_row_and_method(evaluat
                 continue
             answer = served(server, row, method)
             kept = by_id[row["id"]]["methods"][method]
-            expected = answer["combined"]["probabilities"] if method != "none" else answer["probabilities"]
+            expected = (
+                answer["combined"]["probabilities"] if method != "none" else answer["probabilities"]
+            )
             assert kept["probabilities"] == expected, (row["id"], method)
-            assert kept["agreement"] == (answer["combined"]["agreement"] if method != "none" else None)
+            assert kept["agreement"] == (
+                answer["combined"]["agreement"] if method != "none" else None
+            )
     five = sorted(row["id"] for row in labelled.load(subset) if len(row["options"]) == 5)
     assert sorted(results["skipped"]["all"]) == five and results["skipped"]["rotations"] == []
 
@@ -93,8 +120,12 @@ def test_evaluate_figures_recompute_from_the_kept_rows(evaluated: dict[str, Any]
         assert figures["nll"] == pytest.approx(metrics.nll(probabilities, labels))
         assert figures["ece"] == pytest.approx(metrics.ece(probabilities, labels))
         tops = [row["methods"][method]["top"] for row in rows]
-        assert figures["top_position"] == pytest.approx([tops.count(k) / len(rows) for k in range(len(figures["top_position"]))])
-        assert figures["label_position"] == pytest.approx([labels.count(k) / len(rows) for k in range(len(figures["label_position"]))])
+        assert figures["top_position"] == pytest.approx(
+            [tops.count(k) / len(rows) for k in range(len(figures["top_position"]))]
+        )
+        assert figures["label_position"] == pytest.approx(
+            [labels.count(k) / len(rows) for k in range(len(figures["label_position"]))]
+        )
         assert tops == [metrics.top(p) for p in probabilities]
         if method != "none":
             unanimous = [row for row in rows if row["methods"][method]["agreement"] == 1.0]
@@ -103,41 +134,74 @@ def test_evaluate_figures_recompute_from_the_kept_rows(evaluated: dict[str, Any]
     assert agreements != {1.0}, "the stub's position effect should split some rotations"
 
 
-def test_evaluate_prints_a_table_reports_progress_and_draws_a_png(evaluated: dict[str, Any]) -> None:
+def test_evaluate_prints_a_table_reports_progress_and_draws_a_png(
+    evaluated: dict[str, Any],
+) -> None:
     done = evaluated["done"]
-    assert "| method" in done.stdout and "| rotations" in done.stdout and "label share" in done.stdout
+    assert (
+        "| method" in done.stdout and "| rotations" in done.stdout and "label share" in done.stdout
+    )
     assert "all: 6 rows not scored" in done.stdout
     assert "evaluate: wrote" in done.stderr and "| method" not in done.stderr
     assert (evaluated["dir"] / "reliability.png").read_bytes().startswith(PNG)
 
 
-def test_calibrate_from_saved_results_fits_each_method_on_the_fit_rows(evaluated: dict[str, Any], tmp_path: Path) -> None:
+def test_calibrate_from_saved_results_fits_each_method_on_the_fit_rows(
+    evaluated: dict[str, Any], tmp_path: Path
+) -> None:
     results_path = evaluated["dir"] / "results.json"
-    done = bench("calibrate", "--results", str(results_path), "--out", str(tmp_path / "calibration.json"),
-                 "--plot", str(tmp_path / "calibration.png"), "--workload", "ops")
+    done = bench(
+        "calibrate",
+        "--results",
+        str(results_path),
+        "--out",
+        str(tmp_path / "calibration.json"),
+        "--plot",
+        str(tmp_path / "calibration.png"),
+        "--workload",
+        "ops",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     bound = json.loads((tmp_path / "calibration.json").read_text())
     assert (bound["model"], bound["prompt_version"]) == ("stub", "stub-v1")
-    assert set(bound["workloads"]) == {"ops"} and set(bound["workloads"]["ops"]) == {"none", "rotations", "all"}
+    assert set(bound["workloads"]) == {"ops"} and set(bound["workloads"]["ops"]) == {
+        "none",
+        "rotations",
+        "all",
+    }
     rows = evaluated["results"]["rows"]
     for method, temperature in bound["workloads"]["ops"].items():
         fit_rows = [r for r in rows if r["split"] == "fit" and method in r["methods"]]
         test_rows = [r for r in rows if r["split"] == "test" and method in r["methods"]]
-        expected = fit.fit_temperature([r["methods"][method]["scores"] for r in fit_rows], [r["label"] for r in fit_rows])
+        expected = fit.fit_temperature(
+            [r["methods"][method]["scores"] for r in fit_rows], [r["label"] for r in fit_rows]
+        )
         assert T_MIN <= temperature <= T_MAX and temperature == pytest.approx(expected, rel=1e-9)
         after = fit.calibrate([r["methods"][method]["scores"] for r in test_rows], temperature)
         labels = [r["label"] for r in test_rows]
-        assert bound["fitted"]["nll_after"]["ops"][method] == pytest.approx(metrics.nll(after, labels))
+        assert bound["fitted"]["nll_after"]["ops"][method] == pytest.approx(
+            metrics.nll(after, labels)
+        )
         assert bound["fitted"]["ece_before"]["ops"][method] == pytest.approx(
-            metrics.ece([r["methods"][method]["probabilities"] for r in test_rows], labels))
+            metrics.ece([r["methods"][method]["probabilities"] for r in test_rows], labels)
+        )
     assert (tmp_path / "calibration.png").read_bytes().startswith(PNG)
     assert "| ops" in done.stdout
 
 
-def test_calibrate_through_the_server_fits_what_the_saved_results_fit(evaluated: dict[str, Any], server: procs.Running,
-                                                                      subset: Path, tmp_path: Path) -> None:
-    from_results = bench("calibrate", "--results", str(evaluated["dir"] / "results.json"), "--out", str(tmp_path / "a.json"))
-    live = bench("calibrate", "--url", server.url, "--data", str(subset), "--out", str(tmp_path / "b.json"))
+def test_calibrate_through_the_server_fits_what_the_saved_results_fit(
+    evaluated: dict[str, Any], server: procs.Running, subset: Path, tmp_path: Path
+) -> None:
+    from_results = bench(
+        "calibrate",
+        "--results",
+        str(evaluated["dir"] / "results.json"),
+        "--out",
+        str(tmp_path / "a.json"),
+    )
+    live = bench(
+        "calibrate", "--url", server.url, "--data", str(subset), "--out", str(tmp_path / "b.json")
+    )
     assert from_results.returncode == live.returncode == 0, live.stderr[-2000:]
     a, b = (json.loads((tmp_path / name).read_text()) for name in ("a.json", "b.json"))
     assert a["workloads"] == b["workloads"]
@@ -150,10 +214,20 @@ def test_a_bad_label_file_fails_before_any_request(tmp_path: Path) -> None:
     assert done.returncode == 1 and "bad.jsonl:1: options must be a list" in done.stderr
 
 
-def test_derived_methods_equal_the_methods_asked_one_by_one(evaluated: dict[str, Any], server: procs.Running,
-                                                            subset: Path, tmp_path: Path) -> None:
+def test_derived_methods_equal_the_methods_asked_one_by_one(
+    evaluated: dict[str, Any], server: procs.Running, subset: Path, tmp_path: Path
+) -> None:
     """--derive asks each row once; its none/rotations must be what asking for them gives (the stub is exact)."""
-    done = bench("evaluate", "--url", server.url, "--data", str(subset), "--out", str(tmp_path / "derived.json"), "--derive")
+    done = bench(
+        "evaluate",
+        "--url",
+        server.url,
+        "--data",
+        str(subset),
+        "--out",
+        str(tmp_path / "derived.json"),
+        "--derive",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     derived = json.loads((tmp_path / "derived.json").read_text())
     assert derived["derived"] is True
@@ -165,8 +239,19 @@ def test_derived_methods_equal_the_methods_asked_one_by_one(evaluated: dict[str,
     assert derived["summary"] == evaluated["results"]["summary"]
 
 
-def test_evaluate_re_reports_saved_results_without_a_server(evaluated: dict[str, Any], tmp_path: Path) -> None:
-    done = bench("evaluate", "--results", str(evaluated["dir"] / "results.json"), "--out", str(tmp_path / "again.json"))
+def test_evaluate_re_reports_saved_results_without_a_server(
+    evaluated: dict[str, Any], tmp_path: Path
+) -> None:
+    done = bench(
+        "evaluate",
+        "--results",
+        str(evaluated["dir"] / "results.json"),
+        "--out",
+        str(tmp_path / "again.json"),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads((tmp_path / "again.json").read_text())["summary"] == evaluated["results"]["summary"]
+    assert (
+        json.loads((tmp_path / "again.json").read_text())["summary"]
+        == evaluated["results"]["summary"]
+    )
     assert done.stdout == evaluated["done"].stdout

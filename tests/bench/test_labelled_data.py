@@ -30,11 +30,18 @@ def test_every_row_has_the_format(items: list[dict]) -> None:
         assert isinstance(row["state"], (str, dict)) and row["state"], where
         options = row["options"]
         assert 2 <= len(options) <= 5, where
-        assert all(set(o) == {"id", "description"} and o["id"] and o["description"].strip() for o in options), where
+        assert all(
+            set(o) == {"id", "description"} and o["id"] and o["description"].strip()
+            for o in options
+        ), where
         assert len({o["id"] for o in options}) == len(options), f"{where}: repeated option id"
-        assert len({o["description"] for o in options}) == len(options), f"{where}: repeated description"
+        assert len({o["description"] for o in options}) == len(options), (
+            f"{where}: repeated description"
+        )
         assert type(row["label"]) is int and 0 <= row["label"] < len(options), where
-        assert row["rationale"].strip() and "\n" not in row["rationale"], f"{where}: rationale must be one line"
+        assert row["rationale"].strip() and "\n" not in row["rationale"], (
+            f"{where}: rationale must be one line"
+        )
 
 
 def test_label_position_is_balanced_within_each_split_and_option_count(items: list[dict]) -> None:
@@ -58,18 +65,92 @@ def test_the_split_halves_the_set_by_option_count_and_shares_nothing(items: list
     assert not fit & test, "a decision (state, question, options) sits in both halves"
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}], "label": 2}, "label must be"),
-    ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}], "label": True}, "label must be"),
-    ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}], "label": 0}, "options must be a list of at least 2"),
-    ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}]}, "missing ['label']"),
-    ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}], "label": 0, "split": "train"}, "split must be"),
-    ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}], "label": 0, "workload": ""}, "workload must be a nonempty string, got ''"),
-    ({"id": "a", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}], "label": 0, "workload": 3}, "workload must be a nonempty string, got 3"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            {
+                "id": "a",
+                "state": "s",
+                "question": "q",
+                "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}],
+                "label": 2,
+            },
+            "label must be",
+        ),
+        (
+            {
+                "id": "a",
+                "state": "s",
+                "question": "q",
+                "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}],
+                "label": True,
+            },
+            "label must be",
+        ),
+        (
+            {
+                "id": "a",
+                "state": "s",
+                "question": "q",
+                "options": [{"id": "x", "description": "X"}],
+                "label": 0,
+            },
+            "options must be a list of at least 2",
+        ),
+        (
+            {
+                "id": "a",
+                "state": "s",
+                "question": "q",
+                "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}],
+            },
+            "missing ['label']",
+        ),
+        (
+            {
+                "id": "a",
+                "state": "s",
+                "question": "q",
+                "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}],
+                "label": 0,
+                "split": "train",
+            },
+            "split must be",
+        ),
+        (
+            {
+                "id": "a",
+                "state": "s",
+                "question": "q",
+                "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}],
+                "label": 0,
+                "workload": "",
+            },
+            "workload must be a nonempty string, got ''",
+        ),
+        (
+            {
+                "id": "a",
+                "state": "s",
+                "question": "q",
+                "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}],
+                "label": 0,
+                "workload": 3,
+            },
+            "workload must be a nonempty string, got 3",
+        ),
+    ],
+)
 def test_a_bad_row_is_refused_with_its_line(tmp_path: Path, line: dict, message: str) -> None:
     path = tmp_path / "bad.jsonl"
-    good = {"id": "ok", "state": "s", "question": "q", "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}], "label": 1}
+    good = {
+        "id": "ok",
+        "state": "s",
+        "question": "q",
+        "options": [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}],
+        "label": 1,
+    }
     path.write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
     with pytest.raises(labelled.RowError, match=re.escape(f"bad.jsonl:2: {message}")):
         labelled.load(path)
@@ -78,8 +159,12 @@ def test_a_bad_row_is_refused_with_its_line(tmp_path: Path, line: dict, message:
 def test_the_prior_fit_reads_rows_without_a_label_and_never_checks_one(tmp_path: Path) -> None:
     options = [{"id": "x", "description": "X"}, {"id": "y", "description": "Y"}]
     path = tmp_path / "decisions.jsonl"
-    path.write_text(json.dumps({"id": "a", "state": "s", "question": "q", "options": options}) + "\n"
-                    + json.dumps({"id": "b", "state": "s", "question": "q", "options": options, "label": 9}) + "\n")
+    path.write_text(
+        json.dumps({"id": "a", "state": "s", "question": "q", "options": options})
+        + "\n"
+        + json.dumps({"id": "b", "state": "s", "question": "q", "options": options, "label": 9})
+        + "\n"
+    )
     assert [row["id"] for row in labelled.load(path, labelled=False)] == ["a", "b"]
     with pytest.raises(labelled.RowError, match=re.escape("decisions.jsonl:1: missing ['label']")):
         labelled.load(path)
@@ -87,7 +172,10 @@ def test_the_prior_fit_reads_rows_without_a_label_and_never_checks_one(tmp_path:
 
 def test_one_side_of_the_split_and_none_on_an_empty_side() -> None:
     rows = [{"id": "a", "split": "fit"}, {"id": "b", "split": "test"}, {"id": "c", "split": "fit"}]
-    assert labelled.of_split(rows, "fit") == [rows[0], rows[2]] and labelled.of_split(rows, None) == rows
+    assert (
+        labelled.of_split(rows, "fit") == [rows[0], rows[2]]
+        and labelled.of_split(rows, None) == rows
+    )
     with pytest.raises(labelled.RowError, match="no row is on the 'test' side of the split"):
         labelled.of_split(rows[:1], "test")
 

@@ -31,11 +31,17 @@ def test_nll_brier_ece_and_accuracy_match_hand_computed_values() -> None:
 def test_kl_matches_hand_computed_values() -> None:
     # 0.5 ln(0.5 / 0.25) + 0.5 ln(0.5 / 0.75) = 0.5 (0.693147 - 0.405465)
     assert metrics.kl([0.5, 0.5], [0.25, 0.75]) == pytest.approx(0.143841, abs=1e-6)
-    assert metrics.kl([1.0, 0.0], [0.5, 0.5]) == pytest.approx(math.log(2), abs=1e-12)  # a zero p_k adds nothing
+    assert metrics.kl([1.0, 0.0], [0.5, 0.5]) == pytest.approx(
+        math.log(2), abs=1e-12
+    )  # a zero p_k adds nothing
     assert metrics.kl([0.3, 0.7], [0.3, 0.7]) == 0.0
     # a zero q_k counts as the smallest float: 0.5 ln(0.5 / 1) + 0.5 ln(0.5 / ulp)
-    assert metrics.kl([0.5, 0.5], [1.0, 0.0]) == pytest.approx(math.log(0.5) - 0.5 * math.log(math.ulp(0.0)))
-    assert metrics.mean_kl([[0.5, 0.5], [1.0, 0.0]], [[0.25, 0.75], [0.5, 0.5]]) == pytest.approx((0.143841 + math.log(2)) / 2)
+    assert metrics.kl([0.5, 0.5], [1.0, 0.0]) == pytest.approx(
+        math.log(0.5) - 0.5 * math.log(math.ulp(0.0))
+    )
+    assert metrics.mean_kl([[0.5, 0.5], [1.0, 0.0]], [[0.25, 0.75], [0.5, 0.5]]) == pytest.approx(
+        (0.143841 + math.log(2)) / 2
+    )
     with pytest.raises(ValueError, match="same options"):
         metrics.kl([0.5, 0.5], [0.2, 0.3, 0.5])
 
@@ -56,7 +62,9 @@ def test_top_breaks_an_exact_tie_towards_the_earliest_option() -> None:
 
 def test_nll_of_scores_is_exact_where_probabilities_underflow() -> None:
     assert metrics.nll_of_scores([[0.0, -2000.0]], [1]) == pytest.approx(2000.0)
-    assert metrics.nll_of_scores([[0.0, -2000.0]], [1], temperature=T_MAX) == pytest.approx(100.0, rel=1e-9)
+    assert metrics.nll_of_scores([[0.0, -2000.0]], [1], temperature=T_MAX) == pytest.approx(
+        100.0, rel=1e-9
+    )
     assert math.isfinite(metrics.nll([[1.0, 0.0]], [1]))
 
 
@@ -69,7 +77,9 @@ def sample(temperature: float, rows: int, seed: int) -> tuple[list[list[float]],
     scores, labels = [], []
     for _ in range(rows):
         logits = [rng.gauss(0.0, 2.0 * temperature) for _ in range(rng.randint(2, 5))]
-        labels.append(rng.choices(range(len(logits)), softmax([v / temperature for v in logits]))[0])
+        labels.append(
+            rng.choices(range(len(logits)), softmax([v / temperature for v in logits]))[0]
+        )
         scores.append(logits)
     return scores, labels
 
@@ -88,7 +98,10 @@ def test_fit_agrees_with_a_fine_grid() -> None:
     grid = [math.exp(low + k * step) for k in range(1001)]
     best = min(grid, key=lambda t: metrics.nll_of_scores(scores, labels, t))
     assert abs(math.log(fitted) - math.log(best)) <= step
-    assert metrics.nll_of_scores(scores, labels, fitted) <= metrics.nll_of_scores(scores, labels, best) + 1e-12
+    assert (
+        metrics.nll_of_scores(scores, labels, fitted)
+        <= metrics.nll_of_scores(scores, labels, best) + 1e-12
+    )
 
 
 def test_fit_stops_at_the_contract_bounds() -> None:

@@ -6,7 +6,6 @@ in test_commands with every command's."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
@@ -25,12 +24,16 @@ TOKEN = "openloop-token-" + "0123456789abcdef" * 2
 
 
 def test_arrivals_are_the_same_for_the_same_seed_and_poisson_at_the_rate() -> None:
-    first, again, other = (poisson_arrivals(5.0, 400.0, seed) for seed in ("31/1/5", "31/1/5", "32/1/5"))
+    first, again, other = (
+        poisson_arrivals(5.0, 400.0, seed) for seed in ("31/1/5", "31/1/5", "32/1/5")
+    )
     assert first == again and first != other
     assert all(0 < t < 400.0 for t in first) and first == sorted(first)
     assert 1800 < len(first) < 2200  # 2000 expected; a Poisson count's sd is ~45
     gaps = [b - a for a, b in zip(first, first[1:])]
-    share_short = sum(1 for g in gaps if g < 0.2) / len(gaps)  # exponential: P(gap < mean) = 1 - 1/e
+    share_short = sum(1 for g in gaps if g < 0.2) / len(
+        gaps
+    )  # exponential: P(gap < mean) = 1 - 1/e
     assert 0.58 < share_short < 0.68
 
 
@@ -43,8 +46,14 @@ def test_a_cell_is_parsed_with_its_rates_absolute_or_in_capacities() -> None:
             openloop.Cell.parse(bad)
 
 
-def fate(status: int | None, latency: float, due: float = 1.0, lag: float = 0.001, outcome: str = "answered",
-         body: bytes = b'{"answers": {"q": {"noul": 0.5, "semif": {"total_seconds": 1}}}}') -> Fate:
+def fate(
+    status: int | None,
+    latency: float,
+    due: float = 1.0,
+    lag: float = 0.001,
+    outcome: str = "answered",
+    body: bytes = b'{"answers": {"q": {"noul": 0.5, "semif": {"total_seconds": 1}}}}',
+) -> Fate:
     return Fate(due, lag, status, latency, outcome, body, "3" if status == 429 else None)
 
 
@@ -53,25 +62,46 @@ def test_url_is_loopback_unless_remote_is_asked_for() -> None:
     bearer token crosses the network then, so a typo never sends it there."""
     with pytest.raises(ValueError) as refused:
         Target.from_url("http://10.0.0.5:8000", TOKEN)
-    assert str(refused.value) == "--url must be http://127.0.0.1:PORT (loopback only, unless --remote), got 'http://10.0.0.5:8000'"
-    assert Target.from_url("http://10.0.0.5:8000", TOKEN, remote=True) == Target("10.0.0.5", 8000, TOKEN)
+    assert (
+        str(refused.value)
+        == "--url must be http://127.0.0.1:PORT (loopback only, unless --remote), got 'http://10.0.0.5:8000'"
+    )
+    assert Target.from_url("http://10.0.0.5:8000", TOKEN, remote=True) == Target(
+        "10.0.0.5", 8000, TOKEN
+    )
     assert Target.from_url("http://127.0.0.1:8000", TOKEN) == Target("127.0.0.1", 8000, TOKEN)
     for url in ("https://10.0.0.5:8000", "http://10.0.0.5"):
         with pytest.raises(ValueError) as refused:
             Target.from_url(url, TOKEN, remote=True)
         assert str(refused.value) == f"--url must be http://HOST:PORT, got {url!r}"
-    assert openloop.parser().parse_args(["--url", "http://10.0.0.5:8000", "--remote"]).remote is True
+    assert (
+        openloop.parser().parse_args(["--url", "http://10.0.0.5:8000", "--remote"]).remote is True
+    )
     assert openloop.parser().parse_args(["--url", "http://127.0.0.1:8000"]).remote is False
 
 
 def test_a_cells_figures_count_every_request_once_and_goodput_within_the_window() -> None:
-    fates = [fate(200, 0.5), fate(200, 1.0, due=9.5), fate(200, 0.7, body=b'{"answers": {"q": {"noul": 0.6}}}'),
-             fate(429, 0.002), fate(None, 30.0, outcome="timeout"), fate(None, 0.1, outcome="error"), fate(503, 0.01)]
+    fates = [
+        fate(200, 0.5),
+        fate(200, 1.0, due=9.5),
+        fate(200, 0.7, body=b'{"answers": {"q": {"noul": 0.6}}}'),
+        fate(429, 0.002),
+        fate(None, 30.0, outcome="timeout"),
+        fate(None, 0.1, outcome="error"),
+        fate(503, 0.01),
+    ]
     run = OpenLoopRun(len(fates), 10.0, fates, client_cpu=0.5, wall=20.0)
     figures = openloop.cell_figures(run, [], {"q": {"noul": 0.5, "semif": {}}}, questions=21)
-    assert (figures["ok"], figures["refused"], figures["timeouts"], figures["errors"]) == (3, 1, 1, 1)
+    assert (figures["ok"], figures["refused"], figures["timeouts"], figures["errors"]) == (
+        3,
+        1,
+        1,
+        1,
+    )
     assert figures["other_status"] == {"503": 1}
-    assert figures["goodput_per_s"] == pytest.approx(0.2)  # the 200 due at 9.5 s came after the 10 s window
+    assert figures["goodput_per_s"] == pytest.approx(
+        0.2
+    )  # the 200 due at 9.5 s came after the 10 s window
     assert figures["goodput_decisions_per_s"] == pytest.approx(4.2)
     assert figures["answers_equal_idle"] == 2  # wall-clock fields aside, one answer differs
     assert figures["retry_after_s"] == {"min": 3, "max": 3}
@@ -100,21 +130,63 @@ def test_a_short_run_on_the_stub_writes_its_json_plot_and_section(tmp_path: Path
     md.write_text("# results\n\nkept\n")
     out, plot = tmp_path / "openloop.json", tmp_path / "openloop.png"
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "openloop", "--scorer", "stub", "--stub-delay-ms", "30",
-         "--cell", "1/semif-wait/2x", "--duration", "1", "--capacity-s", "0.5", "--budget", "0.2",
-         "--out", str(out), "--plot", str(plot), "--md", str(md)],
-        cwd=procs.ROOT, env={**os.environ, "SEMIF_API_TOKEN": TOKEN}, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "openloop",
+            "--scorer",
+            "stub",
+            "--stub-delay-ms",
+            "30",
+            "--cell",
+            "1/semif-wait/2x",
+            "--duration",
+            "1",
+            "--capacity-s",
+            "0.5",
+            "--budget",
+            "0.2",
+            "--out",
+            str(out),
+            "--plot",
+            str(plot),
+            "--md",
+            str(md),
+        ],
+        cwd=procs.ROOT,
+        env={**os.environ, "SEMIF_API_TOKEN": TOKEN},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     shape = result["shapes"]["1"]
     (cell,) = shape["cells"]
     assert shape["budget_s"] == 0.2 and cell["server"] == "semif-wait" and cell["multiple"] == 2.0
-    accounted = cell["ok"] + cell["refused"] + cell["timeouts"] + cell["errors"] + sum(cell["other_status"].values())
+    accounted = (
+        cell["ok"]
+        + cell["refused"]
+        + cell["timeouts"]
+        + cell["errors"]
+        + sum(cell["other_status"].values())
+    )
     assert cell["offered"] > 0 and accounted == cell["offered"]
-    assert cell["answers_equal_idle"] == cell["ok"]  # the stub is deterministic: load changes no score
-    assert cell["health"]["probes"] > 0 and cell["server_cpu_cores"] > 0 and cell["server_peak_rss_mib"] > 0
+    assert (
+        cell["answers_equal_idle"] == cell["ok"]
+    )  # the stub is deterministic: load changes no score
+    assert (
+        cell["health"]["probes"] > 0
+        and cell["server_cpu_cores"] > 0
+        and cell["server_peak_rss_mib"] > 0
+    )
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = md.read_text()
     assert text.startswith("# results\n\nkept\n") and "<!-- openloop: begin -->" in text
-    assert "## Open loop: Poisson arrivals against semif-serve\n" in text  # no peer ran, so none is named
-    assert "### 1-question System One request" in text and any(v.startswith("loadgen: ") for v in result["verdicts"])
+    assert (
+        "## Open loop: Poisson arrivals against semif-serve\n" in text
+    )  # no peer ran, so none is named
+    assert "### 1-question System One request" in text and any(
+        v.startswith("loadgen: ") for v in result["verdicts"]
+    )

@@ -13,16 +13,18 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from bench.common import procs
 from bench.common.loadgen import call
-from bench.labelled import metrics, prior as fitting, rows as labelled, scoring
+from bench.labelled import metrics, scoring
+from bench.labelled import prior as fitting
+from bench.labelled import rows as labelled
 from semif_serve import prior as pride
-
 from tests.calibration_file import MATCHING
 
 TOKEN = "prior-token-" + "0123456789abcdef" * 2
@@ -36,7 +38,9 @@ NOT_FITTED = {("billing", 4): 3, (DEFAULT, 5): 3}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[procs.Running]:
-    with procs.semif_serve(procs.stub_env(), TOKEN, log_dir=tmp_path_factory.mktemp("logs")) as running:
+    with procs.semif_serve(
+        procs.stub_env(), TOKEN, log_dir=tmp_path_factory.mktemp("logs")
+    ) as running:
         yield running
 
 
@@ -45,8 +49,11 @@ def chosen() -> list[dict[str, Any]]:
     by_count: dict[int, list[dict[str, Any]]] = {}
     for row in labelled.load(DATA):
         by_count.setdefault(len(row["options"]), []).append(row)
-    return [row if workload is None else {**row, "workload": workload}
-            for n, taken, workload in GROUPS for row in by_count[n][:taken]]
+    return [
+        row if workload is None else {**row, "workload": workload}
+        for n, taken, workload in GROUPS
+        for row in by_count[n][:taken]
+    ]
 
 
 def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -57,71 +64,129 @@ def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 @pytest.fixture(scope="module")
 def decisions(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The chosen rows, every other one without its label (the fit must not need it)."""
-    rows = [{key: value for key, value in row.items() if not (key == "label" and k % 2)} for k, row in enumerate(chosen())]
+    rows = [
+        {key: value for key, value in row.items() if not (key == "label" and k % 2)}
+        for k, row in enumerate(chosen())
+    ]
     return jsonl(tmp_path_factory.mktemp("data") / "decisions.jsonl", rows)
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=procs.ROOT, capture_output=True, text=True,
-                          env={**os.environ, "SEMIF_API_TOKEN": TOKEN}, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=procs.ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SEMIF_API_TOKEN": TOKEN},
+        timeout=120,
+        check=False,
+    )
 
 
-def fit(server: procs.Running, decisions: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return bench("prior", "--url", server.url, "--data", str(decisions), "--out", str(out), "--workload", DEFAULT, *extra)
+def fit(
+    server: procs.Running, decisions: Path, out: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return bench(
+        "prior",
+        "--url",
+        server.url,
+        "--data",
+        str(decisions),
+        "--out",
+        str(out),
+        "--workload",
+        DEFAULT,
+        *extra,
+    )
 
 
 @pytest.fixture(scope="module")
-def fitted(server: procs.Running, decisions: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def fitted(
+    server: procs.Running, decisions: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("prior")
-    done = fit(server, decisions, out / "calibration.json", "--progress-every", "0", "--report", str(out / "report.json"),
-               "--plot", str(out / "prior.png"))
+    done = fit(
+        server,
+        decisions,
+        out / "calibration.json",
+        "--progress-every",
+        "0",
+        "--report",
+        str(out / "report.json"),
+        "--plot",
+        str(out / "prior.png"),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return {"done": done, "file": json.loads((out / "calibration.json").read_text()), "dir": out}
 
 
 def rotations(server: procs.Running, row: dict[str, Any]) -> list[dict[str, Any]]:
-    response = asyncio.run(call(server.target, "POST", "/decide", labelled.request(row, "rotations")))
+    response = asyncio.run(
+        call(server.target, "POST", "/decide", labelled.request(row, "rotations"))
+    )
     assert response.status == 200
     return response.json()["orderings"]
 
 
 def test_each_group_is_the_mean_of_its_decisions_priors_from_the_servers_rotations(
-        fitted: dict[str, Any], server: procs.Running, decisions: Path) -> None:
+    fitted: dict[str, Any], server: procs.Running, decisions: Path
+) -> None:
     expected: dict[str, dict[str, Any]] = {}
-    for (workload, n), rows in fitting.groups(labelled.load(decisions, labelled=False), DEFAULT).items():
+    for (workload, n), rows in fitting.groups(
+        labelled.load(decisions, labelled=False), DEFAULT
+    ).items():
         if (workload, n) not in NOT_FITTED:
-            expected.setdefault(workload, {})[str(n)] = pride.entry([pride.decision_prior(rotations(server, r)) for r in rows])
+            expected.setdefault(workload, {})[str(n)] = pride.entry(
+                [pride.decision_prior(rotations(server, r)) for r in rows]
+            )
     assert fitted["file"]["priors"] == expected
     assert expected[DEFAULT]["2"]["decisions"] == 8 and expected["billing"]["3"]["decisions"] == 9
-    assert all(entry["prior"] != pytest.approx([1 / int(n)] * int(n), abs=1e-3)
-               for entries in expected.values() for n, entry in entries.items()), "the stub's positions should bias it"
+    assert all(
+        entry["prior"] != pytest.approx([1 / int(n)] * int(n), abs=1e-3)
+        for entries in expected.values()
+        for n, entry in entries.items()
+    ), "the stub's positions should bias it"
 
 
 def test_a_new_file_is_bound_to_what_the_server_reports_and_holds_no_temperatures(
-        fitted: dict[str, Any], server: procs.Running) -> None:
+    fitted: dict[str, Any], server: procs.Running
+) -> None:
     health = asyncio.run(call(server.target, "GET", "/health")).json()
     document = fitted["file"]
     assert (document["model"], document["revision"], document["prompt_version"]) == (
-        health["model"], health["revision"], health["prompt_version"])
+        health["model"],
+        health["revision"],
+        health["prompt_version"],
+    )
     assert "workloads" not in document
     facts = document["fitted"]["priors"]
     assert facts["decisions"] == 17 and facts["min_decisions"] == pride.MIN_DECISIONS == 8
-    assert facts["not_fitted"] == {"billing/4": "3 decision(s), fewer than the 8 a prior needs",
-                                   f"{DEFAULT}/5": "3 decision(s), fewer than the 8 a prior needs"}
+    assert facts["not_fitted"] == {
+        "billing/4": "3 decision(s), fewer than the 8 a prior needs",
+        f"{DEFAULT}/5": "3 decision(s), fewer than the 8 a prior needs",
+    }
 
 
-def test_groups_under_eight_decisions_are_named_not_fitted_and_not_scored(fitted: dict[str, Any]) -> None:
+def test_groups_under_eight_decisions_are_named_not_fitted_and_not_scored(
+    fitted: dict[str, Any],
+) -> None:
     done = fitted["done"]
     for (workload, n), count in NOT_FITTED.items():
         why = f"{count} decision(s), fewer than the 8 a prior needs"
         assert f"prior: {workload}, {n} options: not fitted: {why}" in done.stderr
         assert f"not fitted: {workload}, {n} options: {why}" in done.stdout
         assert str(n) not in fitted["file"]["priors"].get(workload, {})
-    assert "scoring 17 decisions under their rotations (43 rows) in 2 group(s)" in done.stderr  # 8 x 2 + 9 x 3
+    assert (
+        "scoring 17 decisions under their rotations (43 rows) in 2 group(s)" in done.stderr
+    )  # 8 x 2 + 9 x 3
 
 
 def test_progress_counts_every_decision_with_the_elapsed_time(fitted: dict[str, Any]) -> None:
-    lines = [line for line in fitted["done"].stderr.splitlines() if line.startswith("prior: decisions scored: ")]
+    lines = [
+        line
+        for line in fitted["done"].stderr.splitlines()
+        if line.startswith("prior: decisions scored: ")
+    ]
     counts = [line.split(": ")[2].split(" ")[0] for line in lines]
     assert counts[:17] == [f"{k}/17" for k in range(1, 18)]
     assert all(line.endswith(" s)") and "(" in line for line in lines)
@@ -134,18 +199,26 @@ def test_the_table_report_and_plot(fitted: dict[str, Any], decisions: Path) -> N
     assert row in done.stdout, done.stdout
     report = json.loads((out / "report.json").read_text())
     assert report["priors"] == fitted["file"]["priors"] and len(report["decisions"]) == 17
-    billing = [d["prior"] for d in report["decisions"].values() if d["workload"] == "billing" and d["options"] == 3]
+    billing = [
+        d["prior"]
+        for d in report["decisions"].values()
+        if d["workload"] == "billing" and d["options"] == 3
+    ]
     assert pride.workload_prior(billing) == entry["prior"]
     assert (out / "prior.png").read_bytes().startswith(PNG)
 
 
 def test_an_existing_bound_file_keeps_its_temperatures_and_other_workloads(
-        fitted: dict[str, Any], server: procs.Running, decisions: Path, tmp_path: Path) -> None:
+    fitted: dict[str, Any], server: procs.Running, decisions: Path, tmp_path: Path
+) -> None:
     binding = {key: fitted["file"][key] for key in ("model", "revision", "prompt_version")}
     old_prior = {"prior": [0.5, 0.5], "decisions": 9}
-    existing = {**binding, "fitted": {"rows": 62, "nll_after": {"ops": {"none": 1.0}}},
-                "workloads": {"ops": {"none": 2.0, "rotations": 1.5}},
-                "priors": {"ops": {"2": old_prior}, DEFAULT: {"4": {"prior": [0.25] * 4, "decisions": 8}}}}
+    existing = {
+        **binding,
+        "fitted": {"rows": 62, "nll_after": {"ops": {"none": 1.0}}},
+        "workloads": {"ops": {"none": 2.0, "rotations": 1.5}},
+        "priors": {"ops": {"2": old_prior}, DEFAULT: {"4": {"prior": [0.25] * 4, "decisions": 8}}},
+    }
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(existing))
     done = fit(server, decisions, path)
@@ -159,13 +232,27 @@ def test_an_existing_bound_file_keeps_its_temperatures_and_other_workloads(
     assert not list(tmp_path.glob(".*partial"))
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"model": "another/model"}, "is bound to model 'another/model', but the server reports 'stub'"),
-    ({"prompt_version": "direct-options-v1"}, "is bound to prompt_version 'direct-options-v1', but the server reports 'stub-v1'"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"model": "another/model"},
+            "is bound to model 'another/model', but the server reports 'stub'",
+        ),
+        (
+            {"prompt_version": "direct-options-v1"},
+            "is bound to prompt_version 'direct-options-v1', but the server reports 'stub-v1'",
+        ),
+    ],
+)
 def test_a_file_bound_to_something_else_is_refused_before_scoring_and_left_untouched(
-        fitted: dict[str, Any], server: procs.Running, decisions: Path, tmp_path: Path, change: dict[str, str],
-        message: str) -> None:
+    fitted: dict[str, Any],
+    server: procs.Running,
+    decisions: Path,
+    tmp_path: Path,
+    change: dict[str, str],
+    message: str,
+) -> None:
     binding = {key: fitted["file"][key] for key in ("model", "revision", "prompt_version")}
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps({**binding, **change, "workloads": {"ops": {"none": 2.0}}}))
@@ -176,39 +263,67 @@ def test_a_file_bound_to_something_else_is_refused_before_scoring_and_left_untou
     assert path.read_bytes() == before
 
 
-def test_a_plain_file_and_a_broken_file_are_refused_and_left_untouched(server: procs.Running, decisions: Path,
-                                                                      tmp_path: Path) -> None:
+def test_a_plain_file_and_a_broken_file_are_refused_and_left_untouched(
+    server: procs.Running, decisions: Path, tmp_path: Path
+) -> None:
     plain, broken = tmp_path / "plain.json", tmp_path / "broken.json"
     plain.write_text('{"ops": 2.0}')
     broken.write_text('{"model": ')
-    for path, message in ((plain, "is a plain {workload: T} file with no binding"), (broken, "is not valid JSON")):
+    for path, message in (
+        (plain, "is a plain {workload: T} file with no binding"),
+        (broken, "is not valid JSON"),
+    ):
         before = path.read_bytes()
         done = fit(server, decisions, path)
         assert done.returncode == 1 and message in done.stderr, done.stderr
         assert path.read_bytes() == before
 
 
-def test_nothing_fitted_writes_nothing(server: procs.Running, decisions: Path, tmp_path: Path) -> None:
+def test_nothing_fitted_writes_nothing(
+    server: procs.Running, decisions: Path, tmp_path: Path
+) -> None:
     small = tmp_path / "small.jsonl"
     small.write_text("".join(line + "\n" for line in decisions.read_text().splitlines()[:7]))
     done = fit(server, small, tmp_path / "calibration.json")
     assert done.returncode == 1
-    assert "prior: triage, 2 options: not fitted: 7 decision(s), fewer than the 8 a prior needs" in done.stderr
-    assert "nothing fitted, nothing written" in done.stderr and not (tmp_path / "calibration.json").exists()
+    assert (
+        "prior: triage, 2 options: not fitted: 7 decision(s), fewer than the 8 a prior needs"
+        in done.stderr
+    )
+    assert (
+        "nothing fitted, nothing written" in done.stderr
+        and not (tmp_path / "calibration.json").exists()
+    )
 
 
 def test_split_fits_one_side_only(server: procs.Running, tmp_path: Path) -> None:
-    done = bench("prior", "--url", server.url, "--data", str(DATA), "--out", str(tmp_path / "c.json"), "--split", "fit")
+    done = bench(
+        "prior",
+        "--url",
+        server.url,
+        "--data",
+        str(DATA),
+        "--out",
+        str(tmp_path / "c.json"),
+        "--split",
+        "fit",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     fit_rows = [row for row in labelled.load(DATA) if row["split"] == "fit"]
     counts = {n: sum(len(row["options"]) == n for row in fit_rows) for n in (2, 3, 4, 5)}
     priors = json.loads((tmp_path / "c.json").read_text())["priors"]["default"]
-    assert {n: e["decisions"] for n, e in priors.items()} == {str(n): c for n, c in counts.items() if c >= 8}
-    assert f"prior: default, 5 options: not fitted: {counts[5]} decision(s), fewer than the 8 a prior needs" in done.stderr
+    assert {n: e["decisions"] for n, e in priors.items()} == {
+        str(n): c for n, c in counts.items() if c >= 8
+    }
+    assert (
+        f"prior: default, 5 options: not fitted: {counts[5]} decision(s), fewer than the 8 a prior needs"
+        in done.stderr
+    )
 
 
 def test_on_the_tiny_model_the_file_written_is_one_its_server_starts_with_and_serves(
-        tiny_built: dict[str, str], decisions: Path, tmp_path: Path) -> None:
+    tiny_built: dict[str, str], decisions: Path, tmp_path: Path
+) -> None:
     """The stub reports no revision, so only a real model shows the binding the command writes is the one
     a server of that model accepts at startup (and that the priors pass its checks)."""
     env = {**tiny_built, "OMP_NUM_THREADS": "1"}
@@ -218,13 +333,19 @@ def test_on_the_tiny_model_the_file_written_is_one_its_server_starts_with_and_se
         done = fit(fitting_server, decisions, path)
     assert done.returncode == 0, done.stderr[-2000:]
     document = json.loads(path.read_text())
-    assert (document["model"], document["revision"]) == (tiny_built["SEMIF_MODEL"], tiny_built["SEMIF_REVISION"])
-    with procs.semif_serve({**env, "SEMIF_CALIBRATION": str(path)}, TOKEN, ready_timeout=120.0,
-                           log_dir=logs) as served:
+    assert (document["model"], document["revision"]) == (
+        tiny_built["SEMIF_MODEL"],
+        tiny_built["SEMIF_REVISION"],
+    )
+    with procs.semif_serve(
+        {**env, "SEMIF_CALIBRATION": str(path)}, TOKEN, ready_timeout=120.0, log_dir=logs
+    ) as served:
         health = asyncio.run(call(served.target, "GET", "/health")).json()
         assert health["calibration"]["priors"] == {"billing": [3], DEFAULT: [2]}
         row = next(row for row in chosen() if len(row["options"]) == 2)
-        response = asyncio.run(call(served.target, "POST", "/decide", labelled.request(row, "prior", DEFAULT)))
+        response = asyncio.run(
+            call(served.target, "POST", "/decide", labelled.request(row, "prior", DEFAULT))
+        )
     assert response.status == 200, response.body[:300]
     assert response.json()["combined"]["prior"] == document["priors"][DEFAULT]["2"]["prior"]
 
@@ -233,35 +354,68 @@ def test_an_answer_that_is_not_the_rows_rotations_is_refused() -> None:
     row = {"id": "r", "options": [{"id": "a"}, {"id": "b"}, {"id": "c"}]}
     rotated = [{"option_ids": ids} for ids in (["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"])]
     assert fitting.rotation_results(row, {"orderings": rotated}) == rotated
-    for wrong in (rotated[:2], [rotated[0], rotated[2], rotated[1]], [{"option_ids": ["a", "c", "b"]}, *rotated[1:]]):
+    for wrong in (
+        rotated[:2],
+        [rotated[0], rotated[2], rotated[1]],
+        [{"option_ids": ["a", "c", "b"]}, *rotated[1:]],
+    ):
         with pytest.raises(scoring.ScoringError, match="not the 3 rotations"):
             fitting.rotation_results(row, {"orderings": wrong})
 
 
 def test_an_answer_combined_by_another_method_than_asked_is_refused() -> None:
     row = {"id": "r", "options": [{"id": "a"}, {"id": "b"}]}
-    native = {"option_ids": ["a", "b"], "probabilities": [0.6, 0.4], "option_logits": [1.0, 0.6], "prompt_version": "v"}
-    averaged = {"option_ids": ["a", "b"], "orderings": [native],
-                "combined": {"method": "none", "orderings": 1, "probabilities": [0.6, 0.4], "top": "a", "agreement": 1.0}}
+    native = {
+        "option_ids": ["a", "b"],
+        "probabilities": [0.6, 0.4],
+        "option_logits": [1.0, 0.6],
+        "prompt_version": "v",
+    }
+    averaged = {
+        "option_ids": ["a", "b"],
+        "orderings": [native],
+        "combined": {
+            "method": "none",
+            "orderings": 1,
+            "probabilities": [0.6, 0.4],
+            "top": "a",
+            "agreement": 1.0,
+        },
+    }
     assert scoring.record(row, "none", native)["top"] == 0
-    with pytest.raises(scoring.ScoringError, match="asked for orderings 'prior', the answer is combined by None"):
+    with pytest.raises(
+        scoring.ScoringError, match="asked for orderings 'prior', the answer is combined by None"
+    ):
         scoring.record(row, "prior", native)
-    with pytest.raises(scoring.ScoringError, match="asked for orderings 'prior', the answer is combined by 'none'"):
+    with pytest.raises(
+        scoring.ScoringError, match="asked for orderings 'prior', the answer is combined by 'none'"
+    ):
         scoring.record(row, "prior", averaged)
 
 
 def test_help_names_the_inputs_and_the_rule() -> None:
     done = bench("prior", "--help")
     assert done.returncode == 0
-    for text in ("--url", "--data", "--out", "--workload", "--split", "--progress-every", "fewer than 8 decisions",
-                 "rotations"):
+    for text in (
+        "--url",
+        "--data",
+        "--out",
+        "--workload",
+        "--split",
+        "--progress-every",
+        "fewer than 8 decisions",
+        "rotations",
+    ):
         assert text in " ".join(done.stdout.split()), text
 
 
 # -- evaluate --methods ... prior, on a server loaded with the fitted priors ----------------------------
 
+
 @pytest.fixture(scope="module")
-def prior_server(fitted: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[procs.Running]:
+def prior_server(
+    fitted: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[procs.Running]:
     """The stub with the fitted priors. The stub reports no model revision, so the file is rebound by hand to
     what a stub server checks a binding against (its default SEMIF_MODEL and SEMIF_REVISION)."""
     path = tmp_path_factory.mktemp("served") / "calibration.json"
@@ -272,17 +426,40 @@ def prior_server(fitted: dict[str, Any], tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="module")
-def evaluated(prior_server: procs.Running, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def evaluated(
+    prior_server: procs.Running, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("evaluate")
     data = jsonl(out / "labelled.jsonl", chosen())
-    done = bench("evaluate", "--url", prior_server.url, "--data", str(data), "--methods", "none", "rotations", "prior",
-                 "--workload", DEFAULT, "--out", str(out / "results.json"), "--plot", str(out / "reliability.png"))
+    done = bench(
+        "evaluate",
+        "--url",
+        prior_server.url,
+        "--data",
+        str(data),
+        "--methods",
+        "none",
+        "rotations",
+        "prior",
+        "--workload",
+        DEFAULT,
+        "--out",
+        str(out / "results.json"),
+        "--plot",
+        str(out / "reliability.png"),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    return {"done": done, "results": json.loads((out / "results.json").read_text()), "dir": out, "data": data}
+    return {
+        "done": done,
+        "results": json.loads((out / "results.json").read_text()),
+        "dir": out,
+        "data": data,
+    }
 
 
 def test_evaluate_keeps_what_the_server_answers_under_prior_with_the_rows_workload(
-        evaluated: dict[str, Any], prior_server: procs.Running) -> None:
+    evaluated: dict[str, Any], prior_server: procs.Running
+) -> None:
     by_id = {row["id"]: row for row in evaluated["results"]["rows"]}
     asked = 0
     for row in chosen():
@@ -290,23 +467,38 @@ def test_evaluate_keeps_what_the_server_answers_under_prior_with_the_rows_worklo
         if (workload, n) in NOT_FITTED:
             assert "prior" not in by_id[row["id"]]["methods"]
             continue
-        response = asyncio.run(call(prior_server.target, "POST", "/decide", labelled.request(row, "prior", workload)))
+        response = asyncio.run(
+            call(prior_server.target, "POST", "/decide", labelled.request(row, "prior", workload))
+        )
         assert response.status == 200
         combined = response.json()["combined"]
         kept = by_id[row["id"]]["methods"]["prior"]
-        assert kept["probabilities"] == combined["probabilities"] and kept["prior"] == combined["prior"]
-        assert kept["orderings"] == 1 and kept["top"] == [o["id"] for o in row["options"]].index(combined["top"])
+        assert (
+            kept["probabilities"] == combined["probabilities"]
+            and kept["prior"] == combined["prior"]
+        )
+        assert kept["orderings"] == 1 and kept["top"] == [o["id"] for o in row["options"]].index(
+            combined["top"]
+        )
         asked += 1
     assert asked == 17
 
 
-def test_rows_with_no_prior_are_skipped_and_listed_by_workload_and_option_count(evaluated: dict[str, Any]) -> None:
+def test_rows_with_no_prior_are_skipped_and_listed_by_workload_and_option_count(
+    evaluated: dict[str, Any],
+) -> None:
     results = evaluated["results"]
-    skipped = sorted(row["id"] for row in chosen() if (row.get("workload", DEFAULT), len(row["options"])) in NOT_FITTED)
+    skipped = sorted(
+        row["id"]
+        for row in chosen()
+        if (row.get("workload", DEFAULT), len(row["options"])) in NOT_FITTED
+    )
     assert sorted(results["skipped"]["prior"]) == skipped and len(skipped) == 6
     assert results["skipped"]["rotations"] == results["skipped"]["none"] == []
-    assert ("prior: 6 rows not scored (no prior on the server for its (workload, option count): billing/4, triage/5)"
-            in evaluated["done"].stdout)
+    assert (
+        "prior: 6 rows not scored (no prior on the server for its (workload, option count): billing/4, triage/5)"
+        in evaluated["done"].stdout
+    )
 
 
 def test_prior_figures_recompute_from_the_kept_rows(evaluated: dict[str, Any]) -> None:
@@ -318,47 +510,94 @@ def test_prior_figures_recompute_from_the_kept_rows(evaluated: dict[str, Any]) -
     rotated = [row["methods"]["rotations"] for row in rows]
     figures = summary["prior"]
     assert figures["rows"] == 17 and figures["rows_per_decision"] == 1.0
-    assert summary["rotations"]["rows_per_decision"] == pytest.approx((8 * 2 + 9 * 3 + 3 * 4 + 3 * 5) / 23)
-    assert figures["accuracy"] == pytest.approx(metrics.accuracy([r["probabilities"] for r in prior], labels))
+    assert summary["rotations"]["rows_per_decision"] == pytest.approx(
+        (8 * 2 + 9 * 3 + 3 * 4 + 3 * 5) / 23
+    )
+    assert figures["accuracy"] == pytest.approx(
+        metrics.accuracy([r["probabilities"] for r in prior], labels)
+    )
     assert figures["nll"] == pytest.approx(metrics.nll([r["probabilities"] for r in prior], labels))
-    assert figures["brier"] == pytest.approx(metrics.brier([r["probabilities"] for r in prior], labels))
+    assert figures["brier"] == pytest.approx(
+        metrics.brier([r["probabilities"] for r in prior], labels)
+    )
     assert figures["ece"] == pytest.approx(metrics.ece([r["probabilities"] for r in prior], labels))
-    assert figures["top_position"] == pytest.approx([[r["top"] for r in prior].count(k) / 17 for k in range(3)])
+    assert figures["top_position"] == pytest.approx(
+        [[r["top"] for r in prior].count(k) / 17 for k in range(3)]
+    )
     same = sum(p["top"] == r["top"] for p, r in zip(prior, rotated)) / 17
-    kl = sum(metrics.kl(r["probabilities"], p["probabilities"]) for p, r in zip(prior, rotated)) / 17
+    kl = (
+        sum(metrics.kl(r["probabilities"], p["probabilities"]) for p, r in zip(prior, rotated)) / 17
+    )
     assert figures["vs_rotations"] == pytest.approx({"rows": 17, "same_top": same, "kl": kl})
-    assert 0 < kl and "unanimous_share" not in figures  # one ordering: its agreement is 1 by construction
+    assert (
+        0 < kl and "unanimous_share" not in figures
+    )  # one ordering: its agreement is 1 by construction
     none = summary["none"]["vs_rotations"]
     assert none["rows"] == 23 and "vs_rotations" not in summary["rotations"]
 
 
-def test_evaluate_prints_rows_per_decision_and_the_comparison_with_rotations(evaluated: dict[str, Any]) -> None:
+def test_evaluate_prints_rows_per_decision_and_the_comparison_with_rotations(
+    evaluated: dict[str, Any],
+) -> None:
     out = evaluated["done"].stdout
     summary = evaluated["results"]["summary"]
-    assert "| rows/decision |" in out and "mean KL(rotations ‖ method)" in out and "top share (prior)" in out
-    line = next(line for line in out.splitlines() if line.startswith("| prior ") and "| 17 " in line and "1.00" in line)
+    assert (
+        "| rows/decision |" in out
+        and "mean KL(rotations ‖ method)" in out
+        and "top share (prior)" in out
+    )
+    line = next(
+        line
+        for line in out.splitlines()
+        if line.startswith("| prior ") and "| 17 " in line and "1.00" in line
+    )
     assert f"{summary['prior']['vs_rotations']['same_top']:.3f}" in line, line
     assert (evaluated["dir"] / "reliability.png").read_bytes().startswith(PNG)
 
 
-def test_derived_runs_still_ask_prior_on_its_own(evaluated: dict[str, Any], prior_server: procs.Running,
-                                                 tmp_path: Path) -> None:
-    done = bench("evaluate", "--url", prior_server.url, "--data", str(evaluated["data"]), "--methods", "none",
-                 "rotations", "prior", "--workload", DEFAULT, "--derive", "--out", str(tmp_path / "derived.json"))
+def test_derived_runs_still_ask_prior_on_its_own(
+    evaluated: dict[str, Any], prior_server: procs.Running, tmp_path: Path
+) -> None:
+    done = bench(
+        "evaluate",
+        "--url",
+        prior_server.url,
+        "--data",
+        str(evaluated["data"]),
+        "--methods",
+        "none",
+        "rotations",
+        "prior",
+        "--workload",
+        DEFAULT,
+        "--derive",
+        "--out",
+        str(tmp_path / "derived.json"),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     derived = json.loads((tmp_path / "derived.json").read_text())
     assert derived["derived"] is True and derived["summary"] == evaluated["results"]["summary"]
 
 
-def test_calibrate_keeps_the_priors_of_the_file_it_refits(evaluated: dict[str, Any], fitted: dict[str, Any],
-                                                          tmp_path: Path) -> None:
+def test_calibrate_keeps_the_priors_of_the_file_it_refits(
+    evaluated: dict[str, Any], fitted: dict[str, Any], tmp_path: Path
+) -> None:
     path, fresh = tmp_path / "calibration.json", tmp_path / "fresh.json"
     path.write_text(json.dumps(fitted["file"]))
     for out in (path, fresh):
-        done = bench("calibrate", "--results", str(evaluated["dir"] / "results.json"), "--out", str(out),
-                     "--workload", DEFAULT)
+        done = bench(
+            "calibrate",
+            "--results",
+            str(evaluated["dir"] / "results.json"),
+            "--out",
+            str(out),
+            "--workload",
+            DEFAULT,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
     document, alone = json.loads(path.read_text()), json.loads(fresh.read_text())
     assert document["priors"] == fitted["file"]["priors"] and "priors" not in alone
     assert document["fitted"]["priors"] == fitted["file"]["fitted"]["priors"]
-    assert document["workloads"] == alone["workloads"] and any("prior" in ms for ms in alone["workloads"].values())
+    assert document["workloads"] == alone["workloads"] and any(
+        "prior" in ms for ms in alone["workloads"].values()
+    )

@@ -23,8 +23,23 @@ from tests import promql
 def test_a_short_soak_draws_saturation_and_busy_refusals(tmp_path: Path) -> None:
     promql.require("prometheus")
     plot, out = tmp_path / "soak.png", tmp_path / "soak.json"
-    assert soak.main(["--seconds", "3", "--max-queue", "2", "--delay-ms", "50", "--plot", str(plot),
-                      "--out", str(out)]) == 0
+    assert (
+        soak.main(
+            [
+                "--seconds",
+                "3",
+                "--max-queue",
+                "2",
+                "--delay-ms",
+                "50",
+                "--plot",
+                str(plot),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 20_000
     seen = json.loads(out.read_text())["figures"]["prometheus"]
     assert seen["plot"] == str(plot)
@@ -32,15 +47,24 @@ def test_a_short_soak_draws_saturation_and_busy_refusals(tmp_path: Path) -> None
     assert seen["peaks"]["refusals_per_s"]["busy"] > 0
 
 
-def test_the_threshold_drawn_is_the_one_the_rules_file_sets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_threshold_drawn_is_the_one_the_rules_file_sets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rules = prometheus.load_yaml(prometheus.RULES)
-    (saturated,) = [rule for group in rules["groups"] for rule in group["rules"] if rule.get("alert") == "SemifQueueSaturated"]
+    (saturated,) = [
+        rule
+        for group in rules["groups"]
+        for rule in group["rules"]
+        if rule.get("alert") == "SemifQueueSaturated"
+    ]
     edited = tmp_path / "semif-serve.rules.yml"
     monkeypatch.setattr(prometheus, "RULES", edited)
     saturated["expr"] = f"{soak_plot.SATURATION} >= 0.75"
     edited.write_text(yaml.safe_dump(rules))
     assert soak_plot.threshold() == 0.75
-    saturated["expr"] = f"max_over_time({soak_plot.SATURATION}[1m]) >= 0.75"  # a shape the line cannot follow
+    saturated["expr"] = (
+        f"max_over_time({soak_plot.SATURATION}[1m]) >= 0.75"  # a shape the line cannot follow
+    )
     edited.write_text(yaml.safe_dump(rules))
     with pytest.raises(ValueError, match="no longer"):
         soak_plot.threshold()

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
+from semif_serve import calibration
 from semif_serve.client import (
     ApiError,
     AsyncClient,
@@ -26,20 +28,21 @@ from semif_serve.client import (
     Shared,
     TransportError,
 )
-from semif_serve import calibration
 from semif_serve.errors import ApiError as ServerApiError
 from semif_serve.stub import StubScorer
-
 from tests.bodies import ROW, SHARED
 from tests.fakes import settings as server_settings
 from tests.timing import timeless
 from tests.wire_client import TOKEN, eventually, request
 
+
 def url(port: int) -> str:
     return f"http://127.0.0.1:{port}"
 
 
-async def stub(start_server: Callable[..., Awaitable[Any]], delay_ms: int = 0, **overrides: Any) -> Any:
+async def stub(
+    start_server: Callable[..., Awaitable[Any]], delay_ms: int = 0, **overrides: Any
+) -> Any:
     """A live server over the stub scorer; `delay_ms` per scorer call."""
     return await start_server(StubScorer(server_settings(stub_delay_ms=delay_ms)), **overrides)
 
@@ -67,24 +70,40 @@ def counted(server: Any) -> dict[str, int]:
 
 # -- shapes -------------------------------------------------------------------------------------
 
+
 async def test_every_shape_round_trips_unchanged_through_the_typed_results(start_server) -> None:
     server = await stub(start_server, calibration={"triage": 1.5})
     options = [(o["id"], o["description"]) for o in ROW["options"]]
-    decisions = [Question(d["id"], d["question"], {o["id"]: o["description"] for o in d["options"]})
-                 for d in SHARED["decisions"]]
-    decisions[1] = Question(decisions[1].id, decisions[1].question, decisions[1].options, orderings="rotations")
-    wire_shared = {**SHARED, "decisions": [SHARED["decisions"][0], {**SHARED["decisions"][1], "orderings": "rotations"}]}
+    decisions = [
+        Question(d["id"], d["question"], {o["id"]: o["description"] for o in d["options"]})
+        for d in SHARED["decisions"]
+    ]
+    decisions[1] = Question(
+        decisions[1].id, decisions[1].question, decisions[1].options, orderings="rotations"
+    )
+    wire_shared = {
+        **SHARED,
+        "decisions": [SHARED["decisions"][0], {**SHARED["decisions"][1], "orderings": "rotations"}],
+    }
     async with AsyncClient(url(server.port), TOKEN) as client:
         plain = await client.decide(ROW["state"], ROW["question"], options, id=ROW["id"])
-        calibrated = await client.decide(ROW["state"], ROW["question"], options, id=ROW["id"], workload="triage")
-        averaged = await client.decide(ROW["state"], ROW["question"], options, id=ROW["id"], orderings="all")
+        calibrated = await client.decide(
+            ROW["state"], ROW["question"], options, id=ROW["id"], workload="triage"
+        )
+        averaged = await client.decide(
+            ROW["state"], ROW["question"], options, id=ROW["id"], orderings="all"
+        )
         shared = await client.decide_shared(SHARED["state"], decisions)
         health = await client.health()
-    wire = [(await request(server.port, "POST", "/decide", body)).json for body in
-            (ROW, {**ROW, "workload": "triage"}, {**ROW, "orderings": "all"})]
+    wire = [
+        (await request(server.port, "POST", "/decide", body)).json
+        for body in (ROW, {**ROW, "workload": "triage"}, {**ROW, "orderings": "all"})
+    ]
     wire.append((await request(server.port, "POST", "/decide/shared", wire_shared)).json)
 
-    assert isinstance(plain, Result) and plain.calibrated is None and plain.option_ids == ["yes", "no"]
+    assert (
+        isinstance(plain, Result) and plain.calibrated is None and plain.option_ids == ["yes", "no"]
+    )
     assert isinstance(calibrated, Result) and calibrated.calibrated is not None
     assert calibrated.calibrated.probabilities == wire[1]["calibrated"]["probabilities"]
     assert isinstance(averaged, Averaged) and averaged.combined.orderings == 2
@@ -95,7 +114,10 @@ async def test_every_shape_round_trips_unchanged_through_the_typed_results(start
     for typed, raw in zip((plain, calibrated, averaged, shared), wire):
         assert timeless(typed.to_json()) == timeless(raw)
     assert isinstance(health, Health) and health.status == "ok" and health.max_queue == 32
-    assert health.to_json() == {**(await request(server.port, "GET", "/health", headers=[])).json, "in_progress": 0}
+    assert health.to_json() == {
+        **(await request(server.port, "GET", "/health", headers=[])).json,
+        "in_progress": 0,
+    }
 
 
 async def test_a_calibrated_averaged_view_is_typed_and_unchanged(start_server) -> None:
@@ -103,9 +125,19 @@ async def test_a_calibrated_averaged_view_is_typed_and_unchanged(start_server) -
     server = await stub(start_server, calibration=table)
     options = [(o["id"], o["description"]) for o in ROW["options"]]
     async with AsyncClient(url(server.port), TOKEN) as client:
-        averaged = await client.decide(ROW["state"], ROW["question"], options, id=ROW["id"],
-                                       orderings="rotations", workload="triage")
-    wire = (await request(server.port, "POST", "/decide", {**ROW, "orderings": "rotations", "workload": "triage"})).json
+        averaged = await client.decide(
+            ROW["state"],
+            ROW["question"],
+            options,
+            id=ROW["id"],
+            orderings="rotations",
+            workload="triage",
+        )
+    wire = (
+        await request(
+            server.port, "POST", "/decide", {**ROW, "orderings": "rotations", "workload": "triage"}
+        )
+    ).json
     assert isinstance(averaged, Averaged) and averaged.combined.calibrated is not None
     view = averaged.combined.calibrated
     assert (view.workload, view.method, view.temperature) == ("triage", "rotations", 2.0)
@@ -118,16 +150,25 @@ async def test_the_sync_client_returns_the_same_answers(start_server) -> None:
 
     def ask() -> tuple[Any, Any]:
         with Client(url(server.port), TOKEN) as client:
-            return (client.decide(ROW["state"], ROW["question"], ROW["options"], id=ROW["id"]),
-                    client.decide_shared(SHARED["state"], [Question(d["id"], d["question"], d["options"])
-                                                           for d in SHARED["decisions"]]))
+            return (
+                client.decide(ROW["state"], ROW["question"], ROW["options"], id=ROW["id"]),
+                client.decide_shared(
+                    SHARED["state"],
+                    [Question(d["id"], d["question"], d["options"]) for d in SHARED["decisions"]],
+                ),
+            )
 
     plain, shared = await asyncio.to_thread(ask)
-    assert timeless(plain.to_json()) == timeless((await request(server.port, "POST", "/decide", ROW)).json)
-    assert timeless(shared.to_json()) == timeless((await request(server.port, "POST", "/decide/shared", SHARED)).json)
+    assert timeless(plain.to_json()) == timeless(
+        (await request(server.port, "POST", "/decide", ROW)).json
+    )
+    assert timeless(shared.to_json()) == timeless(
+        (await request(server.port, "POST", "/decide/shared", SHARED)).json
+    )
 
 
 # -- retries against a full queue ------------------------------------------------------------------
+
 
 async def test_concurrent_calls_on_a_queue_of_one_all_succeed_through_retries(start_server) -> None:
     server = await stub(start_server, delay_ms=200, max_queue=1)
@@ -140,14 +181,19 @@ async def test_concurrent_calls_on_a_queue_of_one_all_succeed_through_retries(st
     async with AsyncClient(url(server.port), TOKEN, deadline=20.0) as client:
         answers = await asyncio.gather(
             *(client.decide("s", "q?", {"a": "A", "b": "B"}, id=f"async{i}") for i in range(4)),
-            *(asyncio.to_thread(sync_call, i) for i in range(2)))
-    assert sorted(a.id for a in answers) == sorted([f"async{i}" for i in range(4)] + ["sync0", "sync1"])
+            *(asyncio.to_thread(sync_call, i) for i in range(2)),
+        )
+    assert sorted(a.id for a in answers) == sorted(
+        [f"async{i}" for i in range(4)] + ["sync0", "sync1"]
+    )
     assert counts["posts"] == 6  # each call scored once
-    assert counts["busy"] >= 1   # and some were refused 429 busy first, then retried
+    assert counts["busy"] >= 1  # and some were refused 429 busy first, then retried
 
 
 @pytest.mark.parametrize("flavour", ["async", "sync"])
-async def test_a_deadline_shorter_than_the_queue_fails_cleanly_in_time(start_server, flavour) -> None:
+async def test_a_deadline_shorter_than_the_queue_fails_cleanly_in_time(
+    start_server, flavour
+) -> None:
     server = await stub(start_server, delay_ms=1000, max_queue=1)
     counts = counted(server)
     async with AsyncClient(url(server.port), TOKEN) as holder:
@@ -156,7 +202,9 @@ async def test_a_deadline_shorter_than_the_queue_fails_cleanly_in_time(start_ser
 
         def sync_call() -> Any:
             with Client(url(server.port), TOKEN) as client:
-                return client.decide("s", "q?", {"a": "A", "b": "B"}, deadline=0.4, request_id="late-1")
+                return client.decide(
+                    "s", "q?", {"a": "A", "b": "B"}, deadline=0.4, request_id="late-1"
+                )
 
         began = time.monotonic()
         with pytest.raises(DeadlineExceeded) as raised:
@@ -164,17 +212,26 @@ async def test_a_deadline_shorter_than_the_queue_fails_cleanly_in_time(start_ser
                 await asyncio.to_thread(sync_call)
             else:
                 async with AsyncClient(url(server.port), TOKEN) as client:
-                    await client.decide("s", "q?", {"a": "A", "b": "B"}, deadline=0.4, request_id="late-1")
+                    await client.decide(
+                        "s", "q?", {"a": "A", "b": "B"}, deadline=0.4, request_id="late-1"
+                    )
         elapsed = time.monotonic() - began
         assert (await holding).id == "decision"
     error = raised.value
     assert elapsed < 0.4 + 0.5
-    assert error.code == "deadline_exceeded" and error.status == 429 and error.request_id == "late-1"
-    assert isinstance(error.last, ApiError) and error.last.code == "busy" and "in progress" in error.last.message
+    assert (
+        error.code == "deadline_exceeded" and error.status == 429 and error.request_id == "late-1"
+    )
+    assert (
+        isinstance(error.last, ApiError)
+        and error.last.code == "busy"
+        and "in progress" in error.last.message
+    )
     assert error.attempts >= 1 and counts["busy"] == error.attempts and counts["posts"] == 1
 
 
 # -- refusals are not retried ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("flavour", ["async", "sync"])
 async def test_a_422_is_raised_at_once_and_never_sent_twice(start_server, flavour) -> None:
@@ -183,17 +240,27 @@ async def test_a_422_is_raised_at_once_and_never_sent_twice(start_server, flavou
 
     async def call() -> None:
         if flavour == "sync":
+
             def blocking() -> None:
                 with Client(url(server.port), TOKEN) as client:
-                    client.decide("s", "q?", {"a": "A", "b": "B"}, workload="nope", request_id="r-422")
+                    client.decide(
+                        "s", "q?", {"a": "A", "b": "B"}, workload="nope", request_id="r-422"
+                    )
+
             await asyncio.to_thread(blocking)
         else:
             async with AsyncClient(url(server.port), TOKEN) as client:
-                await client.decide("s", "q?", {"a": "A", "b": "B"}, workload="nope", request_id="r-422")
+                await client.decide(
+                    "s", "q?", {"a": "A", "b": "B"}, workload="nope", request_id="r-422"
+                )
 
     with pytest.raises(ApiError) as raised:
         await call()
-    assert (raised.value.status, raised.value.code, raised.value.request_id) == (422, "invalid_request", "r-422")
+    assert (raised.value.status, raised.value.code, raised.value.request_id) == (
+        422,
+        "invalid_request",
+        "r-422",
+    )
     assert "nope" in raised.value.message and raised.value.attempts == 1
     assert counts["posts"] == 1
 
@@ -203,10 +270,15 @@ async def test_a_wrong_token_is_a_401_raised_once(start_server) -> None:
     async with AsyncClient(url(server.port), "w" * 40) as client:
         with pytest.raises(ApiError) as raised:
             await client.decide("s", "q?", {"a": "A", "b": "B"})
-    assert (raised.value.status, raised.value.code, raised.value.attempts) == (401, "unauthorized", 1)
+    assert (raised.value.status, raised.value.code, raised.value.attempts) == (
+        401,
+        "unauthorized",
+        1,
+    )
 
 
 # -- servers that misbehave: tiny raw asyncio servers ----------------------------------------------
+
 
 class RawServer:
     """Accepts connections and answers each with `reply(index)` bytes after reading one request head.
@@ -221,7 +293,7 @@ class RawServer:
         self.port = 0
         self._server: asyncio.Server | None = None
 
-    async def __aenter__(self) -> "RawServer":
+    async def __aenter__(self) -> RawServer:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -234,8 +306,14 @@ class RawServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-            length = next((int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
-                           if line.startswith(b"content-length:")), 0)
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.lower().split(b"\r\n")
+                    if line.startswith(b"content-length:")
+                ),
+                0,
+            )
             await asyncio.wait_for(reader.readexactly(length), 5)
             self.heads.append(head)
             writer.write(self.reply(len(self.heads) - 1))
@@ -244,50 +322,77 @@ class RawServer:
             writer.close()
 
     def request_ids(self) -> list[bytes]:
-        return [line.split(b":", 1)[1].strip() for head in self.heads for line in head.lower().split(b"\r\n")
-                if line.startswith(b"x-request-id:")]
+        return [
+            line.split(b":", 1)[1].strip()
+            for head in self.heads
+            for line in head.lower().split(b"\r\n")
+            if line.startswith(b"x-request-id:")
+        ]
 
 
 def response(body: bytes, status: bytes = b"200 OK", declared: int | None = None) -> bytes:
     length = len(body) if declared is None else declared
-    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\ncontent-length: "
-            + str(length).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+    return (
+        b"HTTP/1.1 "
+        + status
+        + b"\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(length).encode()
+        + b"\r\nconnection: close\r\n\r\n"
+        + body
+    )
 
 
 STUB_RESULT = json.dumps(StubScorer(server_settings()).score(ROW)).encode()
 
 
 @pytest.mark.parametrize("flavour", ["async", "sync"])
-async def test_a_connection_closed_before_any_response_is_retried_with_the_same_request_id(flavour) -> None:
+async def test_a_connection_closed_before_any_response_is_retried_with_the_same_request_id(
+    flavour,
+) -> None:
     async with RawServer(lambda index: b"" if index == 0 else response(STUB_RESULT)) as raw:
         if flavour == "sync":
+
             def blocking() -> Any:
                 with Client(url(raw.port), TOKEN, deadline=5.0) as client:
-                    return client.decide(ROW["state"], ROW["question"], ROW["options"], id=ROW["id"])
+                    return client.decide(
+                        ROW["state"], ROW["question"], ROW["options"], id=ROW["id"]
+                    )
+
             result = await asyncio.to_thread(blocking)
         else:
             async with AsyncClient(url(raw.port), TOKEN, deadline=5.0) as client:
-                result = await client.decide(ROW["state"], ROW["question"], ROW["options"], id=ROW["id"])
+                result = await client.decide(
+                    ROW["state"], ROW["question"], ROW["options"], id=ROW["id"]
+                )
     assert result.to_json() == json.loads(STUB_RESULT)
     ids = raw.request_ids()
     assert len(raw.heads) == 2 and len(ids) == 2 and ids[0] == ids[1] and len(ids[0]) == 32
 
 
 @pytest.mark.parametrize("flavour", ["async", "sync"])
-async def test_a_server_that_closes_mid_response_raises_a_clear_error_and_is_not_retried(flavour) -> None:
+async def test_a_server_that_closes_mid_response_raises_a_clear_error_and_is_not_retried(
+    flavour,
+) -> None:
     half = response(STUB_RESULT[:40], declared=len(STUB_RESULT))
     async with RawServer(lambda index: half) as raw:
         with pytest.raises(TransportError) as raised:
             if flavour == "sync":
+
                 def blocking() -> Any:
                     with Client(url(raw.port), TOKEN, deadline=5.0) as client:
                         return client.decide("s", "q?", {"a": "A", "b": "B"}, request_id="half-1")
+
                 await asyncio.to_thread(blocking)
             else:
                 async with AsyncClient(url(raw.port), TOKEN, deadline=5.0) as client:
                     await client.decide("s", "q?", {"a": "A", "b": "B"}, request_id="half-1")
     error = raised.value
-    assert (error.code, error.status, error.request_id, error.attempts) == ("incomplete_response", 200, "half-1", 1)
+    assert (error.code, error.status, error.request_id, error.attempts) == (
+        "incomplete_response",
+        200,
+        "half-1",
+        1,
+    )
     assert "mid-response" in error.message and len(raw.heads) == 1
 
 
@@ -305,6 +410,7 @@ async def test_a_port_with_no_server_fails_as_a_connection_failure_at_the_deadli
 
 # -- many at once ----------------------------------------------------------------------------------
 
+
 async def test_fifty_concurrent_async_calls_lose_none(start_server) -> None:
     scorer = StubScorer(server_settings(stub_delay_ms=5))
     scored: list[str] = []
@@ -319,6 +425,8 @@ async def test_fifty_concurrent_async_calls_lose_none(start_server) -> None:
     counts = counted(server)
     ids = [f"d{i}" for i in range(50)]
     async with AsyncClient(url(server.port), TOKEN, deadline=30.0) as client:
-        answers = await asyncio.gather(*(client.decide("s", f"q{i}?", {"a": "A", "b": "B"}, id=i) for i in ids))
+        answers = await asyncio.gather(
+            *(client.decide("s", f"q{i}?", {"a": "A", "b": "B"}, id=i) for i in ids)
+        )
     assert [a.id for a in answers] == ids
     assert sorted(scored) == sorted(ids) and counts["posts"] == 50

@@ -11,19 +11,31 @@ from __future__ import annotations
 import email.utils
 import json
 import time
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
 
-from semif_serve.client import ApiError, AsyncClient, Client, DeadlineExceeded, RetryPolicy, TransportError
+from semif_serve.client import (
+    ApiError,
+    AsyncClient,
+    Client,
+    DeadlineExceeded,
+    RetryPolicy,
+    TransportError,
+)
 from semif_serve.client.retry import parse_retry_after
 from tests.client.replies import OK
 
+
 def envelope(status: int, code: str, headers: dict[str, str] | None = None) -> httpx.Response:
-    return httpx.Response(status, json={"error": {"code": code, "message": f"{code} said the server"}},
-                          headers=headers)
+    return httpx.Response(
+        status,
+        json={"error": {"code": code, "message": f"{code} said the server"}},
+        headers=headers,
+    )
 
 
 class Script:
@@ -53,22 +65,32 @@ def fast(**overrides: Any) -> RetryPolicy:
 
 
 def sync_call(script: Script, policy: RetryPolicy, **kwargs: Any) -> Any:
-    with Client("http://semif.test", "t" * 32, retry=policy, transport=httpx.MockTransport(script)) as client:
+    with Client(
+        "http://semif.test", "t" * 32, retry=policy, transport=httpx.MockTransport(script)
+    ) as client:
         return client.decide("s", "q?", {"a": "A", "b": "B"}, **kwargs)
 
 
 async def async_call(script: Script, policy: RetryPolicy, **kwargs: Any) -> Any:
-    async with AsyncClient("http://semif.test", "t" * 32, retry=policy, transport=httpx.MockTransport(script)) as client:
+    async with AsyncClient(
+        "http://semif.test", "t" * 32, retry=policy, transport=httpx.MockTransport(script)
+    ) as client:
         return await client.decide("s", "q?", {"a": "A", "b": "B"}, **kwargs)
 
 
-async def both(script_factory: Callable[[], Script], policy: RetryPolicy, **kwargs: Any) -> list[tuple[Script, Any]]:
+async def both(
+    script_factory: Callable[[], Script], policy: RetryPolicy, **kwargs: Any
+) -> list[tuple[Script, Any]]:
     """Run the same script through the sync and the async client; (script, result or raised error) each."""
     out = []
     for runner in ("sync", "async"):
         script = script_factory()
         try:
-            result = sync_call(script, policy, **kwargs) if runner == "sync" else await async_call(script, policy, **kwargs)
+            result = (
+                sync_call(script, policy, **kwargs)
+                if runner == "sync"
+                else await async_call(script, policy, **kwargs)
+            )
         except Exception as error:  # noqa: BLE001 - the test inspects it
             result = error
         out.append((script, result))
@@ -77,26 +99,56 @@ async def both(script_factory: Callable[[], Script], policy: RetryPolicy, **kwar
 
 # -- what is retried ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("status", "code"), [
-    (400, "bad_request"), (401, "unauthorized"), (404, "not_found"), (405, "method_not_allowed"),
-    (413, "request_too_large"), (422, "invalid_request"), (431, "headers_too_large"), (500, "scoring_failed"),
-    (429, "quota_exceeded"),  # a 429 that is not the server's full queue
-])
-async def test_a_refusal_other_than_busy_503_or_408_is_raised_after_one_request(status, code) -> None:
-    for script, raised in await both(lambda: Script(envelope(status, code), httpx.Response(200, json=OK)), fast(),
-                                     request_id="call-1"):
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (400, "bad_request"),
+        (401, "unauthorized"),
+        (404, "not_found"),
+        (405, "method_not_allowed"),
+        (413, "request_too_large"),
+        (422, "invalid_request"),
+        (431, "headers_too_large"),
+        (500, "scoring_failed"),
+        (429, "quota_exceeded"),  # a 429 that is not the server's full queue
+    ],
+)
+async def test_a_refusal_other_than_busy_503_or_408_is_raised_after_one_request(
+    status, code
+) -> None:
+    for script, raised in await both(
+        lambda: Script(envelope(status, code), httpx.Response(200, json=OK)),
+        fast(),
+        request_id="call-1",
+    ):
         assert isinstance(raised, ApiError) and len(script.requests) == 1
-        assert (raised.status, raised.code, raised.request_id, raised.attempts) == (status, code, "call-1", 1)
+        assert (raised.status, raised.code, raised.request_id, raised.attempts) == (
+            status,
+            code,
+            "call-1",
+            1,
+        )
         assert raised.message == f"{code} said the server"
 
 
-@pytest.mark.parametrize(("status", "code"), [
-    (429, "busy"), (503, "out_of_memory"), (503, "shutting_down"), (503, "too_many_connections"),
-    (408, "request_timeout"),
-])
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (429, "busy"),
+        (503, "out_of_memory"),
+        (503, "shutting_down"),
+        (503, "too_many_connections"),
+        (408, "request_timeout"),
+    ],
+)
 async def test_busy_503_and_408_are_retried_with_one_request_id_per_call(status, code) -> None:
-    for script, result in await both(lambda: Script(envelope(status, code), envelope(status, code),
-                                                    httpx.Response(200, json=OK)), fast()):
+    for script, result in await both(
+        lambda: Script(
+            envelope(status, code), envelope(status, code), httpx.Response(200, json=OK)
+        ),
+        fast(),
+    ):
         assert result.to_json() == OK and len(script.requests) == 3
         assert len(set(script.ids)) == 1 and len(script.ids[0]) == 32
     first, second = await both(lambda: Script(httpx.Response(200, json=OK)), fast())
@@ -104,33 +156,59 @@ async def test_busy_503_and_408_are_retried_with_one_request_id_per_call(status,
 
 
 async def test_a_503_without_an_envelope_is_retried_and_other_bodies_are_still_typed() -> None:
-    for script, result in await both(lambda: Script(httpx.Response(503, text="<html>proxy</html>"),
-                                                    httpx.Response(200, json=OK)), fast()):
+    for script, result in await both(
+        lambda: Script(
+            httpx.Response(503, text="<html>proxy</html>"), httpx.Response(200, json=OK)
+        ),
+        fast(),
+    ):
         assert result.to_json() == OK and len(script.requests) == 2
-    for script, raised in await both(lambda: Script(httpx.Response(502, text="bad gateway")), fast()):
+    for _script, raised in await both(
+        lambda: Script(httpx.Response(502, text="bad gateway")), fast()
+    ):
         assert isinstance(raised, ApiError) and (raised.status, raised.code) == (502, "http_502")
 
 
 async def test_a_connection_failure_before_any_response_is_retried() -> None:
-    for script, result in await both(lambda: Script(httpx.ConnectError("refused"),
-                                                    httpx.RemoteProtocolError("Server disconnected"),
-                                                    httpx.Response(200, json=OK)), fast()):
+    for script, result in await both(
+        lambda: Script(
+            httpx.ConnectError("refused"),
+            httpx.RemoteProtocolError("Server disconnected"),
+            httpx.Response(200, json=OK),
+        ),
+        fast(),
+    ):
         assert result.to_json() == OK and len(script.requests) == 3 and len(set(script.ids)) == 1
 
 
 async def test_an_answer_without_the_contracts_shape_is_a_bad_response() -> None:
-    for script, raised in await both(lambda: Script(httpx.Response(200, json={"unexpected": 1})), fast()):
-        assert isinstance(raised, TransportError) and raised.code == "bad_response" and raised.status == 200
+    for _script, raised in await both(
+        lambda: Script(httpx.Response(200, json={"unexpected": 1})), fast()
+    ):
+        assert (
+            isinstance(raised, TransportError)
+            and raised.code == "bad_response"
+            and raised.status == 200
+        )
     for script, raised in await both(lambda: Script(httpx.Response(200, text="not json")), fast()):
-        assert isinstance(raised, TransportError) and raised.code == "bad_response" and len(script.requests) == 1
+        assert (
+            isinstance(raised, TransportError)
+            and raised.code == "bad_response"
+            and len(script.requests) == 1
+        )
 
 
 # -- Retry-After ------------------------------------------------------------------------------------
 
+
 async def test_retry_after_in_seconds_is_waited_before_the_next_attempt() -> None:
     policy = fast(rng=lambda: 0.0)  # no jitter: the pause is exactly the server's number
-    for script, result in await both(lambda: Script(envelope(503, "out_of_memory", {"retry-after": "1"}),
-                                                    httpx.Response(200, json=OK)), policy):
+    for script, result in await both(
+        lambda: Script(
+            envelope(503, "out_of_memory", {"retry-after": "1"}), httpx.Response(200, json=OK)
+        ),
+        policy,
+    ):
         assert result.to_json() == OK
         assert script.times[1] - script.times[0] >= 1.0
 
@@ -138,7 +216,9 @@ async def test_retry_after_in_seconds_is_waited_before_the_next_attempt() -> Non
 async def test_retry_after_past_the_deadline_fails_at_once_without_waiting() -> None:
     policy = fast(deadline=2.0)
     began = time.monotonic()
-    for script, raised in await both(lambda: Script(envelope(429, "busy", {"retry-after": "30"})), policy):
+    for script, raised in await both(
+        lambda: Script(envelope(429, "busy", {"retry-after": "30"})), policy
+    ):
         assert isinstance(raised, DeadlineExceeded) and len(script.requests) == 1
         assert raised.status == 429 and raised.last is not None and raised.last.code == "busy"
         assert "asked for 30 s" in raised.message
@@ -146,16 +226,19 @@ async def test_retry_after_past_the_deadline_fails_at_once_without_waiting() -> 
 
 
 def test_retry_after_values() -> None:
-    now = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
     date = email.utils.format_datetime(now + timedelta(seconds=7), usegmt=True)
     past = email.utils.format_datetime(now - timedelta(seconds=7), usegmt=True)
     assert parse_retry_after("3") == 3.0 and parse_retry_after(" 12 ") == 12.0
-    assert parse_retry_after(date, lambda: now) == 7.0 and parse_retry_after(past, lambda: now) == 0.0
+    assert (
+        parse_retry_after(date, lambda: now) == 7.0 and parse_retry_after(past, lambda: now) == 0.0
+    )
     for bad in (None, "", "-1", "1.5", "soon", "٣", "Mon, 99 Foo 2026 00:00:00"):
         assert parse_retry_after(bad, lambda: now) is None
 
 
 # -- the backoff and the deadline, on a fake clock ------------------------------------------------
+
 
 class FakeClock:
     def __init__(self) -> None:
@@ -166,7 +249,9 @@ class FakeClock:
 
 
 def busy(attempts: Any) -> float:
-    return attempts.answered(429, {}, json.dumps({"error": {"code": "busy", "message": "full"}}).encode()).pause
+    return attempts.answered(
+        429, {}, json.dumps({"error": {"code": "busy", "message": "full"}}).encode()
+    ).pause
 
 
 def test_pauses_are_full_jitter_within_a_doubling_window_up_to_the_cap() -> None:
@@ -219,13 +304,23 @@ def test_a_policy_refuses_a_deadline_that_is_not_positive() -> None:
 
 # -- health is a probe: one attempt ------------------------------------------------------------------
 
-HEALTH = {"status": "draining", "semif_commit": "c", "model": "m", "vram_cap_gib": None, "max_tokens": 4096,
-          "max_decisions": 64, "workloads": [], "revision": None}
+HEALTH = {
+    "status": "draining",
+    "semif_commit": "c",
+    "model": "m",
+    "vram_cap_gib": None,
+    "max_tokens": 4096,
+    "max_decisions": 64,
+    "workloads": [],
+    "revision": None,
+}
 
 
 async def test_health_reads_a_draining_503_as_its_answer_and_never_retries() -> None:
     for flavour in ("sync", "async"):
-        script = Script(httpx.Response(503, json=HEALTH), httpx.Response(200, json={**HEALTH, "status": "ok"}))
+        script = Script(
+            httpx.Response(503, json=HEALTH), httpx.Response(200, json={**HEALTH, "status": "ok"})
+        )
         refused = Script(envelope(503, "too_many_connections"), httpx.Response(200, json=HEALTH))
         if flavour == "sync":
             with Client("http://semif.test", transport=httpx.MockTransport(script)) as client:
@@ -234,11 +329,19 @@ async def test_health_reads_a_draining_503_as_its_answer_and_never_retries() -> 
                 with pytest.raises(ApiError) as raised:
                     client.health()
         else:
-            async with AsyncClient("http://semif.test", transport=httpx.MockTransport(script)) as client:
+            async with AsyncClient(
+                "http://semif.test", transport=httpx.MockTransport(script)
+            ) as client:
                 health = await client.health()
-            async with AsyncClient("http://semif.test", transport=httpx.MockTransport(refused)) as client:
+            async with AsyncClient(
+                "http://semif.test", transport=httpx.MockTransport(refused)
+            ) as client:
                 with pytest.raises(ApiError) as raised:
                     await client.health()
-        assert health.status == "draining" and health.vram_cap_gib is None and health.to_json() == HEALTH
+        assert (
+            health.status == "draining"
+            and health.vram_cap_gib is None
+            and health.to_json() == HEALTH
+        )
         assert len(script.requests) == 1 and len(refused.requests) == 1
         assert (raised.value.status, raised.value.code) == (503, "too_many_connections")

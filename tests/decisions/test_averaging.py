@@ -9,14 +9,14 @@ from __future__ import annotations
 import copy
 import math
 import random
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, ORDERINGS, combine, expand, orderings
-
 from tests.reference import softmax
 
 LETTERS = "abcdefghijklmnop"  # 16 ids, the contract's maximum option count
@@ -43,7 +43,9 @@ def fake_result(row: dict[str, Any], logits: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def results_for(row: dict[str, Any], method: str, logit: Callable[[int, int, str], float]) -> list[dict[str, Any]]:
+def results_for(
+    row: dict[str, Any], method: str, logit: Callable[[int, int, str], float]
+) -> list[dict[str, Any]]:
     """One fake result per ordering; logit(k, position, option_id) gives each logit."""
     return [
         fake_result(expanded, [logit(k, i, o["id"]) for i, o in enumerate(expanded["options"])])
@@ -182,13 +184,19 @@ def test_logits_are_mapped_by_option_id_not_by_position() -> None:
     scrambled = []
     for result in results:
         order = sorted(range(3), key=lambda i: result["option_ids"][i], reverse=True)  # c, b, a
-        moved = {key: [result[key][i] for i in order] for key in ("option_ids", "option_logits", "probabilities")}
+        moved = {
+            key: [result[key][i] for i in order]
+            for key in ("option_ids", "option_logits", "probabilities")
+        }
         scrambled.append({**result, **moved})
     assert scrambled[0]["option_ids"] != results[0]["option_ids"]
     again = combine(row, "rotations", scrambled)["combined"]
     assert again["probabilities"] == pytest.approx(reference["probabilities"], abs=1e-15)
     assert (again["top"], again["agreement"], again["spread"]) == (
-        reference["top"], reference["agreement"], reference["spread"])
+        reference["top"],
+        reference["agreement"],
+        reference["spread"],
+    )
 
 
 @pytest.mark.parametrize("method", ["rotations", "all"])
@@ -199,7 +207,7 @@ def test_extreme_logits_stay_finite(method: str, truth: list[float]) -> None:
     row = make_row("abc")
     by_id = dict(zip("abc", truth))
     for bias in ([0.0, 0.0, 0.0], [1e4, -1e4, 0.0]):
-        results = results_for(row, method, lambda k, i, oid: by_id[oid] + bias[i])
+        results = results_for(row, method, lambda k, i, oid: by_id[oid] + bias[i])  # noqa: B023 - used within this iteration
         probabilities = combine(row, method, results)["combined"]["probabilities"]
         assert all(math.isfinite(p) and p >= 0 for p in probabilities)
         assert math.fsum(probabilities) == pytest.approx(1.0, abs=1e-12)
@@ -233,10 +241,15 @@ def test_a_tie_between_the_leaders_goes_to_the_earlier_in_the_callers_order() ->
 def test_top_follows_the_combined_probability_not_the_callers_first_option() -> None:
     row = make_row("abc")
     truth = {"a": 0.0, "b": 0.5, "c": 1.0}
-    out = combine(row, "all", results_for(row, "all", lambda k, i, oid: truth[oid] + (3.0 if i == 0 else 0.0)))
+    out = combine(
+        row, "all", results_for(row, "all", lambda k, i, oid: truth[oid] + (3.0 if i == 0 else 0.0))
+    )
     assert out["combined"]["top"] == "c"
     # The position bias of 3 makes whichever option sits first each ordering's top.
-    tops = [max(r["option_ids"], key=lambda o: r["probabilities"][r["option_ids"].index(o)]) for r in out["orderings"]]
+    tops = [
+        max(r["option_ids"], key=lambda o: r["probabilities"][r["option_ids"].index(o)])
+        for r in out["orderings"]
+    ]
     assert out["combined"]["agreement"] == pytest.approx(tops.count("c") / 6)
     assert tops.count("c") == 2
 
@@ -273,13 +286,28 @@ def test_each_refusal_says_exactly_what_it_cannot_compute() -> None:
     nan = copy.deepcopy(good)
     nan[0]["option_logits"][1] = float("nan")
     cases = [
-        (lambda: orderings(3, "shuffle"), "orderings must be one of ('none', 'rotations', 'all', 'prior'), got 'shuffle'"),
+        (
+            lambda: orderings(3, "shuffle"),
+            "orderings must be one of ('none', 'rotations', 'all', 'prior'), got 'shuffle'",
+        ),
         (lambda: orderings(0, "none"), "a decision needs at least one option, got 0"),
         (lambda: orderings(5, "all"), "orderings 'all' allows at most 4 options, got 5"),
-        (lambda: combine(row, "rotations", good[:2]), "'rotations' over 3 options needs 3 results, got 2"),
-        (lambda: combine(row, "rotations", wrong), "result 'q1#o1' does not score exactly the options ['a', 'b', 'c']"),
-        (lambda: combine(row, "rotations", nan), "result 'q1#o0' has a non-finite logit or probability"),
-        (lambda: combine(make_row("aab"), "rotations", good), "decision 'q1' repeats an option id: ['a', 'a', 'b']"),
+        (
+            lambda: combine(row, "rotations", good[:2]),
+            "'rotations' over 3 options needs 3 results, got 2",
+        ),
+        (
+            lambda: combine(row, "rotations", wrong),
+            "result 'q1#o1' does not score exactly the options ['a', 'b', 'c']",
+        ),
+        (
+            lambda: combine(row, "rotations", nan),
+            "result 'q1#o0' has a non-finite logit or probability",
+        ),
+        (
+            lambda: combine(make_row("aab"), "rotations", good),
+            "decision 'q1' repeats an option id: ['a', 'a', 'b']",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(ValueError) as refused:
@@ -290,7 +318,10 @@ def test_each_refusal_says_exactly_what_it_cannot_compute() -> None:
 # --- orderings "prior" (issue 29): one row, the caller's order, the prior divided out ---------
 
 ROOT6 = math.sqrt(6.0)
-WORKED_PRIOR = [ROOT6 / (ROOT6 + 1), 1 / (ROOT6 + 1)]  # tests/decisions/test_prior.py works it by hand
+WORKED_PRIOR = [
+    ROOT6 / (ROOT6 + 1),
+    1 / (ROOT6 + 1),
+]  # tests/decisions/test_prior.py works it by hand
 
 
 def test_prior_is_an_orderings_value_but_not_an_averaging_method() -> None:
@@ -304,21 +335,42 @@ def test_combine_under_the_prior_matches_the_worked_example() -> None:
     row = make_row("ab")
     [result] = [fake_result(r, [math.log(0.8), math.log(0.2)]) for r in expand(row, "prior")]
     tempered: list[list[float]] = []
-    out = combine(row, "prior", [result], lambda scores: tempered.append(scores) or {"t": 1}, prior=WORKED_PRIOR)
+    out = combine(
+        row,
+        "prior",
+        [result],
+        lambda scores: tempered.append(scores) or {"t": 1},
+        prior=WORKED_PRIOR,
+    )
     combined = out["combined"]
-    assert combined["probabilities"] == pytest.approx([4 / (4 + ROOT6), ROOT6 / (4 + ROOT6)], abs=1e-12)
-    assert (combined["method"], combined["orderings"], combined["top"], combined["agreement"]) == ("prior", 1, "a", 1.0)
+    assert combined["probabilities"] == pytest.approx(
+        [4 / (4 + ROOT6), ROOT6 / (4 + ROOT6)], abs=1e-12
+    )
+    assert (combined["method"], combined["orderings"], combined["top"], combined["agreement"]) == (
+        "prior",
+        1,
+        "a",
+        1.0,
+    )
     assert combined["spread"] == {"a": [pytest.approx(0.8)] * 2, "b": [pytest.approx(0.2)] * 2}
     assert combined["prior"] == WORKED_PRIOR and combined["calibrated"] == {"t": 1}
-    assert tempered == [pytest.approx([math.log(0.8) - math.log(WORKED_PRIOR[0]), math.log(0.2) - math.log(WORKED_PRIOR[1])])]
+    assert tempered == [
+        pytest.approx(
+            [math.log(0.8) - math.log(WORKED_PRIOR[0]), math.log(0.2) - math.log(WORKED_PRIOR[1])]
+        )
+    ]
     assert out["orderings"][0] is result and out["option_ids"] == ["a", "b"]
 
 
 def test_the_prior_can_move_the_top_and_agreement_stays_one() -> None:
     """p = (0.6, 0.4) under a prior (0.8, 0.2): p/prior ∝ (0.75, 2), so b wins: 0.75/2.75, 2/2.75."""
     row = make_row("ab")
-    combined = combine(row, "prior", [fake_result(expand(row, "prior")[0], [math.log(0.6), math.log(0.4)])],
-                       prior=[0.8, 0.2])["combined"]
+    combined = combine(
+        row,
+        "prior",
+        [fake_result(expand(row, "prior")[0], [math.log(0.6), math.log(0.4)])],
+        prior=[0.8, 0.2],
+    )["combined"]
     assert combined["probabilities"] == pytest.approx([3 / 11, 8 / 11], abs=1e-12)
     assert combined["top"] == "b" and combined["agreement"] == 1.0
 
@@ -328,12 +380,26 @@ def test_the_prior_method_and_a_prior_go_together_and_the_row_keeps_the_callers_
     [good] = results_for(row, "prior", lambda k, i, oid: float(i))
     swapped = {**good, "option_ids": ["b", "a"]}
     cases = [
-        (lambda: combine(row, "prior", [good]), "orderings 'prior' needs a position prior, and only it takes one (got 'prior')"),
-        (lambda: combine(row, "none", [good], prior=[0.5, 0.5]),
-         "orderings 'prior' needs a position prior, and only it takes one (got 'none')"),
-        (lambda: combine(row, "prior", [good, good], prior=[0.5, 0.5]), "'prior' over 2 options needs 1 results, got 2"),
-        (lambda: combine(row, "prior", [swapped], prior=[0.5, 0.5]), "result 'q1#o0' does not score the options ['a', 'b'] in order"),
-        (lambda: combine(row, "prior", [good], prior=[0.2, 0.3, 0.5]), "a prior over 3 positions cannot debias 2 options"),
+        (
+            lambda: combine(row, "prior", [good]),
+            "orderings 'prior' needs a position prior, and only it takes one (got 'prior')",
+        ),
+        (
+            lambda: combine(row, "none", [good], prior=[0.5, 0.5]),
+            "orderings 'prior' needs a position prior, and only it takes one (got 'none')",
+        ),
+        (
+            lambda: combine(row, "prior", [good, good], prior=[0.5, 0.5]),
+            "'prior' over 2 options needs 1 results, got 2",
+        ),
+        (
+            lambda: combine(row, "prior", [swapped], prior=[0.5, 0.5]),
+            "result 'q1#o0' does not score the options ['a', 'b'] in order",
+        ),
+        (
+            lambda: combine(row, "prior", [good], prior=[0.2, 0.3, 0.5]),
+            "a prior over 3 positions cannot debias 2 options",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(ValueError) as refused:
@@ -356,14 +422,18 @@ def cases(draw: st.DrawFn) -> tuple[str, list[str], list[list[float]], list[floa
     n = draw(st.integers(2, 16 if method == "rotations" else MAX_ALL_OPTIONS))
     ids = draw(st.permutations(list(LETTERS[:n])))
     count = len(orderings(n, method))
-    per_ordering = draw(st.lists(st.lists(LOGIT, min_size=n, max_size=n), min_size=count, max_size=count))
+    per_ordering = draw(
+        st.lists(st.lists(LOGIT, min_size=n, max_size=n), min_size=count, max_size=count)
+    )
     bias = draw(st.lists(LOGIT, min_size=n, max_size=n))
     return method, ids, per_ordering, bias
 
 
 @settings(max_examples=150, deadline=None)
 @given(cases())
-def test_property_combined_scores_are_well_formed(case: tuple[str, list[str], list[list[float]], list[float]]) -> None:
+def test_property_combined_scores_are_well_formed(
+    case: tuple[str, list[str], list[list[float]], list[float]],
+) -> None:
     method, ids, per_ordering, bias = case
     row = make_row(ids)
     results = results_for(row, method, lambda k, i, oid: per_ordering[k][i])
@@ -386,7 +456,9 @@ def test_property_combined_scores_are_well_formed(case: tuple[str, list[str], li
             assert low <= native <= high
     # A per-position bias added to every ordering leaves the combined scores alone.
     shifted = results_for(row, method, lambda k, i, oid: per_ordering[k][i] + bias[i])
-    assert combine(row, method, shifted)["combined"]["probabilities"] == pytest.approx(probabilities, abs=1e-9, rel=0)
+    assert combine(row, method, shifted)["combined"]["probabilities"] == pytest.approx(
+        probabilities, abs=1e-9, rel=0
+    )
 
 
 @settings(max_examples=100, deadline=None)

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semif_serve.calibration import PLAIN_METHOD, T_MAX, T_MIN, VARIABLE, calibrated_view, load
-
 from tests.reference import softmax
 
 
@@ -39,7 +38,9 @@ def result(logits: list[float]) -> dict[str, Any]:
 def temperatures(path: str) -> dict[str, float]:
     """A plain file read by `load`: each workload's `none` temperature, the only method a plain file holds."""
     table = load(path)
-    assert table.binding is None and all(set(methods) == {PLAIN_METHOD} for methods in table.values())
+    assert table.binding is None and all(
+        set(methods) == {PLAIN_METHOD} for methods in table.values()
+    )
     return {name: methods[PLAIN_METHOD] for name, methods in table.items()}
 
 
@@ -52,7 +53,9 @@ def test_a_valid_table_loads_as_floats(tmp_path: Path) -> None:
 def test_the_bounds_themselves_are_accepted(tmp_path: Path) -> None:
     assert VARIABLE == "SEMIF_CALIBRATION" and (T_MIN, T_MAX) == (0.05, 20.0)
     assert temperatures(write(tmp_path, '{"low": 0.05, "high": 20, "high_float": 20.0}')) == {
-        "low": 0.05, "high": 20.0, "high_float": 20.0,
+        "low": 0.05,
+        "high": 20.0,
+        "high_float": 20.0,
     }
 
 
@@ -80,9 +83,24 @@ def test_a_table_that_is_not_an_object_is_refused(tmp_path: Path, text: str) -> 
 
 @pytest.mark.parametrize(
     "value",
-    ["true", "false", '"1.0"', "null", "[1.0]", '{"t": 1.0}',  # not numbers (a bool is an int)
-     "NaN", "Infinity", "-Infinity", "1e400",  # json's non-finite literals and an overflow
-     "0.0499", "0", "-1", "20.0001", "21", "1" + "0" * 400],  # out of range; the last overflows a float
+    [
+        "true",
+        "false",
+        '"1.0"',
+        "null",
+        "[1.0]",
+        '{"t": 1.0}',  # not numbers (a bool is an int)
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "1e400",  # json's non-finite literals and an overflow
+        "0.0499",
+        "0",
+        "-1",
+        "20.0001",
+        "21",
+        "1" + "0" * 400,
+    ],  # out of range; the last overflows a float
 )
 def test_a_bad_temperature_is_refused_naming_the_workload(tmp_path: Path, value: str) -> None:
     message = refused(write(tmp_path, '{"fine": 1.0, "w-7": ' + value + "}"))
@@ -115,13 +133,19 @@ def test_the_view_keeps_the_argmax_and_sums_to_one(logits: list[float], temperat
 
 def test_the_view_keeps_a_clear_argmax_that_is_not_first() -> None:
     for temperature in (T_MIN, 0.5, 1.0, 7.0, T_MAX):
-        probabilities = calibrated_view(result([0.1, 3.0, -2.0, 2.9]), "w", temperature)["probabilities"]
+        probabilities = calibrated_view(result([0.1, 3.0, -2.0, 2.9]), "w", temperature)[
+            "probabilities"
+        ]
         assert max(range(4), key=probabilities.__getitem__) == 1
 
 
 @pytest.mark.parametrize("temperature", [T_MIN, 1.0, T_MAX])
-@pytest.mark.parametrize("logits", [[1e4, -1e4], [1e4, -1e4, 0.0], [-1e4, -1e4, -1e4], [1e4, 1e4, 9999.0]])
-def test_the_view_is_finite_at_extreme_logits_and_both_bounds(temperature: float, logits: list[float]) -> None:
+@pytest.mark.parametrize(
+    "logits", [[1e4, -1e4], [1e4, -1e4, 0.0], [-1e4, -1e4, -1e4], [1e4, 1e4, 9999.0]]
+)
+def test_the_view_is_finite_at_extreme_logits_and_both_bounds(
+    temperature: float, logits: list[float]
+) -> None:
     probabilities = calibrated_view(result(logits), "w", temperature)["probabilities"]
     assert all(math.isfinite(p) and p >= 0 for p in probabilities)
     assert math.fsum(probabilities) == pytest.approx(1.0, abs=1e-12)
@@ -131,7 +155,9 @@ def test_the_view_is_softmax_of_logits_over_t() -> None:
     logits = [1.0, 2.0, 0.5]
     for temperature in (0.5, 2.0):
         expected = softmax(logits, temperature)
-        assert calibrated_view(result(logits), "w", temperature)["probabilities"] == pytest.approx(expected, abs=1e-15)
+        assert calibrated_view(result(logits), "w", temperature)["probabilities"] == pytest.approx(
+            expected, abs=1e-15
+        )
     # T sharpens below 1 and flattens above it.
     sharp = calibrated_view(result(logits), "w", 0.5)["probabilities"]
     flat = calibrated_view(result(logits), "w", 2.0)["probabilities"]

@@ -28,20 +28,26 @@ def refusal(tmp_path: Path, document: Any, read: Any = calibration.load) -> tupl
 
 def test_a_file_that_is_no_object_is_refused_naming_the_file(tmp_path: Path) -> None:
     message, path = refusal(tmp_path, [1.0])
-    assert message == f"SEMIF_CALIBRATION: {path!r} must hold a JSON object {{workload: temperature}}"
+    assert (
+        message == f"SEMIF_CALIBRATION: {path!r} must hold a JSON object {{workload: temperature}}"
+    )
 
 
 def test_an_unknown_method_is_refused_listing_the_methods(tmp_path: Path) -> None:
     message, _ = refusal(tmp_path, {**BINDING, "workloads": {"w": {"pairs": 1.0}}})
-    assert message == ("SEMIF_CALIBRATION: workload 'w' names unknown method(s) ['pairs']; methods are "
-                       + ", ".join(calibration.ORDERINGS))
+    assert message == (
+        "SEMIF_CALIBRATION: workload 'w' names unknown method(s) ['pairs']; methods are "
+        + ", ".join(calibration.ORDERINGS)
+    )
     assert calibration.ORDERINGS == ("none", "rotations", "all", "prior")
 
 
 def test_an_unknown_key_is_refused_listing_the_keys(tmp_path: Path) -> None:
     message, _ = refusal(tmp_path, {**BINDING, "workloads": {"w": {"none": 1.0}}, "extra": 1})
-    assert message == ("SEMIF_CALIBRATION: a bound file has unknown key(s) ['extra']; "
-                       "keys are fitted, model, priors, prompt_version, revision, workloads")
+    assert message == (
+        "SEMIF_CALIBRATION: a bound file has unknown key(s) ['extra']; "
+        "keys are fitted, model, priors, prompt_version, revision, workloads"
+    )
 
 
 def test_fitted_that_is_no_object_is_refused_naming_its_type(tmp_path: Path) -> None:
@@ -52,15 +58,29 @@ def test_fitted_that_is_no_object_is_refused_naming_its_type(tmp_path: Path) -> 
 def test_a_plain_mapping_out_of_range_is_refused_naming_the_workload() -> None:
     with pytest.raises(ValueError) as refused:
         calibration.plain({"w": 0})
-    assert str(refused.value).startswith("SEMIF_CALIBRATION: workload 'w' temperature 0 is not in [")
+    assert str(refused.value).startswith(
+        "SEMIF_CALIBRATION: workload 'w' temperature 0 is not in ["
+    )
 
 
-@pytest.mark.parametrize("loaded,message", [
-    (("m2", "r", "p"), "SEMIF_CALIBRATION is bound to model 'm', but SEMIF_MODEL is 'm2'"),
-    (("m", "r2", "p"), "SEMIF_CALIBRATION is bound to revision 'r', but SEMIF_REVISION is 'r2'"),
-    (("m", "r", "p2"), "SEMIF_CALIBRATION is bound to prompt_version 'p', but the scorer's prompt_version is 'p2'"),
-], ids=["model", "revision", "prompt_version"])
-def test_a_binding_mismatch_names_where_the_loaded_value_came_from(loaded: tuple[str, str, str], message: str) -> None:
+@pytest.mark.parametrize(
+    "loaded,message",
+    [
+        (("m2", "r", "p"), "SEMIF_CALIBRATION is bound to model 'm', but SEMIF_MODEL is 'm2'"),
+        (
+            ("m", "r2", "p"),
+            "SEMIF_CALIBRATION is bound to revision 'r', but SEMIF_REVISION is 'r2'",
+        ),
+        (
+            ("m", "r", "p2"),
+            "SEMIF_CALIBRATION is bound to prompt_version 'p', but the scorer's prompt_version is 'p2'",
+        ),
+    ],
+    ids=["model", "revision", "prompt_version"],
+)
+def test_a_binding_mismatch_names_where_the_loaded_value_came_from(
+    loaded: tuple[str, str, str], message: str
+) -> None:
     table = calibration.bound({**BINDING, "workloads": {"w": {"none": 1.0}}})
     calibration.check_binding(table, "m", "r", "p")  # the matching triple passes
     with pytest.raises(calibration.BindingMismatch) as refused:

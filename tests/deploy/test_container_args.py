@@ -38,13 +38,24 @@ def test_defaults_are_the_production_build() -> None:
 def test_the_check_and_the_operating_guide_pass_only_declared_arguments() -> None:
     check = passed((ROOT / "deploy" / "container" / "check.sh").read_text().replace("\\\n", " "))
     guide = passed((ROOT / "docs" / "operating.md").read_text())
-    assert check == {"BASE_IMAGE", "TORCH_VERSION", "TORCH_INDEX", "SCORER", "SCORER_EXTRA", "PIP_CERT"}
+    assert check == {
+        "BASE_IMAGE",
+        "TORCH_VERSION",
+        "TORCH_INDEX",
+        "SCORER",
+        "SCORER_EXTRA",
+        "PIP_CERT",
+    }
     assert guide == check
     assert check <= set(declared())
 
 
 def test_the_cpu_torch_is_the_test_extras_release() -> None:
     """The check's TORCH_VERSION is the `cpu` extra's torch, in its CPU build."""
-    (version,) = re.findall(r"^TORCH_VERSION=(\S+)", (ROOT / "deploy" / "container" / "check.sh").read_text(), re.MULTILINE)
+    (version,) = re.findall(
+        r"^TORCH_VERSION=(\S+)",
+        (ROOT / "deploy" / "container" / "check.sh").read_text(),
+        re.MULTILINE,
+    )
     pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert pins["cpu"] == [f"torch=={version.removesuffix('+cpu')}"] and version.endswith("+cpu")

@@ -48,7 +48,9 @@ def test_root_is_read_only_and_only_the_manifests_volumes_are_mounted(pod: dict[
     assert "--read-only" in flags and "--read-only-tmpfs=false" in flags
     assert pairs(flags, "--volume") == [f"{MODELS}:{image_env('HF_HOME')}:ro"]
     assert pairs(flags, "--tmpfs") == ["/tmp:rw,mode=1777,size=1g"]
-    assert pairs(flags, "--cap-drop") == ["all"] and pairs(flags, "--security-opt") == ["no-new-privileges"]
+    assert pairs(flags, "--cap-drop") == ["all"] and pairs(flags, "--security-opt") == [
+        "no-new-privileges"
+    ]
 
 
 def test_env_is_the_manifests_and_the_token_goes_by_name(pod: dict[str, Any]) -> None:
@@ -69,16 +71,23 @@ def test_probes_ask_the_images_port_and_healthcheck_route(pod: dict[str, Any]) -
 
 def test_published_port_and_stop_timeout(pod: dict[str, Any]) -> None:
     flags = kube.flags(pod, MODELS, "127.0.0.1:18741", cpu=True)
-    assert [flag for flag in flags if flag.startswith("--publish")] == ["--publish=127.0.0.1:18741:8000"]  # http alone
-    assert pairs(flags, "--stop-timeout") == ["40"]  # 45 s grace, less the 5 s preStop podman cannot run
+    assert [flag for flag in flags if flag.startswith("--publish")] == [
+        "--publish=127.0.0.1:18741:8000"
+    ]  # http alone
+    assert pairs(flags, "--stop-timeout") == [
+        "40"
+    ]  # 45 s grace, less the 5 s preStop podman cannot run
     assert "--publish" not in " ".join(kube.flags(pod, MODELS, None, cpu=True))
 
 
 @pytest.mark.parametrize("where", ["pod", "container", "container securityContext"])
 def test_an_untranslated_manifest_field_stops_the_check(pod: dict[str, Any], where: str) -> None:
     changed = copy.deepcopy(pod)
-    section = {"pod": changed, "container": changed["containers"][0],
-               "container securityContext": changed["containers"][0]["securityContext"]}[where]
+    section = {
+        "pod": changed,
+        "container": changed["containers"][0],
+        "container securityContext": changed["containers"][0]["securityContext"],
+    }[where]
     section["procMount"] = "Unmasked"
     with pytest.raises(ValueError, match="procMount"):
         kube.checked(changed)

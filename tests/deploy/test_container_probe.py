@@ -16,7 +16,12 @@ import pytest
 from deploy.container import probe
 
 TOKEN = "k" * 40
-ANSWER = {"option_ids": ["yes", "no"], "option_logits": [1.25, -0.5], "prompt_sha256": "ab" * 32, "timing": {"ms": 3}}
+ANSWER = {
+    "option_ids": ["yes", "no"],
+    "option_logits": [1.25, -0.5],
+    "prompt_sha256": "ab" * 32,
+    "timing": {"ms": 3},
+}
 
 
 def write(path: Path, answer: dict[str, object]) -> Path:
@@ -29,8 +34,15 @@ def test_parity_holds_on_equal_answers_whatever_their_timing(tmp_path: Path) -> 
     probe.same(write(tmp_path / "a", ANSWER), write(tmp_path / "b", other))
 
 
-@pytest.mark.parametrize("field, value", [("option_logits", [1.25, -0.5000001]), ("prompt_sha256", "cd" * 32),
-                                          ("option_ids", ["no", "yes"]), ("option_logits", None)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("option_logits", [1.25, -0.5000001]),
+        ("prompt_sha256", "cd" * 32),
+        ("option_ids", ["no", "yes"]),
+        ("option_logits", None),
+    ],
+)
 def test_parity_fails_on_any_difference(tmp_path: Path, field: str, value: object) -> None:
     with pytest.raises(probe.Failed, match=field):
         probe.same(write(tmp_path / "a", {**ANSWER, field: value}), write(tmp_path / "b", ANSWER))
@@ -48,9 +60,18 @@ def test_json_log_lines_pass(tmp_path: Path, token: str) -> None:
     probe.logs(log)
 
 
-@pytest.mark.parametrize("line, why", [("listening on 0.0.0.0:8000", "not JSON"), ('["a list"]', "not an object"),
-                                       ('{"msg": "Bearer %s"}' % TOKEN, "token"), ("", "no log lines")])
-def test_a_text_line_or_a_token_in_the_log_fails(tmp_path: Path, token: str, line: str, why: str) -> None:
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("listening on 0.0.0.0:8000", "not JSON"),
+        ('["a list"]', "not an object"),
+        (f'{{"msg": "Bearer {TOKEN}"}}', "token"),
+        ("", "no log lines"),
+    ],
+)
+def test_a_text_line_or_a_token_in_the_log_fails(
+    tmp_path: Path, token: str, line: str, why: str
+) -> None:
     log = tmp_path / "log"
     log.write_text(('{"msg": "ok"}\n' if why != "no log lines" else "") + line + "\n")
     with pytest.raises(probe.Failed, match=why):
@@ -61,8 +82,13 @@ def test_confinement_fails_on_a_writable_path_or_another_uid(tmp_path: Path) -> 
     """On the host the test's own directory is writable: the check must say so."""
     writable = tmp_path / "rw"
     writable.mkdir()
-    pid1_uid = int(next(line for line in Path("/proc/1/status").read_text().splitlines()
-                        if line.startswith("Uid:")).split()[1])
+    pid1_uid = int(
+        next(
+            line
+            for line in Path("/proc/1/status").read_text().splitlines()
+            if line.startswith("Uid:")
+        ).split()[1]
+    )
     with pytest.raises(probe.Failed, match="is writable"):
         probe.confined(pid1_uid, [writable], writable)
     with pytest.raises(probe.Failed, match="not"):

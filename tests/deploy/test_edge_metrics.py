@@ -26,8 +26,10 @@ def test_the_edge_refuses_metrics_and_the_replica_serves_them(tmp_path: Path) ->
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    with edge.fleet(1, {**procs.stub_env(0), "SEMIF_METRICS": "on"}, TOKEN, tmp_path) as replicas, \
-            edge.nginx(replicas, TOKEN) as front:
+    with (
+        edge.fleet(1, {**procs.stub_env(0), "SEMIF_METRICS": "on"}, TOKEN, tmp_path) as replicas,
+        edge.nginx(replicas, TOKEN) as front,
+    ):
         (replica,) = replicas
         through = httpx.get(f"http://{front.target.host}:{front.target.port}/metrics", timeout=10.0)
         assert through.status_code == 404 and through.json()["error"]["code"] == "not_found"

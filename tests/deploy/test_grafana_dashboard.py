@@ -12,8 +12,13 @@ from collections import defaultdict
 
 from tests import promql
 
-QUESTIONS = ["Is it up and serving?", "Are callers being refused?", "How long do decisions take?",
-             "Is the card's memory safe?", "What is it serving?"]
+QUESTIONS = [
+    "Is it up and serving?",
+    "Are callers being refused?",
+    "How long do decisions take?",
+    "Is the card's memory safe?",
+    "What is it serving?",
+]
 
 
 def by_row() -> dict[str, list[dict]]:
@@ -38,7 +43,10 @@ def test_one_row_per_question_each_with_panels() -> None:
 
 def test_the_variables_are_a_prometheus_datasource_a_job_and_its_instances() -> None:
     variables = {v["name"]: v for v in promql.dashboard()["templating"]["list"]}
-    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert (
+        variables["datasource"]["type"] == "datasource"
+        and variables["datasource"]["query"] == "prometheus"
+    )
     for name in ("job", "instance"):
         assert variables[name]["type"] == "query"
         assert variables[name]["datasource"]["uid"] == "${datasource}"
@@ -56,12 +64,15 @@ def test_every_panel_queries_the_datasource_variable_filtered_by_job_and_instanc
             assert 'job="$job"' in expr, (panel["title"], expr)
             # the budget is one number per job; every other series is per replica
             assert 'instance=~"$instance"' in expr or promql.metric_names(expr) <= {
-                "job:semif_scorer_call_duration_seconds:p99_budget"}, (panel["title"], expr)
+                "job:semif_scorer_call_duration_seconds:p99_budget"
+            }, (panel["title"], expr)
 
 
 def test_what_is_it_serving_reads_build_info() -> None:
     (serving,) = by_row()["What is it serving?"]
-    assert {"semif_build_info"} == set().union(*(promql.metric_names(t["expr"]) for t in serving["targets"]))
+    assert {"semif_build_info"} == set().union(
+        *(promql.metric_names(t["expr"]) for t in serving["targets"])
+    )
 
 
 def test_panel_ids_are_unique_and_panels_do_not_overlap() -> None:
@@ -71,6 +82,10 @@ def test_panel_ids_are_unique_and_panels_do_not_overlap() -> None:
     for panel in panels:
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24, panel["title"]
-        mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+        mine = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
         assert not mine & cells, panel["title"]
         cells |= mine

@@ -85,30 +85,41 @@ def test_strict_validation_refuses_a_misspelt_field(kinds: dict[str, dict[str, A
         kubernetes_validate.validate(broken, VERSIONS[-1], strict=True)
 
 
-def test_grace_period_outlasts_prestop_and_the_drain(kinds: dict[str, dict[str, Any]], container: dict[str, Any]) -> None:
+def test_grace_period_outlasts_prestop_and_the_drain(
+    kinds: dict[str, dict[str, Any]], container: dict[str, Any]
+) -> None:
     pod = kinds["Deployment"]["spec"]["template"]["spec"]
     pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
     drain = float(env_of(container)["SEMIF_SHUTDOWN_GRACE_S"])
-    config.load({"SEMIF_API_TOKEN": "x" * 32, "SEMIF_SHUTDOWN_GRACE_S": str(drain)})  # a value the server accepts
+    config.load(
+        {"SEMIF_API_TOKEN": "x" * 32, "SEMIF_SHUTDOWN_GRACE_S": str(drain)}
+    )  # a value the server accepts
     assert pod["terminationGracePeriodSeconds"] > pre_stop + drain
     # preStop itself must leave the server time to drain.
     assert pre_stop < pod["terminationGracePeriodSeconds"] - drain
 
 
-def test_one_gpu_per_pod_and_the_card_holds_the_vram_cap(kinds: dict[str, dict[str, Any]], container: dict[str, Any]) -> None:
+def test_one_gpu_per_pod_and_the_card_holds_the_vram_cap(
+    kinds: dict[str, dict[str, Any]], container: dict[str, Any]
+) -> None:
     resources = container["resources"]
     assert resources["limits"]["nvidia.com/gpu"] == 1
     assert resources["requests"].get("nvidia.com/gpu", 1) == resources["limits"]["nvidia.com/gpu"]
     cap_gib = float(env_of(container)["SEMIF_VRAM_CAP_GIB"])
     terms = kinds["Deployment"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    (memory,) = [e for term in terms for e in term["matchExpressions"] if e["key"] == "nvidia.com/gpu.memory"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    (memory,) = [
+        e for term in terms for e in term["matchExpressions"] if e["key"] == "nvidia.com/gpu.memory"
+    ]
     assert memory["operator"] == "Gt"
     smallest_card_mib = int(memory["values"][0]) + 1
     assert cap_gib * 1024 <= smallest_card_mib
 
 
-def test_non_root_read_only_root_and_the_image_user(kinds: dict[str, dict[str, Any]], container: dict[str, Any]) -> None:
+def test_non_root_read_only_root_and_the_image_user(
+    kinds: dict[str, dict[str, Any]], container: dict[str, Any]
+) -> None:
     pod = kinds["Deployment"]["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -119,7 +130,9 @@ def test_non_root_read_only_root_and_the_image_user(kinds: dict[str, dict[str, A
     assert re.search(rf"^USER {uid}(:\d+)?$", containerfile, re.M)
 
 
-def test_token_from_a_secret_and_model_cache_read_only(kinds: dict[str, dict[str, Any]], container: dict[str, Any]) -> None:
+def test_token_from_a_secret_and_model_cache_read_only(
+    kinds: dict[str, dict[str, Any]], container: dict[str, Any]
+) -> None:
     token = env_of(container)["SEMIF_API_TOKEN"]
     assert set(token) == {"secretKeyRef"}
     pod = kinds["Deployment"]["spec"]["template"]["spec"]
@@ -127,14 +140,22 @@ def test_token_from_a_secret_and_model_cache_read_only(kinds: dict[str, dict[str
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "models"]
     assert models["persistentVolumeClaim"]["readOnly"] is True and mount["readOnly"] is True
     # The image reads the cache from HF_HOME; the mount must be there.
-    assert re.search(rf"HF_HOME={re.escape(mount['mountPath'])}\b", (ROOT / "Containerfile").read_text())
+    assert re.search(
+        rf"HF_HOME={re.escape(mount['mountPath'])}\b", (ROOT / "Containerfile").read_text()
+    )
 
 
-def test_probes_ports_and_selectors_line_up(kinds: dict[str, dict[str, Any]], container: dict[str, Any]) -> None:
+def test_probes_ports_and_selectors_line_up(
+    kinds: dict[str, dict[str, Any]], container: dict[str, Any]
+) -> None:
     ports = {port["name"]: port for port in container["ports"]}
     port, metrics = ports.pop("http"), ports.pop("metrics")
     assert not ports  # nothing else is opened
-    assert metrics["containerPort"] == int(env_of(container)["SEMIF_METRICS_PORT"]) != port["containerPort"]
+    assert (
+        metrics["containerPort"]
+        == int(env_of(container)["SEMIF_METRICS_PORT"])
+        != port["containerPort"]
+    )
     image_port = re.search(r"SEMIF_PORT=(\d+)", (ROOT / "Containerfile").read_text()).group(1)
     assert port["containerPort"] == int(env_of(container)["SEMIF_PORT"]) == int(image_port)
     for probe in ("startupProbe", "readinessProbe"):
@@ -143,16 +164,25 @@ def test_probes_ports_and_selectors_line_up(kinds: dict[str, dict[str, Any]], co
     assert "/health" in liveness and f"'127.0.0.1', {port['containerPort']}," in liveness
     assert container["livenessProbe"]["timeoutSeconds"] > 4  # the probe's own client timeout
     labels = kinds["Deployment"]["spec"]["template"]["metadata"]["labels"]
-    for selector in (kinds["Service"]["spec"]["selector"], kinds["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"],
-                     kinds["Deployment"]["spec"]["selector"]["matchLabels"]):
+    for selector in (
+        kinds["Service"]["spec"]["selector"],
+        kinds["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"],
+        kinds["Deployment"]["spec"]["selector"]["matchLabels"],
+    ):
         assert selector.items() <= labels.items()
-    (service_port,) = kinds["Service"]["spec"]["ports"]  # callers reach http only, never the metrics port
+    (service_port,) = kinds["Service"]["spec"][
+        "ports"
+    ]  # callers reach http only, never the metrics port
     assert service_port["targetPort"] == port["name"]
 
 
 def test_disruptions_take_one_pod_at_a_time(kinds: dict[str, dict[str, Any]]) -> None:
     deployment = kinds["Deployment"]["spec"]
-    assert kinds["PodDisruptionBudget"]["spec"]["maxUnavailable"] == deployment["strategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    assert (
+        kinds["PodDisruptionBudget"]["spec"]["maxUnavailable"]
+        == deployment["strategy"]["rollingUpdate"]["maxUnavailable"]
+        == 1
+    )
     assert deployment["replicas"] >= 2  # with one, any disruption is an outage
 
 
@@ -164,7 +194,9 @@ def test_liveness_outlasts_a_drain(container: dict[str, Any]) -> None:
     assert liveness["periodSeconds"] * liveness["failureThreshold"] > drain
 
 
-def test_liveness_passes_on_any_answer_and_fails_on_none(container: dict[str, Any], tmp_path: Path) -> None:
+def test_liveness_passes_on_any_answer_and_fails_on_none(
+    container: dict[str, Any], tmp_path: Path
+) -> None:
     """The manifest's own liveness command against a real server: it passes on 200 and on a
     503 (over SEMIF_MAX_CONNECTIONS, where an httpGet probe would fail and restart a healthy
     server), and fails once the server has stopped listening (draining, or gone)."""

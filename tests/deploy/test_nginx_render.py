@@ -32,7 +32,9 @@ def test_limits_follow_the_servers_defaults() -> None:
     assert f"client_max_body_size {defaults.max_body_bytes};" in text
     assert f"client_header_timeout {defaults.header_timeout:g}s;" in text
     assert f"client_body_timeout {defaults.body_timeout:g}s;" in text
-    keepalive = int(text.split("keepalive_timeout ", 1)[1].split("s;", 1)[0])  # the upstream one comes first
+    keepalive = int(
+        text.split("keepalive_timeout ", 1)[1].split("s;", 1)[0]
+    )  # the upstream one comes first
     assert keepalive < defaults.idle_timeout
 
 
@@ -53,4 +55,6 @@ def test_every_body_the_edge_answers_itself_carries_the_type_errors_py_gives_it(
         if error["code"] in CODES:
             assert CODES[error["code"]] == (int(status), error["type"]), text
         else:
-            assert {kind for code_status, kind in CODES.values() if code_status == int(status)} == {error["type"]}, text
+            assert {kind for code_status, kind in CODES.values() if code_status == int(status)} == {
+                error["type"]
+            }, text

@@ -18,15 +18,16 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
 from bench.common import procs, prometheus
-from tests.bodies import ROW, SHARED
 from tests import promql
+from tests.bodies import ROW, SHARED
 
 TOKEN = "monitoring-token-" + "0123456789abcdef" * 2
 DELAY_S = 0.8
@@ -35,13 +36,20 @@ QUEUE = 2
 HOLD_S = 15.0  # the longest the queue is held full waiting for the alert
 # A wait budget no request here comes near (2 calls of 0.8 s at most ahead), so that the budget's
 # series exist for the dashboard's panels without changing any count the tests read.
-ENV = {**procs.stub_env(int(DELAY_S * 1000), queue=QUEUE), "SEMIF_METRICS": "on", "SEMIF_ACCESS_LOG": "off",
-       "SEMIF_MAX_WAIT_S": "60"}
+ENV = {
+    **procs.stub_env(int(DELAY_S * 1000), queue=QUEUE),
+    "SEMIF_METRICS": "on",
+    "SEMIF_ACCESS_LOG": "off",
+    "SEMIF_MAX_WAIT_S": "60",
+}
 SELECT = '{job="semif-serve"}'
 SCORING = ("/decide", "/decide/shared", "/v1/systemone")  # every route that takes an admission slot
 # One noul question: one row, a direct call, like ROW.
-SYSTEMONE = {"model": "jev-latest", "state": ROW["state"],
-             "questions": {"urgent": {"type": "noul", "instructions": ROW["question"]}}}
+SYSTEMONE = {
+    "model": "jev-latest",
+    "state": ROW["state"],
+    "questions": {"urgent": {"type": "noul", "instructions": ROW["question"]}},
+}
 
 
 class Traffic:
@@ -53,7 +61,9 @@ class Traffic:
 
     def send(self, method: str, route: str, body: Any = None, token: str = TOKEN) -> int:
         with httpx.Client(base_url=self.url, timeout=30.0) as client:
-            status = client.request(method, route, json=body, headers={"authorization": f"Bearer {token}"}).status_code
+            status = client.request(
+                method, route, json=body, headers={"authorization": f"Bearer {token}"}
+            ).status_code
         self.counts[(route, status)] += 1
         return status
 
@@ -66,7 +76,10 @@ class Traffic:
 
 def values(result: list[dict[str, Any]], label: str | None = None) -> dict[str, float]:
     """An instant vector as {label value: number} (or {"": number} for one unlabelled series)."""
-    return {(sample["metric"].get(label, "") if label else ""): float(sample["value"][1]) for sample in result}
+    return {
+        (sample["metric"].get(label, "") if label else ""): float(sample["value"][1])
+        for sample in result
+    }
 
 
 def until(check: Any, timeout: float, message: str) -> Any:
@@ -81,9 +94,11 @@ def until(check: Any, timeout: float, message: str) -> Any:
 
 def hold_full(traffic: Traffic, pool: ThreadPoolExecutor, stop: threading.Event) -> list[Any]:
     """Two callers sending POSTs back to back until `stop`: both slots taken, call after call."""
+
     def caller() -> None:
         while not stop.is_set():
             traffic.send("POST", "/decide", ROW)
+
     holders = [pool.submit(caller) for _ in range(QUEUE)]
     until(lambda: traffic.in_progress() == QUEUE, 10.0, "the queue never filled")
     return holders
@@ -97,14 +112,21 @@ def observed() -> Iterator[dict[str, Any]]:
         warm = Traffic(server.url)
         # One answer of every (route, status) the measured traffic gives, so each series exists.
         warm.send("POST", "/decide", ROW, token="wrong-" + TOKEN)
-        holders = [pool.submit(warm.send, "POST", "/decide", ROW), pool.submit(warm.send, "POST", "/decide/shared", SHARED)]
+        holders = [
+            pool.submit(warm.send, "POST", "/decide", ROW),
+            pool.submit(warm.send, "POST", "/decide/shared", SHARED),
+        ]
         until(lambda: warm.in_progress() == QUEUE, 10.0, "the queue never filled")
         assert warm.send("POST", "/decide", ROW) == 429
         assert warm.send("POST", "/v1/systemone", SYSTEMONE) == 429
         for holder in holders:
             holder.result()
         assert warm.send("POST", "/v1/systemone", SYSTEMONE) == 200
-        with prometheus.running([f"{procs.HOST}:{server.target.port}"], interval="1s", for_overrides={"SemifQueueSaturated": "1s"}) as prom:
+        with prometheus.running(
+            [f"{procs.HOST}:{server.target.port}"],
+            interval="1s",
+            for_overrides={"SemifQueueSaturated": "1s"},
+        ) as prom:
             prom.wait_scraped(1)
             time.sleep(1.5)  # one more scrape: the baseline of every series is in
             began = time.monotonic()
@@ -116,11 +138,20 @@ def observed() -> Iterator[dict[str, Any]]:
             held = time.monotonic()
             # Probes while the queue is full, until the alert fires (at most HOLD_S): at least 3 s
             # of 429s, and as long as a loaded machine's Prometheus needs to evaluate the rule.
-            while time.monotonic() - held < 3.0 or "firing" not in alert_states and time.monotonic() - held < HOLD_S:
-                probes.append(pool.submit(traffic.send, "POST", "/decide", ROW))  # one admitted in a gap waits its turn
+            while (
+                time.monotonic() - held < 3.0
+                or "firing" not in alert_states
+                and time.monotonic() - held < HOLD_S
+            ):
+                probes.append(
+                    pool.submit(traffic.send, "POST", "/decide", ROW)
+                )  # one admitted in a gap waits its turn
                 probes.append(pool.submit(traffic.send, "POST", "/v1/systemone", SYSTEMONE))
-                alert_states |= {alert["state"] for alert in prom.alerts()
-                                 if alert["labels"]["alertname"] == "SemifQueueSaturated"}
+                alert_states |= {
+                    alert["state"]
+                    for alert in prom.alerts()
+                    if alert["labels"]["alertname"] == "SemifQueueSaturated"
+                }
                 time.sleep(0.25)
             stop.set()
             for future in holders + probes:
@@ -131,8 +162,15 @@ def observed() -> Iterator[dict[str, Any]]:
             assert traffic.send("GET", "/health") == 200
             time.sleep(3.0)  # three scrapes and evaluations after the last request
             elapsed = time.monotonic() - began
-            assert elapsed < 45.0, f"the measured traffic took {elapsed:.0f} s, too long for the rules' 1m windows"
-            yield {"prom": prom, "counts": traffic.counts, "alert_states": alert_states, "elapsed": elapsed}
+            assert elapsed < 45.0, (
+                f"the measured traffic took {elapsed:.0f} s, too long for the rules' 1m windows"
+            )
+            yield {
+                "prom": prom,
+                "counts": traffic.counts,
+                "alert_states": alert_states,
+                "elapsed": elapsed,
+            }
 
 
 def within(measured: float, count: float, slack: float = 0.25) -> bool:
@@ -143,7 +181,9 @@ def within(measured: float, count: float, slack: float = 0.25) -> bool:
 
 def test_the_request_rate_by_route_and_status_is_what_was_sent(observed) -> None:
     prom, counts = observed["prom"], observed["counts"]
-    assert counts[("/decide", 429)] >= 3 and counts[("/v1/systemone", 429)] >= 3, counts  # the traffic we meant to send
+    assert counts[("/decide", 429)] >= 3 and counts[("/v1/systemone", 429)] >= 3, (
+        counts
+    )  # the traffic we meant to send
     assert counts[("/decide", 401)] == 1, counts
     for sample in prom.query("instance_route_status:semif_http_requests:rate1m" + SELECT):
         labels = sample["metric"]
@@ -153,7 +193,10 @@ def test_the_request_rate_by_route_and_status_is_what_was_sent(observed) -> None
             assert 0.5 * observed["elapsed"] <= rate <= 1.5 * (observed["elapsed"] + 5), rate
         else:
             assert within(rate, counts[key]), (key, rate, counts[key])
-    seen = {(s["metric"]["route"], int(s["metric"]["status"])) for s in prom.query("instance_route_status:semif_http_requests:rate1m")}
+    seen = {
+        (s["metric"]["route"], int(s["metric"]["status"]))
+        for s in prom.query("instance_route_status:semif_http_requests:rate1m")
+    }
     assert set(counts) <= seen
 
 
@@ -173,7 +216,9 @@ def test_the_busy_share_is_429s_over_scoring_requests(observed) -> None:
     """Every scoring route on both sides of the ratio: /v1/systemone's 429s count as busy refusals too."""
     prom, counts = observed["prom"], observed["counts"]
     scoring = sum(n for (route, _), n in counts.items() if route in SCORING)
-    (share,) = values(prom.query("instance:semif_busy_refusals_per_scoring_requests:ratio_rate1m" + SELECT)).values()
+    (share,) = values(
+        prom.query("instance:semif_busy_refusals_per_scoring_requests:ratio_rate1m" + SELECT)
+    ).values()
     assert share == pytest.approx(busy(counts) / scoring, abs=0.03)
 
 
@@ -186,8 +231,11 @@ def test_queue_saturation_was_full_while_held_and_is_empty_now(observed) -> None
 
 def test_rows_per_second_count_the_rows_scored(observed) -> None:
     prom, counts = observed["prom"], observed["counts"]
-    rows = (counts[("/decide", 200)] + counts[("/v1/systemone", 200)]
-            + len(SHARED["decisions"]) * counts[("/decide/shared", 200)])
+    rows = (
+        counts[("/decide", 200)]
+        + counts[("/v1/systemone", 200)]
+        + len(SHARED["decisions"]) * counts[("/decide/shared", 200)]
+    )
     (rate,) = values(prom.query("instance:semif_rows_scored:rate1m" + SELECT)).values()
     assert within(rate * 60, rows)
 
@@ -216,7 +264,9 @@ def test_queue_wait_p50_and_p99_by_kind(observed) -> None:
 
 
 def test_the_scorer_budget_is_its_documented_default(observed) -> None:
-    assert values(observed["prom"].query("job:semif_scorer_call_duration_seconds:p99_budget")) == {"": 5.0}
+    assert values(observed["prom"].query("job:semif_scorer_call_duration_seconds:p99_budget")) == {
+        "": 5.0
+    }
 
 
 def test_every_rule_evaluated_without_error(observed) -> None:
@@ -231,7 +281,11 @@ def test_the_queue_saturated_alert_fired_while_held_full(observed) -> None:
 
 
 def test_no_other_alert_fired(observed) -> None:
-    firing = {alert["labels"]["alertname"] for alert in observed["prom"].alerts() if alert["state"] == "firing"}
+    firing = {
+        alert["labels"]["alertname"]
+        for alert in observed["prom"].alerts()
+        if alert["state"] == "firing"
+    }
     assert firing <= {"SemifQueueSaturated"}
 
 
@@ -252,7 +306,9 @@ def test_every_dashboard_expression_parses_and_returns_data(observed, panel: str
 def test_every_series_an_alert_reads_has_data(observed, alert: str) -> None:
     """An alert is silent here, so each series it selects (labels included) is asked on its own."""
     for selector in promql.selectors(promql.alerts()[alert]["expr"]):
-        assert observed["prom"].query(f"count({selector})"), f"{alert} reads {selector}, which has no data"
+        assert observed["prom"].query(f"count({selector})"), (
+            f"{alert} reads {selector}, which has no data"
+        )
 
 
 def test_prometheus_watches_a_drain_through_the_metrics_port() -> None:
@@ -262,16 +318,26 @@ def test_prometheus_watches_a_drain_through_the_metrics_port() -> None:
     bounds cannot be made to overrun here)."""
     promql.require("prometheus")
     metrics_port = procs.free_port()
-    env = {**ENV, "SEMIF_STUB_DELAY_MS": "8000", "SEMIF_SHUTDOWN_GRACE_S": "20", "SEMIF_METRICS_PORT": str(metrics_port)}
-    with procs.semif_serve(env, TOKEN) as server, ThreadPoolExecutor(max_workers=2) as pool, \
-            prometheus.running([f"{procs.HOST}:{metrics_port}"], interval="1s") as prom:
+    env = {
+        **ENV,
+        "SEMIF_STUB_DELAY_MS": "8000",
+        "SEMIF_SHUTDOWN_GRACE_S": "20",
+        "SEMIF_METRICS_PORT": str(metrics_port),
+    }
+    with (
+        procs.semif_serve(env, TOKEN) as server,
+        ThreadPoolExecutor(max_workers=2) as pool,
+        prometheus.running([f"{procs.HOST}:{metrics_port}"], interval="1s") as prom,
+    ):
         prom.wait_scraped(1)
         traffic = Traffic(server.url)
         in_flight = pool.submit(traffic.send, "POST", "/decide", ROW)
         until(lambda: traffic.in_progress() == 1, 10.0, "the call never started")
         server.process.send_signal(signal.SIGTERM)
         drain = "semif_drain_elapsed_seconds" + SELECT
-        seen = until(lambda: values(prom.query(f"{drain} > 0")), 6.0, "Prometheus never saw the drain")
+        seen = until(
+            lambda: values(prom.query(f"{drain} > 0")), 6.0, "Prometheus never saw the drain"
+        )
         assert not in_flight.done()  # seen while the drain still held the call
         assert 0 < seen[""] < 20
         assert values(prom.query("semif_shutdown_grace_seconds" + SELECT)) == {"": 20.0}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -43,23 +43,44 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def fast(log_dir: Path) -> Iterator[tuple[list[edge.Replica], edge.Nginx]]:
     """Three replicas of 10 ms per call behind one nginx."""
-    with edge.fleet(3, procs.stub_env(10, queue=8), TOKEN, log_dir) as replicas, edge.nginx(replicas, TOKEN) as front:
+    with (
+        edge.fleet(3, procs.stub_env(10, queue=8), TOKEN, log_dir) as replicas,
+        edge.nginx(replicas, TOKEN) as front,
+    ):
         yield replicas, front
 
 
 @pytest.fixture(scope="module")
 def slow(log_dir: Path) -> Iterator[tuple[list[edge.Replica], edge.Nginx]]:
     """Three replicas of 600 ms per call and SEMIF_MAX_QUEUE=2: queues that stay full."""
-    with edge.fleet(3, procs.stub_env(600, queue=QUEUE), TOKEN, log_dir) as replicas, \
-            edge.nginx(replicas, TOKEN) as front:
+    with (
+        edge.fleet(3, procs.stub_env(600, queue=QUEUE), TOKEN, log_dir) as replicas,
+        edge.nginx(replicas, TOKEN) as front,
+    ):
         yield replicas, front
 
 
 def test_rendered_config_passes_nginx_test(tmp_path: Path) -> None:
     conf = tmp_path / "nginx.conf"
-    conf.write_text(render(Edge("127.0.0.1:1", ("127.0.0.1:2", "127.0.0.1:3"), tmp_path, workers="1")))
-    done = subprocess.run([edge.nginx_binary() or "nginx", "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
-                          capture_output=True, text=True, timeout=30, check=False)
+    conf.write_text(
+        render(Edge("127.0.0.1:1", ("127.0.0.1:2", "127.0.0.1:3"), tmp_path, workers="1"))
+    )
+    done = subprocess.run(
+        [
+            edge.nginx_binary() or "nginx",
+            "-t",
+            "-p",
+            str(tmp_path),
+            "-c",
+            str(conf),
+            "-e",
+            "stderr",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "upstream" in conf.read_text() and "{{" not in conf.read_text()
 
@@ -67,7 +88,11 @@ def test_rendered_config_passes_nginx_test(tmp_path: Path) -> None:
 def test_load_spreads_across_replicas(fast) -> None:
     replicas, front = fast
     result = scale.spread(replicas, front, concurrency=6, duration=1.5)
-    assert result["client_visible_failures"] == 0 and result["unanswered"] == 0 and result["mismatched"] == 0
+    assert (
+        result["client_visible_failures"] == 0
+        and result["unanswered"] == 0
+        and result["mismatched"] == 0
+    )
     # least_conn over equal replicas: each gets a fair share, none starved.
     assert min(result["per_replica"]) >= result["sent"] / 3 * 0.5, result
 
@@ -118,7 +143,9 @@ def test_rolling_restart_loses_and_duplicates_nothing(fast) -> None:
     result = scale.rolling_restart(replicas, front, concurrency=6, pause=1.3)
     assert len(result["restarts"]) == 3
     assert result["sent"] > 100, result
-    assert result["unanswered"] == 0 and result["answered_twice"] == 0 and result["mismatched"] == 0, result
+    assert (
+        result["unanswered"] == 0 and result["answered_twice"] == 0 and result["mismatched"] == 0
+    ), result
     assert result["client_visible_failures"] == 0, result
     assert result["statuses"] == {"200": result["sent"]}
     assert result["retried_by_nginx"] >= 1  # the restarts were felt, and absorbed
@@ -127,8 +154,10 @@ def test_rolling_restart_loses_and_duplicates_nothing(fast) -> None:
 def test_edge_errors_use_the_contract_envelope(log_dir: Path) -> None:
     """What nginx answers itself: 413 over SEMIF_MAX_BODY_BYTES (the server's code) and,
     with no replica listening, 503 `no_replica` (the edge's own code) - JSON envelopes."""
-    with edge.fleet(1, procs.stub_env(0), TOKEN, log_dir) as replicas, \
-            edge.nginx(replicas, TOKEN, max_body_bytes=4096) as front:
+    with (
+        edge.fleet(1, procs.stub_env(0), TOKEN, log_dir) as replicas,
+        edge.nginx(replicas, TOKEN, max_body_bytes=4096) as front,
+    ):
         exact = scale.run_async(scale.call(front.target, "POST", "/decide", b"x" * 4096))
         assert exact.status == 422  # at the limit: passed on, and the replica judged it
         large = scale.run_async(scale.call(front.target, "POST", "/decide", b"x" * 4097))
@@ -138,5 +167,7 @@ def test_edge_errors_use_the_contract_envelope(log_dir: Path) -> None:
         replicas[0].stop()
         gone = scale.run_async(scale.call(front.target, "POST", "/decide", b"{}"))
         assert gone.status == 503 and gone.json()["error"]["code"] == "no_replica", gone.body
-        assert gone.json()["error"]["type"] == CODES["shutting_down"][1]  # retried like a draining replica's 503
+        assert (
+            gone.json()["error"]["type"] == CODES["shutting_down"][1]
+        )  # retried like a draining replica's 503
         assert "no_replica" not in STATUS  # a caller can tell the edge answered, not a replica

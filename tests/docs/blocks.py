@@ -22,8 +22,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\S*)\s*$")
-LABEL = re.compile(r"^\*\*(?:Shell (?P<shell>\d+), (?P<language>bash|python)|(?P<kind>Output|Not run here))"
-                   r":?\*\*:?(?P<rest>.*)", re.S)
+LABEL = re.compile(
+    r"^\*\*(?:Shell (?P<shell>\d+), (?P<language>bash|python)|(?P<kind>Output|Not run here))"
+    r":?\*\*:?(?P<rest>.*)",
+    re.S,
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,11 @@ class Block:
 
 def documents() -> list[str]:
     """README.md, then each guide in the order the README's table of guides lists it, then any other."""
-    rows = [line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines() if line.startswith("|")]
+    rows = [
+        line
+        for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("|")
+    ]
     linked = list(dict.fromkeys(re.findall(r"\]\((docs/[\w-]+\.md)\)", "\n".join(rows))))
     others = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs").glob("*.md"))
     return ["README.md", *linked, *(doc for doc in others if doc not in linked)]
@@ -74,7 +81,7 @@ def parse(doc: str) -> list[Block]:
         end = next((i for i in range(index + 1, len(lines)) if lines[i].strip() == "```"), None)
         if end is None:
             raise ValueError(f"{doc}:{index + 1}: a code block is never closed")
-        text = "\n".join(lines[index + 1:end]) + "\n"
+        text = "\n".join(lines[index + 1 : end]) + "\n"
         blocks.append(_labelled(doc, index + 1, label_of(lines, index), text))
         index = end + 1
     return blocks
@@ -83,8 +90,10 @@ def parse(doc: str) -> list[Block]:
 def _labelled(doc: str, line: int, label: str, text: str) -> Block:
     found = LABEL.match(label)
     if found is None:
-        raise ValueError(f"{doc}:{line}: the paragraph before this block must open with **Shell N, bash:**, "
-                         f"**Shell N, python:**, **Output:** or **Not run here:** <reason>; it reads {label[:80]!r}")
+        raise ValueError(
+            f"{doc}:{line}: the paragraph before this block must open with **Shell N, bash:**, "
+            f"**Shell N, python:**, **Output:** or **Not run here:** <reason>; it reads {label[:80]!r}"
+        )
     if found["shell"]:
         return Block(doc, line, "run", text, shell=int(found["shell"]), language=found["language"])
     if found["kind"] == "Output":
@@ -97,13 +106,16 @@ def _labelled(doc: str, line: int, label: str, text: str) -> Block:
 
 # -- comparing a printed response with what came back ---------------------------------------------
 
+
 class Printed(str):
     """A number as the docs print it: its text keeps the digits shown."""
 
 
 def _values(text: str, printed: bool) -> list[Any] | None:
     """The JSON values in `text`, one after another; None when it is not JSON."""
-    decoder = json.JSONDecoder(parse_float=Printed, parse_int=Printed) if printed else json.JSONDecoder()
+    decoder = (
+        json.JSONDecoder(parse_float=Printed, parse_int=Printed) if printed else json.JSONDecoder()
+    )
     values, position, text = [], 0, text.strip()
     while position < len(text):
         try:
@@ -130,16 +142,31 @@ def _differences(printed: Any, actual: Any, path: str) -> list[str]:
     if isinstance(printed, Printed):
         if isinstance(actual, bool) or not isinstance(actual, (int, float)):
             return [f"{path}: printed {printed}, got {actual!r}"]
-        return [] if _number_matches(printed, actual) else [f"{path}: printed {printed}, got {actual!r}"]
+        return (
+            []
+            if _number_matches(printed, actual)
+            else [f"{path}: printed {printed}, got {actual!r}"]
+        )
     if isinstance(printed, dict):
         if not isinstance(actual, dict):
             return [f"{path}: printed an object, got {actual!r}"]
-        missing = [f"{path}.{key}: printed, but not in the answer" for key in printed if key not in actual]
-        return missing + [d for key in printed if key in actual for d in _differences(printed[key], actual[key], f"{path}.{key}")]
+        missing = [
+            f"{path}.{key}: printed, but not in the answer" for key in printed if key not in actual
+        ]
+        return missing + [
+            d
+            for key in printed
+            if key in actual
+            for d in _differences(printed[key], actual[key], f"{path}.{key}")
+        ]
     if isinstance(printed, list):
         if not isinstance(actual, list) or len(actual) != len(printed):
             return [f"{path}: printed {len(printed)} items, got {actual!r}"]
-        return [d for i, (p, a) in enumerate(zip(printed, actual)) for d in _differences(p, a, f"{path}[{i}]")]
+        return [
+            d
+            for i, (p, a) in enumerate(zip(printed, actual))
+            for d in _differences(p, a, f"{path}[{i}]")
+        ]
     return [] if printed == actual else [f"{path}: printed {printed!r}, got {actual!r}"]
 
 
@@ -164,4 +191,6 @@ def compare(printed: str, actual: str) -> list[str]:
     got = _values(actual, printed=False)
     if got is None or len(got) != len(shown):
         return [f"printed {len(shown)} JSON value(s), got {actual.strip()[:300]!r}"]
-    return [d for index, (p, a) in enumerate(zip(shown, got)) for d in _differences(p, a, f"[{index}]")]
+    return [
+        d for index, (p, a) in enumerate(zip(shown, got)) for d in _differences(p, a, f"[{index}]")
+    ]

@@ -57,6 +57,7 @@ class NotInstalledHere(Exception):
 
 # -- installs: recorded, checked, never run ---------------------------------------------------------
 
+
 @dataclass
 class Installs:
     """What the install lines run so far installed: the project's extras and pinned wheels."""
@@ -69,14 +70,18 @@ class Installs:
         """One `pip install …` or `python3 -m venv .venv`; DocsError for an extra or pin that does not exist."""
         if command.startswith("python3 -m venv"):
             if not (VENV_BIN / "python").exists():
-                raise DocsError(f"{where}: the docs use the checkout's .venv, and {VENV_BIN} has no python")
+                raise DocsError(
+                    f"{where}: the docs use the checkout's .venv, and {VENV_BIN} has no python"
+                )
             return
         for argument in shlex.split(command.split("pip install", 1)[1]):
             if argument.startswith("-"):
                 continue
             if argument.startswith(".["):
                 named = set(argument[2:-1].split(","))
-                unknown = named - set(metadata.metadata("semif-serve").get_all("Provides-Extra") or [])
+                unknown = named - set(
+                    metadata.metadata("semif-serve").get_all("Provides-Extra") or []
+                )
                 if unknown:
                     raise DocsError(f"{where}: pyproject.toml has no extra {sorted(unknown)}")
                 self.extras |= named
@@ -90,7 +95,9 @@ class Installs:
                 try:
                     version = metadata.version(requirement.name)
                 except metadata.PackageNotFoundError:
-                    raise DocsError(f"{where}: installs {argument}, which this venv does not have") from None
+                    raise DocsError(
+                        f"{where}: installs {argument}, which this venv does not have"
+                    ) from None
                 if version not in requirement.specifier:
                     raise DocsError(f"{where}: installs {argument}, but this venv has {version}")
                 self.pins.add(canonicalize_name(requirement.name))
@@ -104,8 +111,10 @@ class Installs:
                 try:
                     metadata.version(requirement.name)
                 except metadata.PackageNotFoundError:
-                    raise NotInstalledHere(f"{where}: this venv lacks the {extra!r} extra ({requirement.name}): "
-                                           f".venv/bin/pip install -e '.[{extra}]'") from None
+                    raise NotInstalledHere(
+                        f"{where}: this venv lacks the {extra!r} extra ({requirement.name}): "
+                        f".venv/bin/pip install -e '.[{extra}]'"
+                    ) from None
 
     def closure(self) -> set[str]:
         """Every distribution those installs bring, following requirements (and their extras)."""
@@ -124,7 +133,8 @@ class Installs:
                 continue
             for requirement in map(Requirement, requires):
                 wanted = requirement.marker is None or any(
-                    requirement.marker.evaluate({"extra": extra}) for extra in extras | {""})
+                    requirement.marker.evaluate({"extra": extra}) for extra in extras | {""}
+                )
                 if wanted:
                     roots.append((requirement.name, frozenset(requirement.extras)))
         return {name for name, _ in seen}
@@ -137,20 +147,32 @@ class Installs:
         have = self.closure()
         if top in OWN_PACKAGES:
             if not self.project:
-                raise DocsError(f"{where}: uses {module}, but no install line before it installs the project")
+                raise DocsError(
+                    f"{where}: uses {module}, but no install line before it installs the project"
+                )
             for imported in _third_party_imports(module):
                 self.check_import(imported, where)
             for prefix, extra in OWN_EXTRAS.items():
                 if module == prefix or module.startswith(prefix + "."):
-                    needed = {canonicalize_name(Requirement(line).name) for line in metadata.requires("semif-serve") or []
-                              if Requirement(line).marker is not None and Requirement(line).marker.evaluate({"extra": extra})}
+                    needed = {
+                        canonicalize_name(Requirement(line).name)
+                        for line in metadata.requires("semif-serve") or []
+                        if Requirement(line).marker is not None
+                        and Requirement(line).marker.evaluate({"extra": extra})
+                    }
                     if not needed <= have:
-                        raise DocsError(f"{where}: uses {module}, which needs the {extra!r} extra "
-                                        f"({', '.join(sorted(needed - have))} not installed by the lines before it)")
+                        raise DocsError(
+                            f"{where}: uses {module}, which needs the {extra!r} extra "
+                            f"({', '.join(sorted(needed - have))} not installed by the lines before it)"
+                        )
             return
-        providers = {canonicalize_name(name) for name in metadata.packages_distributions().get(top, [])}
+        providers = {
+            canonicalize_name(name) for name in metadata.packages_distributions().get(top, [])
+        }
         if not providers & have:
-            raise DocsError(f"{where}: imports {top}, which no install line before it installs ({sorted(providers)})")
+            raise DocsError(
+                f"{where}: imports {top}, which no install line before it installs ({sorted(providers)})"
+            )
 
 
 def _third_party_imports(module: str) -> list[str]:
@@ -185,10 +207,13 @@ def modules_used(block_text: str, language: str) -> list[str]:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 used.append(node.module)
         return used
-    return re.findall(r"python3? -m ([\w.]+)", block_text) + (["semif_serve.client"] if "semif-serve ask" in block_text else [])
+    return re.findall(r"python3? -m ([\w.]+)", block_text) + (
+        ["semif_serve.client"] if "semif-serve ask" in block_text else []
+    )
 
 
 # -- rewrites: what a block needs to run here, and only that ---------------------------------------
+
 
 @dataclass
 class Rewrites:
@@ -206,40 +231,66 @@ class Rewrites:
 
 def without_installs(text: str, installs: Installs, where: str) -> str:
     """The block with each install command recorded and replaced by `:` (a no-op)."""
+
     def record(found: re.Match[str]) -> str:
         installs.record(found.group(0).removeprefix(".venv/bin/").strip(), where)
         return ":"
+
     return INSTALL.sub(record, text)
 
 
 def environment(home: Path, extra_path: list[str]) -> dict[str, str]:
     """A new terminal's environment: no SEMIF_/TYPESAFE_ settings, no venv on PATH, HOME under tmp."""
     drop = (str(VENV_BIN), os.path.dirname(sys.executable))
-    path = [entry for entry in os.environ.get("PATH", "").split(os.pathsep) if entry and entry not in drop]
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("SEMIF_", "TYPESAFE_", "VIRTUAL_ENV", "PYTHON", "PYTEST"))}
-    from semif_serve.builders import smollm2  # where the suite's SmolLM2 build lives, under the real HOME
+    path = [
+        entry
+        for entry in os.environ.get("PATH", "").split(os.pathsep)
+        if entry and entry not in drop
+    ]
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("SEMIF_", "TYPESAFE_", "VIRTUAL_ENV", "PYTHON", "PYTEST"))
+    }
+    from semif_serve.builders import (
+        smollm2,  # where the suite's SmolLM2 build lives, under the real HOME
+    )
+
     # One torch thread per process: the server and the suite share two cores (tests/conftest.py does the same).
-    env.update(PATH=os.pathsep.join([*path, *extra_path]), HOME=str(home), SEMIF_SMOLLM2_HOME=str(smollm2.default_out()),
-               OMP_NUM_THREADS="1")
+    env.update(
+        PATH=os.pathsep.join([*path, *extra_path]),
+        HOME=str(home),
+        SEMIF_SMOLLM2_HOME=str(smollm2.default_out()),
+        OMP_NUM_THREADS="1",
+    )
     return env
 
 
 # -- the shells -----------------------------------------------------------------------------------
+
 
 class Server:
     """Shell 1: one block, in the background, until its server logs that it listens."""
 
     def __init__(self, key: str, text: str, env: dict[str, str], where: str) -> None:
         self.key, self.where, self.lines = key, where, []
-        self.proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", text], cwd=ROOT, env=env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            ["bash", "--noprofile", "--norc", "-c", text],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         ready = threading.Event()
         threading.Thread(target=self._read, args=(ready,), daemon=True).start()
         if not ready.wait(BLOCK_TIMEOUT_S) or self.proc.poll() is not None:
             self.stop()
-            raise DocsError(f"{where}: the server never logged {LISTENING!r}:\n{''.join(self.lines[-30:])}")
+            raise DocsError(
+                f"{where}: the server never logged {LISTENING!r}:\n{''.join(self.lines[-30:])}"
+            )
 
     def _read(self, ready: threading.Event) -> None:
         assert self.proc.stderr is not None
@@ -265,9 +316,16 @@ class Shell:
 
     def __init__(self, env: dict[str, str], work: Path) -> None:
         self.work, self.count = work, 0
-        self.proc = subprocess.Popen(["bash", "--noprofile", "--norc"], cwd=ROOT, env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            ["bash", "--noprofile", "--norc"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
         self._send("set -eo pipefail\n")
 
     def _send(self, line: str) -> None:
@@ -278,22 +336,32 @@ class Shell:
     def run(self, text: str, language: str, where: str) -> str:
         """The block's stdout; DocsError with its stderr when it fails (or the shell exits)."""
         self.count += 1
-        script, out, err, status = (self.work / f"block{self.count}.{name}" for name in ("sh", "out", "err", "status"))
+        script, out, err, status = (
+            self.work / f"block{self.count}.{name}" for name in ("sh", "out", "err", "status")
+        )
         if language == "python":
             text = f"python - <<'DOCS_TEST_PYTHON'\n{text}DOCS_TEST_PYTHON\n"
         script.write_text(text)
-        self._send(f"source {shlex.quote(str(script))} >{shlex.quote(str(out))} 2>{shlex.quote(str(err))}; "
-                   f"echo $? >{shlex.quote(str(status))}\n")
+        self._send(
+            f"source {shlex.quote(str(script))} >{shlex.quote(str(out))} 2>{shlex.quote(str(err))}; "
+            f"echo $? >{shlex.quote(str(status))}\n"
+        )
         deadline = time.monotonic() + BLOCK_TIMEOUT_S
         while not (status.exists() and status.read_text().strip()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.close()
-                failed = "exited" if self.proc.returncode not in (None, -signal.SIGKILL) else "timed out"
-                raise DocsError(f"{where}: the block failed (its shell {failed}):\n"
-                                f"{err.read_text() if err.exists() else ''}{out.read_text() if out.exists() else ''}")
+                failed = (
+                    "exited" if self.proc.returncode not in (None, -signal.SIGKILL) else "timed out"
+                )
+                raise DocsError(
+                    f"{where}: the block failed (its shell {failed}):\n"
+                    f"{err.read_text() if err.exists() else ''}{out.read_text() if out.exists() else ''}"
+                )
             time.sleep(0.05)
         if status.read_text().strip() != "0":
-            raise DocsError(f"{where}: the block exited {status.read_text().strip()}:\n{err.read_text()}")
+            raise DocsError(
+                f"{where}: the block exited {status.read_text().strip()}:\n{err.read_text()}"
+            )
         return out.read_text()
 
     def close(self) -> None:
@@ -309,9 +377,15 @@ class Servers:
     current: Server | None = None
     port: int = field(default_factory=free_port)
 
-    def start(self, block: str, text: str, env: dict[str, str], rewrites: Rewrites, where: str) -> None:
+    def start(
+        self, block: str, text: str, env: dict[str, str], rewrites: Rewrites, where: str
+    ) -> None:
         """Serve `text` (the block `block` as prepared), unless that very block already serves."""
-        if self.current is not None and self.current.key == block and self.current.proc.poll() is None:
+        if (
+            self.current is not None
+            and self.current.key == block
+            and self.current.proc.poll() is None
+        ):
             rewrites.port = self.port
             return
         self.stop()

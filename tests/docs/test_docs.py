@@ -16,23 +16,34 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from bench.common import prometheus
 from bench.scale import edge
-
 from tests.docs import blocks
-from tests.docs.shells import (ROOT, DocsError, Installs, NotInstalledHere, Rewrites, Servers, Shell, environment,
-                               modules_used, without_installs)
+from tests.docs.shells import (
+    ROOT,
+    DocsError,
+    Installs,
+    NotInstalledHere,
+    Rewrites,
+    Servers,
+    Shell,
+    environment,
+    modules_used,
+    without_installs,
+)
 
 DOCS = blocks.documents()
 # System programs CI installs (.ci/run): without one, its blocks are left out (a skip; under CI=true a failure).
 PROGRAMS: dict[str, Callable[[], str | None]] = {
-    "nginx": edge.nginx_binary, "promtool": lambda: prometheus.binary("promtool"),
-    "prometheus": lambda: prometheus.binary("prometheus")}
+    "nginx": edge.nginx_binary,
+    "promtool": lambda: prometheus.binary("promtool"),
+    "prometheus": lambda: prometheus.binary("prometheus"),
+}
 
 
 def joined(text: str) -> str:
@@ -49,39 +60,73 @@ def servers() -> Servers:
 
 # -- what is checked without running anything -------------------------------------------------------
 
+
 def test_every_block_is_labelled_and_the_readme_links_every_guide() -> None:
     parsed = {doc: blocks.parse(doc) for doc in DOCS}  # ValueError names an unlabelled block
-    assert sum(len(found) for found in parsed.values()) > 30, "too few blocks: the fence pattern is wrong"
+    assert sum(len(found) for found in parsed.values()) > 30, (
+        "too few blocks: the fence pattern is wrong"
+    )
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert [doc for doc in DOCS[1:] if f"]({doc})" not in readme] == []
-    for doc, found in parsed.items():
+    for _doc, found in parsed.items():
         for before, block in zip([None, *found], found):
             if block.kind == "output":
-                assert before is not None and before.kind == "run", f"{block.where}: an Output must follow a run block"
+                assert before is not None and before.kind == "run", (
+                    f"{block.where}: an Output must follow a run block"
+                )
             if block.kind == "run":
-                assert block.shell != 1 or block.language == "bash", f"{block.where}: shell 1 serves; it runs bash"
+                assert block.shell != 1 or block.language == "bash", (
+                    f"{block.where}: shell 1 serves; it runs bash"
+                )
 
 
-def test_a_block_without_a_label_or_a_reason_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_block_without_a_label_or_a_reason_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(blocks, "ROOT", tmp_path)
-    cases = {"no label": "Some text:\n\n```bash\nls\n```\n", "a bare reason": "**Not run here:** no.\n```bash\nls\n```\n",
-             "open": "**Shell 2, bash:**\n```bash\nls\n"}
-    for name, text in cases.items():
+    cases = {
+        "no label": "Some text:\n\n```bash\nls\n```\n",
+        "a bare reason": "**Not run here:** no.\n```bash\nls\n```\n",
+        "open": "**Shell 2, bash:**\n```bash\nls\n",
+    }
+    for _name, text in cases.items():
         (tmp_path / "doc.md").write_text(text)
         with pytest.raises(ValueError, match="doc.md:"):
             blocks.parse("doc.md")
-    (tmp_path / "doc.md").write_text("**Shell 2, python:** run it.\n```python\nprint(1)\n```\n\n"
-                                     "**Output** (one number):\n```text\n1\n```\n")
-    assert [(b.kind, b.shell, b.language) for b in blocks.parse("doc.md")] == [("run", 2, "python"), ("output", None, None)]
+    (tmp_path / "doc.md").write_text(
+        "**Shell 2, python:** run it.\n```python\nprint(1)\n```\n\n"
+        "**Output** (one number):\n```text\n1\n```\n"
+    )
+    assert [(b.kind, b.shell, b.language) for b in blocks.parse("doc.md")] == [
+        ("run", 2, "python"),
+        ("output", None, None),
+    ]
 
 
 def test_printed_numbers_are_compared_to_their_digits() -> None:
-    assert blocks.compare('{"p": [0.954, 0.046], "id": "t1"}', '{"id": "t1", "p": [0.95436, 0.04564], "x": 1}') == []
-    assert blocks.compare('{"p": [0.954]}', '{"p": [0.9536]}') == [] and blocks.compare('{"p": [0.954]}', '{"p": [0.9544]}') == []
-    assert blocks.compare('{"p": [0.954]}', '{"p": [0.9534]}') != [] and blocks.compare('{"p": [0.954]}', '{"p": [0.9546]}') != []
+    assert (
+        blocks.compare(
+            '{"p": [0.954, 0.046], "id": "t1"}', '{"id": "t1", "p": [0.95436, 0.04564], "x": 1}'
+        )
+        == []
+    )
+    assert (
+        blocks.compare('{"p": [0.954]}', '{"p": [0.9536]}') == []
+        and blocks.compare('{"p": [0.954]}', '{"p": [0.9544]}') == []
+    )
+    assert (
+        blocks.compare('{"p": [0.954]}', '{"p": [0.9534]}') != []
+        and blocks.compare('{"p": [0.954]}', '{"p": [0.9546]}') != []
+    )
     assert blocks.compare('{"p": 4096}', '{"p": 4096.4}') != []  # an integer is printed whole
-    assert blocks.compare('{"missing": 1}', '{"other": 1}') != [] and blocks.compare('{"n": 93}', '{"n": 94}') != []
-    assert blocks.compare("yes 0.9544 -", "yes   0.95436  -\n") == [] and blocks.compare("yes 0.9544", "no 0.9544") != []
+    assert (
+        blocks.compare('{"missing": 1}', '{"other": 1}') != []
+        and blocks.compare('{"n": 93}', '{"n": 94}') != []
+    )
+    assert (
+        blocks.compare("yes 0.9544 -", "yes   0.95436  -\n") == []
+        and blocks.compare("yes 0.9544", "no 0.9544") != []
+    )
 
 
 def links(doc: str) -> list[tuple[str, str]]:
@@ -93,12 +138,18 @@ def links(doc: str) -> list[tuple[str, str]]:
 def anchors(path: Path) -> set[str]:
     """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
     text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
-    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-            for heading in re.findall(r"^#+ (.*)$", text, re.M)}
+    return {
+        re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.*)$", text, re.M)
+    }
 
 
 def test_every_link_and_anchor_resolves_inside_the_repository() -> None:
-    found = [link for doc in [*DOCS, "contract.md", "TESTING.md", "bench/README.md"] for link in links(doc)]
+    found = [
+        link
+        for doc in [*DOCS, "contract.md", "TESTING.md", "bench/README.md"]
+        for link in links(doc)
+    ]
     assert len(found) > 30, "too few links: the pattern is wrong"
     broken = []
     for doc, target in found:
@@ -123,16 +174,24 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
 def test_the_settings_table_names_every_variable_config_reads() -> None:
     guide = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
     section = guide.split("## Settings\n", 1)[1].split("\n## ", 1)[0]
-    table = {name for line in section.splitlines() if line.startswith("| `SEMIF_")
-             for name in re.findall(r"`(SEMIF_[A-Z_]+)`", line.split("|")[1])}
-    read = set(re.findall(r'"(SEMIF_[A-Z0-9_]+)"', (ROOT / "semif_serve" / "config.py").read_text()))
+    table = {
+        name
+        for line in section.splitlines()
+        if line.startswith("| `SEMIF_")
+        for name in re.findall(r"`(SEMIF_[A-Z_]+)`", line.split("|")[1])
+    }
+    read = set(
+        re.findall(r'"(SEMIF_[A-Z0-9_]+)"', (ROOT / "semif_serve" / "config.py").read_text())
+    )
     assert len(read) > 20 and table == read
 
 
 @functools.cache
 def help_text(program: tuple[str, ...]) -> str | None:
     """`program --help`'s output, or None when it is not a command that answers --help."""
-    done = subprocess.run([*program, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*program, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     return done.stdout if done.returncode == 0 and "usage" in done.stdout.lower() else None
 
 
@@ -141,7 +200,9 @@ def commands(text: str) -> list[tuple[tuple[str, ...], list[str]]]:
     found = []
     for module, arguments in re.findall(r"python3? -m ([\w.]+)([^\n|;&>)]*)", text):
         found.append(((sys.executable, "-m", module), arguments.split()))
-    for arguments in re.findall(r"(?<![\w/-])(?:\.venv/bin/)?semif-serve(?![\w-])([^\n|;&>)]*)", text):
+    for arguments in re.findall(
+        r"(?<![\w/-])(?:\.venv/bin/)?semif-serve(?![\w-])([^\n|;&>)]*)", text
+    ):
         found.append(((sys.executable, "-m", "semif_serve"), arguments.split()))
     return found
 
@@ -155,15 +216,23 @@ def test_every_module_and_flag_a_block_names_exists(doc: str) -> None:
             continue
         for program, arguments in commands(joined(block.text)):
             if program[-1] != "semif_serve":
-                assert importlib.util.find_spec(program[-1]) is not None, f"{block.where}: no module {program[-1]}"
-            sub = (arguments[0],) if arguments and re.fullmatch(r"[a-z][\w-]*", arguments[0]) else ()
+                assert importlib.util.find_spec(program[-1]) is not None, (
+                    f"{block.where}: no module {program[-1]}"
+                )
+            sub = (
+                (arguments[0],) if arguments and re.fullmatch(r"[a-z][\w-]*", arguments[0]) else ()
+            )
             text = help_text(program + sub) if sub else None
             text = text or help_text(program)
             flags = [argument.split("=")[0] for argument in arguments if argument.startswith("--")]
             if flags:
-                assert text is not None, f"{block.where}: {' '.join(program[1:] + sub)} --help failed"
+                assert text is not None, (
+                    f"{block.where}: {' '.join(program[1:] + sub)} --help failed"
+                )
                 for flag in flags:
-                    assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), f"{block.where}: no flag {flag}"
+                    assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), (
+                        f"{block.where}: no flag {flag}"
+                    )
                     checked += 1
     if doc in ("docs/operating.md", "docs/acceptance.md", "docs/models.md"):
         assert checked > 3, "too few flags checked: the command pattern is wrong"
@@ -171,10 +240,11 @@ def test_every_module_and_flag_a_block_names_exists(doc: str) -> None:
 
 # -- running the docs ----------------------------------------------------------------------------
 
+
 def earlier_installs(doc: str) -> Installs:
     """What the run blocks of the docs before this one installed (README first, as a reader goes)."""
     installs = Installs()
-    for earlier in DOCS[:DOCS.index(doc)]:
+    for earlier in DOCS[: DOCS.index(doc)]:
         for block in blocks.parse(earlier):
             if block.kind == "run" and block.language == "bash":
                 try:
@@ -197,7 +267,9 @@ def missing_programs(text: str) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.parametrize("doc", DOCS)
-def test_the_doc_runs_as_written(doc: str, servers: Servers, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_the_doc_runs_as_written(
+    doc: str, servers: Servers, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     found = blocks.parse(doc)
     runs = [block for block in found if block.kind == "run"]
     if not runs:
@@ -217,7 +289,9 @@ def test_the_doc_runs_as_written(doc: str, servers: Servers, tmp_path: Path, req
                 printed = None
             elif block.kind == "output":
                 if printed is not None:
-                    assert blocks.compare(block.text, printed) == [], f"{block.where}: {blocks.compare(block.text, printed)}"
+                    assert blocks.compare(block.text, printed) == [], (
+                        f"{block.where}: {blocks.compare(block.text, printed)}"
+                    )
             else:
                 printed = None
                 absent = missing_programs(block.text)[0]
@@ -239,7 +313,9 @@ def test_the_doc_runs_as_written(doc: str, servers: Servers, tmp_path: Path, req
                 if block.shell not in shells:
                     (tmp_path / f"shell{block.shell}").mkdir()
                     shells[block.shell] = Shell(env, tmp_path / f"shell{block.shell}")
-                printed = shells[block.shell].run(rewrites.apply(text), block.language or "bash", block.where)
+                printed = shells[block.shell].run(
+                    rewrites.apply(text), block.language or "bash", block.where
+                )
     finally:
         for shell in shells.values():
             shell.close()
@@ -253,7 +329,9 @@ def test_the_doc_runs_as_written(doc: str, servers: Servers, tmp_path: Path, req
 def test_a_missing_export_fails_the_run(tmp_path: Path) -> None:
     """The test's own guard: a shell starts without the token, so a doc that never exports it fails."""
     env = environment(tmp_path, [])
-    assert "SEMIF_API_TOKEN" not in env and str(ROOT / ".venv" / "bin") not in env["PATH"].split(os.pathsep)
+    assert "SEMIF_API_TOKEN" not in env and str(ROOT / ".venv" / "bin") not in env["PATH"].split(
+        os.pathsep
+    )
     shell = Shell(env, tmp_path)
     try:
         with pytest.raises(DocsError, match="exited"):

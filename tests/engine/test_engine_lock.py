@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from semif_serve.engine import SCORER_LOCK, Engine
-
 from tests.bodies import ROW
 
 
@@ -56,7 +55,9 @@ class OverlapProbe:
     def score(self, row: dict[str, Any]) -> dict[str, Any]:
         return self._call(row)
 
-    def score_shared(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def score_shared(
+        self, rows: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return [self._call(row) for row in rows], {}
 
     def health(self) -> dict[str, Any]:
@@ -95,6 +96,7 @@ async def test_a_lock_held_outside_the_engine_keeps_the_engine_out() -> None:
 
 # -- the one worker thread: queueing, callers that leave, close -------------------------------
 
+
 async def test_calls_run_on_one_named_worker_thread_in_submission_order(fake) -> None:
     names: list[str] = []
     fake.logits = lambda row: names.append(threading.current_thread().name) or [1.0, 0.0]
@@ -131,7 +133,9 @@ async def test_a_queued_call_whose_caller_left_never_reaches_the_scorer(fake) ->
 
 
 @pytest.mark.parametrize("outcome", [None, RuntimeError("failed after its caller left")])
-async def test_a_running_call_whose_caller_left_holds_the_caller_until_it_returns(fake, outcome) -> None:
+async def test_a_running_call_whose_caller_left_holds_the_caller_until_it_returns(
+    fake, outcome
+) -> None:
     engine = Engine(fake)
     try:
         fake.gate = threading.Event()
@@ -140,7 +144,9 @@ async def test_a_running_call_whose_caller_left_holds_the_caller_until_it_return
         await fake.wait_entered()
         leaving.cancel()
         await asyncio.sleep(0.3)
-        assert not leaving.done()  # cancelled, yet still waiting for the scorer to give the thread back
+        assert (
+            not leaving.done()
+        )  # cancelled, yet still waiting for the scorer to give the thread back
         fake.gate.set()
         with pytest.raises(asyncio.CancelledError):
             await leaving

@@ -13,7 +13,6 @@ import pytest
 
 from semif_serve.engine import CallTiming, Engine
 from semif_serve.scorer import OutOfMemory
-
 from tests.bodies import ROW
 
 
@@ -36,23 +35,37 @@ async def observed(fake: Any, call: str, *args: Any) -> CallTiming:
     return timing
 
 
-@pytest.mark.parametrize("call,args,kind,rows", [
-    ("start", (), "load", 0),
-    ("score", (ROW,), "direct", 1),
-    ("score_shared", ([ROW, ROW, ROW],), "shared", 3),
-], ids=["load", "direct", "shared"])
-async def test_each_call_reports_its_kind_rows_and_ok(fake, call: str, args: tuple, kind: str, rows: int) -> None:
+@pytest.mark.parametrize(
+    "call,args,kind,rows",
+    [
+        ("start", (), "load", 0),
+        ("score", (ROW,), "direct", 1),
+        ("score_shared", ([ROW, ROW, ROW],), "shared", 3),
+    ],
+    ids=["load", "direct", "shared"],
+)
+async def test_each_call_reports_its_kind_rows_and_ok(
+    fake, call: str, args: tuple, kind: str, rows: int
+) -> None:
     timing = await observed(fake, call, *args)
     assert (timing.kind, timing.rows, timing.outcome) == (kind, rows, "ok")
 
 
-@pytest.mark.parametrize("error,outcome", [
-    (ValueError("too long"), "refused"),
-    (OutOfMemory("no room"), "out_of_memory"),
-    (RuntimeError("broken"), "failed"),
-], ids=["refused", "out_of_memory", "failed"])
-@pytest.mark.parametrize("call,args", [("score", (ROW,)), ("score_shared", ([ROW],))], ids=["direct", "shared"])
-async def test_a_failed_call_reports_its_class(fake, call: str, args: tuple, error: Exception, outcome: str) -> None:
+@pytest.mark.parametrize(
+    "error,outcome",
+    [
+        (ValueError("too long"), "refused"),
+        (OutOfMemory("no room"), "out_of_memory"),
+        (RuntimeError("broken"), "failed"),
+    ],
+    ids=["refused", "out_of_memory", "failed"],
+)
+@pytest.mark.parametrize(
+    "call,args", [("score", (ROW,)), ("score_shared", ([ROW],))], ids=["direct", "shared"]
+)
+async def test_a_failed_call_reports_its_class(
+    fake, call: str, args: tuple, error: Exception, outcome: str
+) -> None:
     fake.raise_ = error
     timing = await observed(fake, call, *args)
     assert timing.outcome == outcome

@@ -17,8 +17,17 @@ from fastjev._runtime import shared as fastjev_shared
 from semif_serve import prefix
 from semif_serve.prefix import PROOF_STATE, PrefixHookError
 from semif_serve.torch_engine import TorchScorer
-from tests.fakes import (NEVER_CALLS, SHARED_SOURCE, FakeLoader, FakeTorch, MergingTokenizer, compiled_module, fake_package,
-                         settings, wrong_system_prompt)
+from tests.fakes import (
+    NEVER_CALLS,
+    SHARED_SOURCE,
+    FakeLoader,
+    FakeTorch,
+    MergingTokenizer,
+    compiled_module,
+    fake_package,
+    settings,
+    wrong_system_prompt,
+)
 
 BOUNDARY_STATES = [PROOF_STATE, {"note": "see (above)"}, {"seen": ["x"], "call": "f(a)"}]
 ORDINARY_STATES = ["ok :)", {"person_said": "hello"}, ["a", "b"], "The service is starting"]
@@ -27,9 +36,15 @@ ORDINARY_STATES = ["ok :)", {"person_said": "hello"}, ["a", "b"], "The service i
 def rows_for(state: Any) -> list[dict[str, Any]]:
     """Real rows over one state, with criteria and option counts that differ."""
     return [
-        {"id": f"r{n}", "state": state, "question": question,
-         "options": [{"id": f"o{k}", "description": f"choice {k}"} for k in range(count)]}
-        for n, (question, count) in enumerate([("Is it ok?", 2), ("Which one) fits?", 3), ("}", 16)])
+        {
+            "id": f"r{n}",
+            "state": state,
+            "question": question,
+            "options": [{"id": f"o{k}", "description": f"choice {k}"} for k in range(count)],
+        }
+        for n, (question, count) in enumerate(
+            [("Is it ok?", 2), ("Which one) fits?", 3), ("}", 16)]
+        )
     ]
 
 
@@ -53,7 +68,9 @@ def test_the_fake_tokenizer_reproduces_upstreams_boundary_refusal(state: Any) ->
 
 
 @pytest.mark.parametrize("state", BOUNDARY_STATES, ids=repr)
-def test_wrapped_prefix_prefixes_every_row_and_gives_up_exactly_the_mismatched_token(state: Any) -> None:
+def test_wrapped_prefix_prefixes_every_row_and_gives_up_exactly_the_mismatched_token(
+    state: Any,
+) -> None:
     tokenizer = MergingTokenizer()
     upstream = fastjev_shared._state_prefix(tokenizer, state)
     result = wrapped(tokenizer, state)
@@ -61,7 +78,9 @@ def test_wrapped_prefix_prefixes_every_row_and_gives_up_exactly_the_mismatched_t
     for row in rows_for(state):
         ids = full_ids(tokenizer, row)
         assert ids[: len(result)] == result and len(ids) > len(result)
-        assert ids[len(result)] != upstream[len(result)]  # the token given up is the one that differs
+        assert (
+            ids[len(result)] != upstream[len(result)]
+        )  # the token given up is the one that differs
 
 
 @pytest.mark.parametrize("state", ORDINARY_STATES, ids=repr)
@@ -81,7 +100,10 @@ def test_score_shared_refuses_the_proof_state_alone_and_answers_it_through_the_w
     prefix.install(shared, fastjev_direct.encode_prompt)
     results, timing = shared.score_shared(loader.model, loader.tokenizer, rows, {})
     assert [r["id"] for r in results] == ["r0", "r1", "r2"]
-    assert timing["prefix_tokens"] == len(fastjev_shared._state_prefix(loader.tokenizer, PROOF_STATE)) - 1
+    assert (
+        timing["prefix_tokens"]
+        == len(fastjev_shared._state_prefix(loader.tokenizer, PROOF_STATE)) - 1
+    )
 
 
 def test_installing_many_times_leaves_one_wrapper_around_the_original() -> None:
@@ -104,9 +126,12 @@ def test_upstreams_own_shared_module_passes_the_check() -> None:
 DEFAULT_ARGUMENT = SHARED_SOURCE.replace(
     "max_tokens=4096):", "max_tokens=4096, _state_prefix=_state_prefix):"
 )
-CLOSURE = SHARED_SOURCE.replace("def score_shared(", "def _bind(_state_prefix):\n  def score_shared(").replace(
-    "\n    ", "\n      "
-) + "\n  return score_shared\nscore_shared = _bind(_state_prefix)\n"
+CLOSURE = (
+    SHARED_SOURCE.replace(
+        "def score_shared(", "def _bind(_state_prefix):\n  def score_shared("
+    ).replace("\n    ", "\n      ")
+    + "\n  return score_shared\nscore_shared = _bind(_state_prefix)\n"
+)
 
 
 def gone(source: str) -> Any:
@@ -157,7 +182,12 @@ def test_the_broken_variants_really_score_without_the_module_global() -> None:
 
 def cpu_scorer(package: Any, log: list[Any]) -> tuple[TorchScorer, FakeLoader]:
     loader = FakeLoader(log)
-    scorer = TorchScorer(settings(device="cpu"), torch=FakeTorch(log, available=False), package=package, loader=loader)
+    scorer = TorchScorer(
+        settings(device="cpu"),
+        torch=FakeTorch(log, available=False),
+        package=package,
+        loader=loader,
+    )
     return scorer, loader
 
 
@@ -185,8 +215,6 @@ def test_load_refuses_a_wrapper_that_renders_the_wrong_prompt() -> None:
     scorer, _ = cpu_scorer(package, [])
     with pytest.raises(PrefixHookError, match="upstream's prefix"):
         scorer.load()
-
-
 
 
 def test_load_refuses_when_score_shared_never_calls_the_wrapper() -> None:

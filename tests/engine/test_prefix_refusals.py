@@ -18,14 +18,28 @@ import pytest
 from semif_serve import prefix
 from semif_serve.prefix import PROOF_STATE, PrefixHookError
 from semif_serve.torch_engine import TorchScorer
-from tests.fakes import NEVER_CALLS, SHARED_SOURCE, FakeLoader, FakeTorch, compiled_module, fake_package, settings, wrong_system_prompt
+from tests.fakes import (
+    NEVER_CALLS,
+    SHARED_SOURCE,
+    FakeLoader,
+    FakeTorch,
+    compiled_module,
+    fake_package,
+    settings,
+    wrong_system_prompt,
+)
 
 
 def scorer_for(package: Any, loader: FakeLoader | None = None) -> tuple[TorchScorer, list[Any]]:
     log: list[Any] = []
     loader = loader if loader is not None else FakeLoader(log)
     loader.log = log
-    return TorchScorer(settings(device="cpu"), torch=FakeTorch(log, available=False), package=package, loader=loader), log
+    return TorchScorer(
+        settings(device="cpu"),
+        torch=FakeTorch(log, available=False),
+        package=package,
+        loader=loader,
+    ), log
 
 
 def shared_module(source: str = SHARED_SOURCE) -> Any:
@@ -62,17 +76,25 @@ def globals_without_code() -> Any:
 
 def with_other_globals() -> Any:
     module = shared_module()
-    module.score_shared = type(module.score_shared)(module.score_shared.__code__, dict(vars(module)))
+    module.score_shared = type(module.score_shared)(
+        module.score_shared.__code__, dict(vars(module))
+    )
     return module
 
 
-@pytest.mark.parametrize("make,reason", [
-    (without_score_shared, "score_shared does not resolve its globals from fake_scorer.shared"),
-    (builtin_score_shared, "score_shared does not resolve its globals from fake_scorer.shared"),
-    (with_other_globals, "score_shared does not resolve its globals from fake_scorer.shared"),
-    (globals_without_code, "score_shared does not resolve its globals from fake_scorer.shared"),
-], ids=["missing", "no code object", "a copy of the globals", "globals without code"])
-def test_load_refuses_before_the_weights_when_score_shared_cannot_be_checked(make, reason: str) -> None:
+@pytest.mark.parametrize(
+    "make,reason",
+    [
+        (without_score_shared, "score_shared does not resolve its globals from fake_scorer.shared"),
+        (builtin_score_shared, "score_shared does not resolve its globals from fake_scorer.shared"),
+        (with_other_globals, "score_shared does not resolve its globals from fake_scorer.shared"),
+        (globals_without_code, "score_shared does not resolve its globals from fake_scorer.shared"),
+    ],
+    ids=["missing", "no code object", "a copy of the globals", "globals without code"],
+)
+def test_load_refuses_before_the_weights_when_score_shared_cannot_be_checked(
+    make, reason: str
+) -> None:
     scorer, log = scorer_for(dataclasses.replace(fake_package(), shared=make()))
     with pytest.raises(PrefixHookError) as refused:
         scorer.load()
@@ -85,15 +107,23 @@ def test_the_check_names_a_missing_hook_and_an_unreachable_one_exactly() -> None
     del module._state_prefix
     with pytest.raises(PrefixHookError) as missing:
         prefix.check_hook(module)
-    assert str(missing.value) == "fake_scorer.shared._state_prefix is missing or not callable; INV-7 cannot be installed"
-    early = shared_module(SHARED_SOURCE.replace("max_tokens=4096):", "max_tokens=4096, _state_prefix=_state_prefix):"))
+    assert (
+        str(missing.value)
+        == "fake_scorer.shared._state_prefix is missing or not callable; INV-7 cannot be installed"
+    )
+    early = shared_module(
+        SHARED_SOURCE.replace("max_tokens=4096):", "max_tokens=4096, _state_prefix=_state_prefix):")
+    )
     with pytest.raises(PrefixHookError) as bound:
         prefix.check_hook(early)
-    assert str(bound.value) == "fake_scorer.shared.score_shared does not look up _state_prefix as a module global"
+    assert (
+        str(bound.value)
+        == "fake_scorer.shared.score_shared does not look up _state_prefix as a module global"
+    )
 
 
 # An attribute access of the same name is not a global look-up: co_names alone would be fooled.
-ATTRIBUTE_ONLY = '''
+ATTRIBUTE_ONLY = """
 import types
 from fastjev._runtime.shared import _state_prefix
 
@@ -103,7 +133,7 @@ _holder = types.SimpleNamespace(_state_prefix=_state_prefix)
 def score_shared(model, tokenizer, rows, metadata, max_tokens=4096):
     _holder._state_prefix(tokenizer, rows[0]["state"])
     return [model(row) for row in rows], {}
-'''
+"""
 
 
 def test_the_check_refuses_an_attribute_of_the_same_name() -> None:
@@ -128,7 +158,10 @@ def test_load_refuses_when_the_installed_hook_is_no_longer_ours() -> None:
     scorer, log = scorer_for(package, ReloadingLoader(package.shared))
     with pytest.raises(PrefixHookError) as refused:
         scorer.load()
-    assert str(refused.value) == "fake_scorer.shared._state_prefix is not the INV-7 wrapper after install"
+    assert (
+        str(refused.value)
+        == "fake_scorer.shared._state_prefix is not the INV-7 wrapper after install"
+    )
     assert "load" in log  # refused after the weights, by the proof
 
 
@@ -194,7 +227,10 @@ def test_the_other_proof_refusals_name_their_reason_exactly() -> None:
     wrong, _ = scorer_for(package)
     with pytest.raises(PrefixHookError) as refused:
         wrong.load()
-    assert str(refused.value) == "INV-7 wrapper does not return upstream's prefix for the warm-up state"
+    assert (
+        str(refused.value)
+        == "INV-7 wrapper does not return upstream's prefix for the warm-up state"
+    )
 
 
 # Records each call's arguments, so the proof's own call can be checked.
@@ -208,21 +244,39 @@ RECORDING = SHARED_SOURCE.replace(
 def test_the_proof_scores_the_contracts_row_with_the_loaded_metadata_and_limit() -> None:
     package = fake_package(RECORDING)
     log: list[Any] = []
-    scorer = TorchScorer(settings(device="cpu", max_tokens=1234), torch=FakeTorch(log, available=False),
-                         package=package, loader=FakeLoader(log))
+    scorer = TorchScorer(
+        settings(device="cpu", max_tokens=1234),
+        torch=FakeTorch(log, available=False),
+        package=package,
+        loader=FakeLoader(log),
+    )
     scorer.load()
     rows, metadata, max_tokens = package.shared.CALLS[-1]
-    assert rows == [{"id": "inv7-proof", "state": PROOF_STATE, "question": "Did the person say ok?",
-                     "options": [{"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}]}]
-    assert metadata == {"source": "Qwen/Qwen3.5-4B", "device": "cpu", "dtype": "float32"} and max_tokens == 1234
+    assert rows == [
+        {
+            "id": "inv7-proof",
+            "state": PROOF_STATE,
+            "question": "Did the person say ok?",
+            "options": [{"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}],
+        }
+    ]
+    assert (
+        metadata == {"source": "Qwen/Qwen3.5-4B", "device": "cpu", "dtype": "float32"}
+        and max_tokens == 1234
+    )
 
 
 def test_the_probe_row_is_the_state_then_a_placeholder_criterion() -> None:
     assert prefix.probe_row({"k": "v"}) == {
-        "id": "prefix-probe", "state": {"k": "v"}, "question": "prefix boundary placeholder",
+        "id": "prefix-probe",
+        "state": {"k": "v"},
+        "question": "prefix boundary placeholder",
         "options": [{"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}],
     }
     seen: list[dict[str, Any]] = []
-    hook = prefix.make_wrapper(lambda tokenizer, state: [1, 2], lambda tokenizer, row, limit: (seen.append(row) or [1, 2, 3], [], ""))
+    hook = prefix.make_wrapper(
+        lambda tokenizer, state: [1, 2],
+        lambda tokenizer, row, limit: (seen.append(row) or [1, 2, 3], [], ""),
+    )
     assert hook.calls == 0
     assert hook(None, "s") == [1, 2] and hook.calls == 1 and seen == [prefix.probe_row("s")]

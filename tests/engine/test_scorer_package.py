@@ -43,12 +43,19 @@ def test_a_name_that_is_no_torch_scorer_is_refused() -> None:
 
 
 def test_provenance_is_the_vcs_commit_pip_recorded(tmp_path: Path) -> None:
-    url = {"url": "https://github.com/TheoLeeCJ/SemIf", "vcs_info": {"vcs": "git", "commit_id": COMMIT}}
+    url = {
+        "url": "https://github.com/TheoLeeCJ/SemIf",
+        "vcs_info": {"vcs": "git", "commit_id": COMMIT},
+    }
     assert provenance(dist_info(tmp_path, "semif_phase1", url)) == COMMIT
 
 
-@pytest.mark.parametrize("direct_url", [None, {"url": "file:///src/semif", "dir_info": {"editable": True}}])
-def test_without_a_recorded_commit_provenance_is_the_version(tmp_path: Path, direct_url: dict | None) -> None:
+@pytest.mark.parametrize(
+    "direct_url", [None, {"url": "file:///src/semif", "dir_info": {"editable": True}}]
+)
+def test_without_a_recorded_commit_provenance_is_the_version(
+    tmp_path: Path, direct_url: dict | None
+) -> None:
     assert provenance(dist_info(tmp_path, "semif_phase1", direct_url)) == "0.1.0"
 
 
@@ -63,8 +70,11 @@ def test_a_broken_dependency_is_not_reported_as_a_missing_package(
     dist_info(tmp_path, "brokenscorer")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(
-        scorer_package._SOURCES, "brokenscorer",
-        scorer_package._Source("brokenscorer", "brokenscorer.direct", "brokenscorer.shared", "broken"),
+        scorer_package._SOURCES,
+        "brokenscorer",
+        scorer_package._Source(
+            "brokenscorer", "brokenscorer.direct", "brokenscorer.shared", "broken"
+        ),
     )
     try:
         with pytest.raises(ModuleNotFoundError) as caught:

@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 
 from semif_serve.engine import Engine
-from semif_serve.scorer import OutOfMemory
 from semif_serve.routes import Reply
+from semif_serve.scorer import OutOfMemory
 from semif_serve.service import Service
-
 from tests.bodies import BODY, SHARED
 from tests.fakes import settings
 
@@ -39,9 +38,14 @@ def assert_filled(reply: Reply, kind: str, rows: int, outcome: str) -> None:
     assert timing.started is not None and timing.ended is not None  # the engine filled this one
 
 
-@pytest.mark.parametrize("name,body,kind,rows", [("decide", BODY, "direct", 1), ("shared", SHARED_BODY, "shared", 2)],
-                         ids=["direct", "shared"])
-async def test_a_scored_reply_carries_the_call_the_engine_timed(fake, name: str, body: bytes, kind: str, rows: int) -> None:
+@pytest.mark.parametrize(
+    "name,body,kind,rows",
+    [("decide", BODY, "direct", 1), ("shared", SHARED_BODY, "shared", 2)],
+    ids=["direct", "shared"],
+)
+async def test_a_scored_reply_carries_the_call_the_engine_timed(
+    fake, name: str, body: bytes, kind: str, rows: int
+) -> None:
     reply = await post(fake, name, body)
     assert reply.status == 200
     assert_filled(reply, kind, rows, "ok")
@@ -54,7 +58,9 @@ async def test_a_scorer_failure_carries_its_timing_and_outcome(fake) -> None:
     assert_filled(reply, "direct", 1, "out_of_memory")
 
 
-async def test_a_reply_that_cannot_be_built_still_carries_the_call(fake, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_reply_that_cannot_be_built_still_carries_the_call(
+    fake, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # one result short: the reply cannot be assembled after the call has run
     monkeypatch.setattr(fake, "score_shared", lambda rows: fake._enter("shared", rows) or ([], {}))
     reply = await post(fake, "shared", SHARED_BODY)

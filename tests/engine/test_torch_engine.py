@@ -7,16 +7,30 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from semif_serve.scorer import OutOfMemory, ScoringFailed
 from semif_serve.torch_engine import RELEASE_SLACK_BYTES, TorchScorer
-from tests.fakes import GIB, MIB, FakeLoader, FakeOutOfMemoryError, FakeTensor, FakeTorch, fake_package, settings
+from tests.fakes import (
+    GIB,
+    MIB,
+    FakeLoader,
+    FakeOutOfMemoryError,
+    FakeTensor,
+    FakeTorch,
+    fake_package,
+    settings,
+)
 
-ROW = {"id": "q1", "state": {"k": "v"}, "question": "Is it?", "options": [
-    {"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}]}
+ROW = {
+    "id": "q1",
+    "state": {"k": "v"},
+    "question": "Is it?",
+    "options": [{"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}],
+}
 BASELINE = 3 * GIB
 
 
@@ -27,7 +41,9 @@ class Rig:
         self.log: list[Any] = []
         self.torch = FakeTorch(self.log, **(cuda or {}))
         self.loader = FakeLoader(self.log)
-        self.scorer = TorchScorer(settings(**overrides), torch=self.torch, package=fake_package(), loader=self.loader)
+        self.scorer = TorchScorer(
+            settings(**overrides), torch=self.torch, package=fake_package(), loader=self.loader
+        )
 
     def load(self) -> None:
         """Load with a warm-up that leaves BASELINE reserved, then clear the log."""
@@ -52,7 +68,11 @@ class Rig:
 
 
 def fake_result_of(row: dict[str, Any]) -> dict[str, Any]:
-    return {"id": row["id"], "option_ids": [o["id"] for o in row["options"]], "probabilities": [0.5, 0.5]}
+    return {
+        "id": row["id"],
+        "option_ids": [o["id"] for o in row["options"]],
+        "probabilities": [0.5, 0.5],
+    }
 
 
 @pytest.fixture
@@ -65,7 +85,9 @@ def rig() -> Rig:
 def assert_unchained(error: BaseException) -> None:
     assert error.__cause__ is None
     assert error.__suppress_context__ or error.__context__ is None
-    assert error.__context__ is None  # nothing, not even a suppressed context, keeps the old traceback
+    assert (
+        error.__context__ is None
+    )  # nothing, not even a suppressed context, keeps the old traceback
 
 
 # -- startup: INV-3 and INV-4 ----------------------------------------------------------
@@ -146,7 +168,9 @@ def test_score_shared_returns_results_and_timing_unchanged(rig: Rig) -> None:
 # -- INV-4: the exception policy -------------------------------------------------------
 
 
-def test_an_oom_becomes_an_unchained_out_of_memory_released_after_the_tensors_are_freed(rig: Rig) -> None:
+def test_an_oom_becomes_an_unchained_out_of_memory_released_after_the_tensors_are_freed(
+    rig: Rig,
+) -> None:
     rig.fails_with(lambda: FakeOutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     with pytest.raises(OutOfMemory) as caught:
         rig.scorer.score(ROW)
@@ -163,11 +187,14 @@ def test_the_shared_scorer_follows_the_same_policy(rig: Rig) -> None:
     assert rig.log == ["freed", "empty_cache"]
 
 
-@pytest.mark.parametrize("message", [
-    "CUDA error: out of memory",
-    "cuBLAS error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle): Out Of Memory",
-    "cuDNN error: CUDNN_STATUS_NOT_INITIALIZED (OUT OF MEMORY)",
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        "CUDA error: out of memory",
+        "cuBLAS error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle): Out Of Memory",
+        "cuDNN error: CUDNN_STATUS_NOT_INITIALIZED (OUT OF MEMORY)",
+    ],
+)
 def test_a_runtime_error_that_says_out_of_memory_is_an_oom(rig: Rig, message: str) -> None:
     rig.fails_with(lambda: RuntimeError(message))
     with pytest.raises(OutOfMemory, match="(?i)out of memory") as caught:
@@ -194,7 +221,9 @@ def no_automatic_gc() -> Iterator[None]:
         gc.enable()
 
 
-@pytest.mark.parametrize("error_type", [RuntimeError, MemoryError, KeyError, TypeError], ids=lambda t: t.__name__)
+@pytest.mark.parametrize(
+    "error_type", [RuntimeError, MemoryError, KeyError, TypeError], ids=lambda t: t.__name__
+)
 def test_any_other_failure_is_logged_collected_released_and_reported_unchained(
     rig: Rig, error_type: type[Exception], caplog: pytest.LogCaptureFixture, no_automatic_gc: None
 ) -> None:
@@ -214,12 +243,16 @@ def test_any_other_failure_is_logged_collected_released_and_reported_unchained(
     assert_unchained(caught.value)
     assert "Traceback" not in str(caught.value) and error_type.__name__ in str(caught.value)
     assert rig.log == ["freed", "empty_cache"]
-    [record] = [r for r in caplog.records if r.name == "semif_serve.engine" and r.levelno == logging.ERROR]
+    [record] = [
+        r for r in caplog.records if r.name == "semif_serve.engine" and r.levelno == logging.ERROR
+    ]
     assert record.exc_info is not None and record.exc_info[1] is raised[0]
     assert "in cyclic" in caplog.text  # the logged traceback reaches the failing frame
 
 
-def test_tensors_are_freed_before_the_release_even_while_the_original_exception_is_kept(rig: Rig) -> None:
+def test_tensors_are_freed_before_the_release_even_while_the_original_exception_is_kept(
+    rig: Rig,
+) -> None:
     kept = FakeOutOfMemoryError("CUDA out of memory")  # a log handler or debugger may hold it
     rig.fails_with(lambda: kept)
     with pytest.raises(OutOfMemory):
@@ -288,13 +321,23 @@ def test_the_release_also_follows_shared_calls_and_failed_calls(rig: Rig) -> Non
 
 
 def test_health_reports_the_facts_and_the_card_memory(rig: Rig) -> None:
-    rig.torch.cuda.reserved, rig.torch.cuda.allocated, rig.torch.cuda.peak_reserved = 5 * GIB, 4 * GIB, 7 * GIB
+    rig.torch.cuda.reserved, rig.torch.cuda.allocated, rig.torch.cuda.peak_reserved = (
+        5 * GIB,
+        4 * GIB,
+        7 * GIB,
+    )
     assert rig.scorer.health() == {
-        "scorer": "fake", "semif_commit": "fake-commit", "model": "Qwen/Qwen3.5-4B",
-        "revision": "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a", "device": "cuda:0", "dtype": "bfloat16",
+        "scorer": "fake",
+        "semif_commit": "fake-commit",
+        "model": "Qwen/Qwen3.5-4B",
+        "revision": "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a",
+        "device": "cuda:0",
+        "dtype": "bfloat16",
         "prompt_version": None,  # the fake package defines no PROMPT_VERSION
-        "memory_reserved_bytes": 5 * GIB, "memory_allocated_bytes": 4 * GIB,
-        "max_memory_reserved_bytes": 7 * GIB, "vram_cap_gib": None,
+        "memory_reserved_bytes": 5 * GIB,
+        "memory_allocated_bytes": 4 * GIB,
+        "max_memory_reserved_bytes": 7 * GIB,
+        "vram_cap_gib": None,
     }
 
 

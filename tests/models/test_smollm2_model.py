@@ -27,7 +27,6 @@ import pytest
 
 from semif_serve import averaging, prefix
 from semif_serve.builders import smollm2
-
 from tests.timing import timeless
 from tests.wire_client import request
 
@@ -35,9 +34,14 @@ REVISION = "16708cffca79e01d1e090d2e12526c31f5cd17ce"
 REFUSAL = "The fixed state prefix does not match every full prompt"
 QUESTION = "In which country is this city?"
 # (city, its country, the other country): each pair appears in both directions.
-CONTENT = [("Toronto", "Canada", "India"), ("Mumbai", "India", "Canada"),
-           ("Toronto", "Canada", "Germany"), ("Berlin", "Germany", "Canada"),
-           ("Mumbai", "India", "Germany"), ("Berlin", "Germany", "India")]
+CONTENT = [
+    ("Toronto", "Canada", "India"),
+    ("Mumbai", "India", "Canada"),
+    ("Toronto", "Canada", "Germany"),
+    ("Berlin", "Germany", "Canada"),
+    ("Mumbai", "India", "Germany"),
+    ("Berlin", "Germany", "India"),
+]
 BOUNDARY_STATES = [{"ticket": {"text": "printer jammed"}}, {"person_said": "x+"}]
 
 
@@ -47,11 +51,24 @@ def country_row(city: str, first: str, second: str) -> dict[str, Any]:
 
 
 def ticket_rows(state: Any) -> list[dict[str, Any]]:
-    return [{"id": "upset", "state": state, "question": "Is the customer upset?",
-             "options": [{"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}]},
-            {"id": "team", "state": state, "question": "Which team should handle it?",
-             "options": [{"id": "billing", "description": "Billing"}, {"id": "tech", "description": "Technical support"},
-                         {"id": "shipping", "description": "Shipping"}]}]
+    return [
+        {
+            "id": "upset",
+            "state": state,
+            "question": "Is the customer upset?",
+            "options": [{"id": "yes", "description": "Yes"}, {"id": "no", "description": "No"}],
+        },
+        {
+            "id": "team",
+            "state": state,
+            "question": "Which team should handle it?",
+            "options": [
+                {"id": "billing", "description": "Billing"},
+                {"id": "tech", "description": "Technical support"},
+                {"id": "shipping", "description": "Shipping"},
+            ],
+        },
+    ]
 
 
 def top(result: dict[str, Any]) -> str:
@@ -70,31 +87,51 @@ def reference(smollm2_build: dict[str, str], tiny_settings: Any) -> tuple[Any, A
     import torch
     import transformers
 
-    common = {"revision": smollm2_build["SEMIF_REVISION"], "cache_dir": smollm2_build["HF_HUB_CACHE"],
-              "local_files_only": True}
+    common = {
+        "revision": smollm2_build["SEMIF_REVISION"],
+        "cache_dir": smollm2_build["HF_HUB_CACHE"],
+        "local_files_only": True,
+    }
     tokenizer = transformers.AutoTokenizer.from_pretrained(smollm2_build["SEMIF_MODEL"], **common)
-    model = transformers.AutoModelForCausalLM.from_pretrained(smollm2_build["SEMIF_MODEL"], dtype=torch.float32, **common)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        smollm2_build["SEMIF_MODEL"], dtype=torch.float32, **common
+    )
     return model.eval(), tokenizer
 
 
-def test_the_build_is_deterministic_and_found_again_without_converting(smollm2_build, monkeypatch) -> None:
+def test_the_build_is_deterministic_and_found_again_without_converting(
+    smollm2_build, monkeypatch
+) -> None:
     assert smollm2_build["SEMIF_REVISION"] == REVISION
-    monkeypatch.setattr(smollm2, "convert", lambda path: pytest.fail("the second build converted again"))
+    monkeypatch.setattr(
+        smollm2, "convert", lambda path: pytest.fail("the second build converted again")
+    )
     assert smollm2.build() == smollm2_build
 
 
-async def test_served_equals_in_process(start_server, tiny_scorer, tiny_settings, reference, tiny_metadata) -> None:
+async def test_served_equals_in_process(
+    start_server, tiny_scorer, tiny_settings, reference, tiny_metadata
+) -> None:
     from fastjev._runtime import direct, shared
 
     server = await start_server(tiny_scorer)
     health = (await request(server.port, "GET", "/health", headers=[])).json
-    assert (health["model"], health["revision"], health["device"]) == (smollm2.REPO_ID, REVISION, "cpu")
+    assert (health["model"], health["revision"], health["device"]) == (
+        smollm2.REPO_ID,
+        REVISION,
+        "cpu",
+    )
     model, tokenizer = reference
     rows = ticket_rows({"ticket": "I was charged twice for one order", "customer": "Dana"})
     decided = await request(server.port, "POST", "/decide", rows[1])
     assert decided.status == 200
-    assert timeless(decided.json) == timeless(direct.score(model, tokenizer, rows[1], tiny_metadata, 4096))
-    body = {"state": rows[0]["state"], "decisions": [{key: r[key] for key in ("id", "question", "options")} for r in rows]}
+    assert timeless(decided.json) == timeless(
+        direct.score(model, tokenizer, rows[1], tiny_metadata, 4096)
+    )
+    body = {
+        "state": rows[0]["state"],
+        "decisions": [{key: r[key] for key in ("id", "question", "options")} for r in rows],
+    }
     served = await request(server.port, "POST", "/decide/shared", body)
     assert served.status == 200
     with pytest.MonkeyPatch.context() as patch:  # upstream's own prefix: an ordinary state keeps it
@@ -103,7 +140,9 @@ async def test_served_equals_in_process(start_server, tiny_scorer, tiny_settings
     assert served.json["results"] == theirs
 
 
-async def test_rotations_follow_the_evidence_where_the_first_position_does_not(start_server, tiny_scorer) -> None:
+async def test_rotations_follow_the_evidence_where_the_first_position_does_not(
+    start_server, tiny_scorer
+) -> None:
     server = await start_server(tiny_scorer)
     for city, right, wrong in CONTENT:
         row = country_row(city, wrong, right)  # the right answer listed second
@@ -111,7 +150,9 @@ async def test_rotations_follow_the_evidence_where_the_first_position_does_not(s
         rotated = await request(server.port, "POST", "/decide", {**row, "orderings": "rotations"})
         assert plain.status == rotated.status == 200
         assert top(plain.json) == wrong.lower(), f"{city}: no first-position pick without averaging"
-        assert rotated.json["combined"]["top"] == right.lower(), f"{city}: rotations did not follow the evidence"
+        assert rotated.json["combined"]["top"] == right.lower(), (
+            f"{city}: rotations did not follow the evidence"
+        )
         assert rotated.json == averaging.combine(row, "rotations", rotated.json["orderings"])
 
 
@@ -128,7 +169,10 @@ async def test_boundary_states_upstream_refuses_are_served_with_the_same_tokens(
         with pytest.raises(ValueError, match=REFUSAL):
             shared.score_shared(model, tokenizer, rows, tiny_metadata, 4096)
     server = await start_server(tiny_scorer)
-    body = {"state": state, "decisions": [{key: r[key] for key in ("id", "question", "options")} for r in rows]}
+    body = {
+        "state": state,
+        "decisions": [{key: r[key] for key in ("id", "question", "options")} for r in rows],
+    }
     served = await request(server.port, "POST", "/decide/shared", body)
     assert served.status == 200
     for row, many in zip(rows, served.json["results"], strict=True):

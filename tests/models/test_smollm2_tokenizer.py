@@ -27,11 +27,33 @@ from tests.bodies import ROW
 OLD_CONFIG_BLOB = "5a11e2db4c036074e5db0596ca53f73761d4ebc4"
 NEW, OLD = b'"clean_up_tokenization_spaces": false', b'"clean_up_tokenization_spaces": true'
 WARNING = "clean_up_tokenization_spaces"
-TEXTS = ["Hello , world !", "don 't stop ; it 's fine .", "a  b   c\t\td\n\ne", " leading and trailing ",
-         "Ünïcödé — “quotes” 中文 🙂", "x+", "{\"ticket\": {\"text\": \"printer jammed\"}}", "1,234.5e-6 %", ""]
-ROWS = [ROW, {**ROW, "id": "t", "state": "I was charged twice , for one order .", "question": "Who 's upset ?"},
-        {**ROW, "id": "n", "state": {"ticket": {"text": "printer jammed"}}},
-        {**ROW, "id": "p", "state": {"person_said": "x+"}, "options": ROW["options"] + [{"id": "m", "description": "Maybe ."}]}]
+TEXTS = [
+    "Hello , world !",
+    "don 't stop ; it 's fine .",
+    "a  b   c\t\td\n\ne",
+    " leading and trailing ",
+    "Ünïcödé — “quotes” 中文 🙂",
+    "x+",
+    '{"ticket": {"text": "printer jammed"}}',
+    "1,234.5e-6 %",
+    "",
+]
+ROWS = [
+    ROW,
+    {
+        **ROW,
+        "id": "t",
+        "state": "I was charged twice , for one order .",
+        "question": "Who 's upset ?",
+    },
+    {**ROW, "id": "n", "state": {"ticket": {"text": "printer jammed"}}},
+    {
+        **ROW,
+        "id": "p",
+        "state": {"person_said": "x+"},
+        "options": ROW["options"] + [{"id": "m", "description": "Maybe ."}],
+    },
+]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +84,9 @@ def load(folder: Path) -> Any:
 
 
 def test_the_built_config_says_false_and_nothing_else_moved(snapshot_dir, before_dir) -> None:
-    new, old = (json.loads((d / "tokenizer_config.json").read_text()) for d in (snapshot_dir, before_dir))
+    new, old = (
+        json.loads((d / "tokenizer_config.json").read_text()) for d in (snapshot_dir, before_dir)
+    )
     assert new.pop(WARNING) is False and old.pop(WARNING) is True and new == old
 
 
@@ -70,17 +94,24 @@ def test_not_one_token_id_or_decoded_text_changed(snapshot_dir, before_dir) -> N
     from fastjev._runtime import direct
 
     after, before = load(snapshot_dir), load(before_dir)
-    assert after.clean_up_tokenization_spaces is False and before.clean_up_tokenization_spaces is True
+    assert (
+        after.clean_up_tokenization_spaces is False and before.clean_up_tokenization_spaces is True
+    )
     for text in TEXTS:
         ids = after.encode(text, add_special_tokens=False)
         assert ids == before.encode(text, add_special_tokens=False), text
         assert after(text)["input_ids"] == before(text)["input_ids"], text
         assert after.decode(ids) == before.decode(ids) == text, text
-    for row in ROWS:  # the prompts the scorer builds, its answer slots and their round trip included
-        assert direct.encode_prompt(after, row, 4096) == direct.encode_prompt(before, row, 4096), row["id"]
+    for (
+        row
+    ) in ROWS:  # the prompts the scorer builds, its answer slots and their round trip included
+        assert direct.encode_prompt(after, row, 4096) == direct.encode_prompt(before, row, 4096), (
+            row["id"]
+        )
     messages = [{"role": "user", "content": "Is this urgent ?"}]
-    assert after.apply_chat_template(messages, add_generation_prompt=True) == \
-        before.apply_chat_template(messages, add_generation_prompt=True)
+    assert after.apply_chat_template(
+        messages, add_generation_prompt=True
+    ) == before.apply_chat_template(messages, add_generation_prompt=True)
 
 
 LOAD_AND_SCORE_PROMPT = """
@@ -95,10 +126,21 @@ for folder in sys.argv[1:]:
 
 
 def test_loading_it_and_scoring_a_prompt_prints_no_such_warning(snapshot_dir, before_dir) -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TRANSFORMERS_VERBOSITY")}
-    done = subprocess.run([sys.executable, "-c", LOAD_AND_SCORE_PROMPT, str(snapshot_dir), str(before_dir)],
-                          env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("TRANSFORMERS_VERBOSITY")
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_SCORE_PROMPT, str(snapshot_dir), str(before_dir)],
+        env={**env, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     new, _, old = done.stderr.partition(f"--- done: {snapshot_dir}\n")
     assert WARNING not in new
-    assert WARNING in old  # the control: the version-1 file does warn, and the look above would have seen it
+    assert (
+        WARNING in old
+    )  # the control: the version-1 file does warn, and the look above would have seen it

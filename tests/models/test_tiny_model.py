@@ -68,7 +68,11 @@ def loaded(built: dict[str, str], one_thread) -> tuple[Qwen3_5ForCausalLM, objec
 
 def _snapshot_bytes(out: Path) -> dict[str, bytes]:
     hub = out / "hub"
-    return {str(path.relative_to(hub)): path.read_bytes() for path in sorted(hub.rglob("*")) if path.is_file()}
+    return {
+        str(path.relative_to(hub)): path.read_bytes()
+        for path in sorted(hub.rglob("*"))
+        if path.is_file()
+    }
 
 
 def _row(row_id: str, state: object, descriptions: list[str]) -> dict:
@@ -76,7 +80,9 @@ def _row(row_id: str, state: object, descriptions: list[str]) -> dict:
         "id": row_id,
         "state": state,
         "question": f"Criterion {row_id}: is the person upset?",
-        "options": [{"id": f"o{index}", "description": text} for index, text in enumerate(descriptions)],
+        "options": [
+            {"id": f"o{index}", "description": text} for index, text in enumerate(descriptions)
+        ],
     }
 
 
@@ -106,7 +112,12 @@ def test_build_is_idempotent(built: dict[str, str], out: Path) -> None:
 
 def test_build_repairs_a_tampered_snapshot(built: dict[str, str], tmp_path: Path) -> None:
     tiny_model.build(tmp_path)
-    config = snapshot.repo_dir(tmp_path, tiny_model.REPO_ID) / "snapshots" / built["SEMIF_REVISION"] / "config.json"
+    config = (
+        snapshot.repo_dir(tmp_path, tiny_model.REPO_ID)
+        / "snapshots"
+        / built["SEMIF_REVISION"]
+        / "config.json"
+    )
     pristine = config.read_bytes()
     config.write_bytes(pristine.replace(b'"hidden_size": 64', b'"hidden_size": 65'))
     tiny_model.build(tmp_path)
@@ -119,11 +130,19 @@ def test_main_prints_settings_that_load_offline(built: dict[str, str], out: Path
     assert all(re.fullmatch(r"[A-Z_]+=\S+", line) for line in lines), lines
     printed = dict(line.split("=", 1) for line in lines)
     assert printed == built
-    assert {"SEMIF_DEVICE": "cpu", "SEMIF_SCORER": "fastjev", "HF_HUB_OFFLINE": "1"}.items() <= printed.items()
+    assert {
+        "SEMIF_DEVICE": "cpu",
+        "SEMIF_SCORER": "fastjev",
+        "HF_HUB_OFFLINE": "1",
+    }.items() <= printed.items()
     assert printed["HF_HOME"] == str(out.resolve())
     # A fresh process resolves the repo id from HF_HOME alone, as the loader does
     # (local_files_only=False, so only HF_HUB_OFFLINE keeps it off the network).
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGINGFACE_"))}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("HF_", "HUGGINGFACE_"))
+    }
     env.update({key: printed[key] for key in ("HF_HOME", "HF_HUB_OFFLINE")})
     program = """
 import json, os, torch
@@ -140,7 +159,12 @@ print(json.dumps({"model_type": config.model_type, "vocab": len(tokenizer),
 """
     env.update(SEMIF_MODEL=printed["SEMIF_MODEL"], SEMIF_REVISION=printed["SEMIF_REVISION"])
     result = subprocess.run(
-        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", program],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -152,7 +176,9 @@ print(json.dumps({"model_type": config.model_type, "vocab": len(tokenizer),
 def test_checkpoint_loads_completely_as_a_hybrid_qwen35(loaded) -> None:
     model, _, extra = loaded
     info = extra["info"]
-    assert not any(info[key] for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
+    assert not any(
+        info[key] for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")
+    ), info
     assert extra["config"].model_type == "qwen3_5"
     assert set(model.config.layer_types) == {"linear_attention", "full_attention"}
     assert 100_000 <= sum(parameter.numel() for parameter in model.parameters()) <= 300_000
@@ -176,8 +202,10 @@ def test_chat_template_honours_enable_thinking(loaded) -> None:
     closed = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
     )
-    assert closed == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n" \
+    assert (
+        closed == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
         "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
     default = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert default.endswith("<|im_start|>assistant\n")
 

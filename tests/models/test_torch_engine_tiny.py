@@ -18,7 +18,6 @@ from fastjev._runtime import direct, shared
 
 from semif_serve import prefix
 from semif_serve.torch_engine import TorchScorer
-
 from tests.timing import timeless
 
 REFUSAL = "The fixed state prefix does not match every full prompt"
@@ -30,13 +29,18 @@ def row(row_id: str, state: Any, descriptions: list[str]) -> dict[str, Any]:
         "id": row_id,
         "state": state,
         "question": f"Criterion {row_id}: is the person upset?",
-        "options": [{"id": f"o{index}", "description": text} for index, text in enumerate(descriptions)],
+        "options": [
+            {"id": f"o{index}", "description": text} for index, text in enumerate(descriptions)
+        ],
     }
 
 
 def rows_over(state: Any) -> list[dict[str, Any]]:
-    return [row("a", state, ["Yes", "No"]), row("b", state, ["calm", "upset", "unclear", "other"]),
-            row("c", state, ["no", "yes"])]
+    return [
+        row("a", state, ["Yes", "No"]),
+        row("b", state, ["calm", "upset", "unclear", "other"]),
+        row("c", state, ["no", "yes"]),
+    ]
 
 
 def top(result: dict[str, Any]) -> str:
@@ -45,15 +49,22 @@ def top(result: dict[str, Any]) -> str:
 
 def test_load_reports_what_serves(tiny_scorer: TorchScorer, tiny_built: dict[str, str]) -> None:
     assert tiny_scorer.health() == {
-        "scorer": "fastjev", "semif_commit": "0.2.0", "model": tiny_built["SEMIF_MODEL"],
-        "revision": tiny_built["SEMIF_REVISION"], "device": "cpu", "dtype": "float32",
+        "scorer": "fastjev",
+        "semif_commit": "0.2.0",
+        "model": tiny_built["SEMIF_MODEL"],
+        "revision": tiny_built["SEMIF_REVISION"],
+        "device": "cpu",
+        "dtype": "float32",
         "prompt_version": direct.PROMPT_VERSION,
     }
-    assert prefix.original_of(shared._state_prefix) is not shared._state_prefix  # the wrapper is in place
+    assert (
+        prefix.original_of(shared._state_prefix) is not shared._state_prefix
+    )  # the wrapper is in place
 
 
-def test_score_equals_upstream_direct_score(tiny_scorer: TorchScorer, tiny_reference: tuple[Any, Any],
-                                            tiny_metadata: dict[str, Any]) -> None:
+def test_score_equals_upstream_direct_score(
+    tiny_scorer: TorchScorer, tiny_reference: tuple[Any, Any], tiny_metadata: dict[str, Any]
+) -> None:
     model, tokenizer = tiny_reference
     for one in rows_over(ORDINARY_STATE) + rows_over("a plain string state"):
         ours = tiny_scorer.score(one)
@@ -62,8 +73,9 @@ def test_score_equals_upstream_direct_score(tiny_scorer: TorchScorer, tiny_refer
         assert max(ours["probabilities"]) - min(ours["probabilities"]) > 0.05  # a real top choice
 
 
-def test_score_shared_equals_upstream_score_shared(tiny_scorer: TorchScorer, tiny_reference: tuple[Any, Any],
-                                                   tiny_metadata: dict[str, Any]) -> None:
+def test_score_shared_equals_upstream_score_shared(
+    tiny_scorer: TorchScorer, tiny_reference: tuple[Any, Any], tiny_metadata: dict[str, Any]
+) -> None:
     model, tokenizer = tiny_reference
     rows = rows_over(ORDINARY_STATE)
     ours, our_timing = tiny_scorer.score_shared(rows)
@@ -71,10 +83,14 @@ def test_score_shared_equals_upstream_score_shared(tiny_scorer: TorchScorer, tin
         patch.setattr(shared, "_state_prefix", prefix.original_of(shared._state_prefix))
         theirs, their_timing = shared.score_shared(model, tokenizer, rows, tiny_metadata, 4096)
     assert ours == theirs
-    assert our_timing["prefix_tokens"] == their_timing["prefix_tokens"]  # an ordinary state keeps the split
+    assert (
+        our_timing["prefix_tokens"] == their_timing["prefix_tokens"]
+    )  # an ordinary state keeps the split
 
 
-@pytest.mark.parametrize("state", [ORDINARY_STATE, {"person_said": "ok :)"}], ids=["ordinary", "boundary"])
+@pytest.mark.parametrize(
+    "state", [ORDINARY_STATE, {"person_said": "ok :)"}], ids=["ordinary", "boundary"]
+)
 def test_shared_agrees_with_direct_within_1e_5(tiny_scorer: TorchScorer, state: Any) -> None:
     rows = rows_over(state)
     shared_results, _ = tiny_scorer.score_shared(rows)
@@ -96,6 +112,8 @@ def test_the_boundary_state_is_refused_upstream_and_answered_through_the_wrapper
         with pytest.raises(ValueError, match=REFUSAL):
             shared.score_shared(model, tokenizer, rows, tiny_metadata, 4096)
     answered, timing = tiny_scorer.score_shared(rows)
-    assert timing["prefix_tokens"] == len(upstream(tokenizer, state)) - 1  # exactly the merged token given up
+    assert (
+        timing["prefix_tokens"] == len(upstream(tokenizer, state)) - 1
+    )  # exactly the merged token given up
     as_text, _ = tiny_scorer.score_shared(rows_over(json.dumps(state)))
     assert [top(result) for result in answered] == [top(result) for result in as_text]

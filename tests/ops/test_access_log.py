@@ -26,23 +26,46 @@ def lines(process: Process) -> list[dict[str, Any]]:
     for line in process.stderr:
         assert line.endswith("\n") and line.strip(), repr(line)
         value = json.loads(line)
-        assert isinstance(value, dict) and {"time", "level", "logger", "message"} <= set(value), line
+        assert isinstance(value, dict) and {"time", "level", "logger", "message"} <= set(value), (
+            line
+        )
         parsed.append(value)
     return parsed
 
 
 async def traffic(port: int) -> None:
     """Requests that each leave one access line; some carry what must never be logged."""
-    assert (await request(port, "GET", "/health", headers=[(b"x-request-id", b"probe-1")])).status == 200
-    assert (await request(port, "POST", "/decide", ROW, headers=[(b"authorization", b"Bearer " + TOKEN.encode()),
-                                                                 (b"x-request-id", b"ok-1")])).status == 200
+    assert (
+        await request(port, "GET", "/health", headers=[(b"x-request-id", b"probe-1")])
+    ).status == 200
+    assert (
+        await request(
+            port,
+            "POST",
+            "/decide",
+            ROW,
+            headers=[(b"authorization", b"Bearer " + TOKEN.encode()), (b"x-request-id", b"ok-1")],
+        )
+    ).status == 200
     wrong = [(b"authorization", b"Bearer " + WRONG_TOKEN.encode()), (b"x-request-id", b"wrong-1")]
-    assert (await request(port, "POST", "/decide", {**ROW, "state": BODY_MARKER}, headers=wrong)).status == 401
+    assert (
+        await request(port, "POST", "/decide", {**ROW, "state": BODY_MARKER}, headers=wrong)
+    ).status == 401
     unparsable = ('{"id": "r", "state": "' + BODY_MARKER + '", ' + TOKEN).encode()
-    response = await request(port, "POST", "/decide", unparsable, headers=[
-        (b"authorization", b"Bearer " + TOKEN.encode()), (b"x-request-id", b"bad-json-1")])
+    response = await request(
+        port,
+        "POST",
+        "/decide",
+        unparsable,
+        headers=[(b"authorization", b"Bearer " + TOKEN.encode()), (b"x-request-id", b"bad-json-1")],
+    )
     assert response.status == 422
-    await raw_exchange(port, b"GET /health HTTP/1.1\r\nauthorization: Bearer " + WRONG_TOKEN.encode() + b"\r\nbroken\r\n\r\n")
+    await raw_exchange(
+        port,
+        b"GET /health HTTP/1.1\r\nauthorization: Bearer "
+        + WRONG_TOKEN.encode()
+        + b"\r\nbroken\r\n\r\n",
+    )
     assert (await request(port, "GET", "/metrics?token=" + WRONG_TOKEN, headers=[])).status == 200
 
 
@@ -56,23 +79,54 @@ async def test_every_log_line_is_json_and_carries_no_token_or_body() -> None:
     for secret in (TOKEN, WRONG_TOKEN, BODY_MARKER):
         assert secret not in output
     (settings,) = [line["settings"] for line in parsed if "settings" in line]
-    assert settings["api_token"] == "<redacted>" and settings["log_format"] == "json" and settings["port"] == process.port
+    assert (
+        settings["api_token"] == "<redacted>"
+        and settings["log_format"] == "json"
+        and settings["port"] == process.port
+    )
     access = [line for line in parsed if line["logger"] == "semif_serve.access"]
     by_id = {line["request_id"]: line for line in access}
     assert len(access) == 6
-    fields = {"time", "request_id", "peer", "method", "path", "status", "code", "rows", "bytes_in", "bytes_out",
-              "queued_s", "scoring_s", "total_s"}
+    fields = {
+        "time",
+        "request_id",
+        "peer",
+        "method",
+        "path",
+        "status",
+        "code",
+        "rows",
+        "bytes_in",
+        "bytes_out",
+        "queued_s",
+        "scoring_s",
+        "total_s",
+    }
     assert all(fields <= set(line) for line in access)
     ok = by_id["ok-1"]
-    assert (ok["method"], ok["path"], ok["status"], ok["code"], ok["rows"]) == ("POST", "/decide", 200, None, 1)
+    assert (ok["method"], ok["path"], ok["status"], ok["code"], ok["rows"]) == (
+        "POST",
+        "/decide",
+        200,
+        None,
+        1,
+    )
     assert ok["bytes_in"] > len(json.dumps(ROW)) and ok["bytes_out"] > 0
     assert ok["queued_s"] >= 0 and ok["scoring_s"] >= 0 and ok["total_s"] >= ok["scoring_s"]
     assert ok["peer"].startswith("127.0.0.1:")
-    assert (by_id["wrong-1"]["status"], by_id["wrong-1"]["code"], by_id["wrong-1"]["scoring_s"]) == (401, "unauthorized", None)
+    assert (
+        by_id["wrong-1"]["status"],
+        by_id["wrong-1"]["code"],
+        by_id["wrong-1"]["scoring_s"],
+    ) == (401, "unauthorized", None)
     assert (by_id["bad-json-1"]["status"], by_id["bad-json-1"]["code"]) == (422, "invalid_request")
     assert by_id["probe-1"]["status"] == 200
     (broken,) = [line for line in access if line["status"] == 400]
-    assert broken["code"] == "bad_request" and broken["method"] == "-" and len(broken["request_id"]) == 32
+    assert (
+        broken["code"] == "bad_request"
+        and broken["method"] == "-"
+        and len(broken["request_id"]) == 32
+    )
     (metrics,) = [line for line in access if line["path"].startswith("/metrics")]
     assert metrics["path"] == "/metrics"  # never the query string
 
@@ -102,8 +156,12 @@ async def test_readiness_turns_503_at_sigterm_while_the_in_flight_request_gets_2
     await asyncio.wait_for(process.in_flight(), 5)
     probe = await Connection.open(process.port)
     assert (await probe.request("GET", "/health", headers=[])).status == 200
-    probe.writer.write(HEALTH[:10])  # a probe whose head is in progress keeps its connection through the drain
-    await asyncio.sleep(1.0)  # for the server to read those bytes; nothing else to wait on from outside
+    probe.writer.write(
+        HEALTH[:10]
+    )  # a probe whose head is in progress keeps its connection through the drain
+    await asyncio.sleep(
+        1.0
+    )  # for the server to read those bytes; nothing else to wait on from outside
     process.proc.send_signal(signal.SIGTERM)
     await asyncio.wait_for(process.wait_for_line("shutting down"), 5)
     assert not in_flight.done()
@@ -117,16 +175,24 @@ async def test_readiness_turns_503_at_sigterm_while_the_in_flight_request_gets_2
     lines(process)
 
 
-@pytest.mark.parametrize("name,value", [("SEMIF_LOG_FORMAT", "xml"), ("SEMIF_LOG_FORMAT", "JSON"),
-                                        ("SEMIF_ACCESS_LOG", "yes"), ("SEMIF_METRICS", "maybe")])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("SEMIF_LOG_FORMAT", "xml"),
+        ("SEMIF_LOG_FORMAT", "JSON"),
+        ("SEMIF_ACCESS_LOG", "yes"),
+        ("SEMIF_METRICS", "maybe"),
+    ],
+)
 async def test_a_bad_ops_setting_refuses_startup_with_exit_2(name: str, value: str) -> None:
     import os
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
     env.update(SEMIF_API_TOKEN=TOKEN, SEMIF_SCORER="stub", SEMIF_PORT="1", **{name: value})
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "semif_serve", env=env,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "semif_serve", env=env, stderr=asyncio.subprocess.PIPE
+    )
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2 and name in err.decode() and TOKEN not in err.decode()
 
@@ -135,12 +201,20 @@ async def test_metrics_on_without_prometheus_client_refuses_startup_with_exit_2(
     import os
     import sys
 
-    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['prometheus_client'] = None  # not installed\n")
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['prometheus_client'] = None  # not installed\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
-    env.update(SEMIF_API_TOKEN=TOKEN, SEMIF_SCORER="stub", SEMIF_PORT="1", SEMIF_METRICS="on",
-               PYTHONPATH=str(tmp_path))
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "semif_serve", env=env,
-                                                stderr=asyncio.subprocess.PIPE)
+    env.update(
+        SEMIF_API_TOKEN=TOKEN,
+        SEMIF_SCORER="stub",
+        SEMIF_PORT="1",
+        SEMIF_METRICS="on",
+        PYTHONPATH=str(tmp_path),
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "semif_serve", env=env, stderr=asyncio.subprocess.PIPE
+    )
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2 and "SEMIF_METRICS=on needs prometheus_client" in err.decode()
 
@@ -152,11 +226,21 @@ async def test_a_startup_refusal_is_one_json_line_in_json_mode(tmp_path) -> None
     from tests.calibration_file import bound_path
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
-    env.update(SEMIF_API_TOKEN=TOKEN, SEMIF_SCORER="stub", SEMIF_PORT="1", SEMIF_LOG_FORMAT="json",
-               SEMIF_CALIBRATION=bound_path(tmp_path, model="fitted-elsewhere"))
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "semif_serve", env=env,
-                                                stderr=asyncio.subprocess.PIPE)
+    env.update(
+        SEMIF_API_TOKEN=TOKEN,
+        SEMIF_SCORER="stub",
+        SEMIF_PORT="1",
+        SEMIF_LOG_FORMAT="json",
+        SEMIF_CALIBRATION=bound_path(tmp_path, model="fitted-elsewhere"),
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "semif_serve", env=env, stderr=asyncio.subprocess.PIPE
+    )
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     (line,) = err.decode().splitlines()
     record = json.loads(line)
-    assert proc.returncode == 2 and record["level"] == "error" and "SEMIF_CALIBRATION" in record["message"]
+    assert (
+        proc.returncode == 2
+        and record["level"] == "error"
+        and "SEMIF_CALIBRATION" in record["message"]
+    )

@@ -21,9 +21,18 @@ from semif_serve.ops import access_log, logs
 from semif_serve.ops.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
 
 FIELDS: dict[str, Any] = {
-    "request_id": "id with \"quotes\" and ü", "peer": "[::1]:5555", "method": "POST", "path": "/decide",
-    "status": 200, "code": None, "rows": 3, "bytes_in": 210, "bytes_out": 812, "queued_s": 1.5e-05,
-    "scoring_s": None, "total_s": 0.000234,
+    "request_id": 'id with "quotes" and ü',
+    "peer": "[::1]:5555",
+    "method": "POST",
+    "path": "/decide",
+    "status": 200,
+    "code": None,
+    "rows": 3,
+    "bytes_in": 210,
+    "bytes_out": 812,
+    "queued_s": 1.5e-05,
+    "scoring_s": None,
+    "total_s": 0.000234,
 }
 
 
@@ -35,13 +44,17 @@ def _record(created: float, message: str, fields: dict[str, Any]) -> logging.Log
 
 
 @pytest.mark.parametrize("formatter", [JsonFormatter(), TextFormatter()], ids=["json", "text"])
-@pytest.mark.parametrize("created", [1796083200.0, 1796083200.999, 1796083201.5004, 1796169599.0405])
-def test_format_access_writes_the_bytes_format_writes_for_the_same_record(formatter: logging.Formatter,
-                                                                          created: float) -> None:
+@pytest.mark.parametrize(
+    "created", [1796083200.0, 1796083200.999, 1796083201.5004, 1796169599.0405]
+)
+def test_format_access_writes_the_bytes_format_writes_for_the_same_record(
+    formatter: logging.Formatter, created: float
+) -> None:
     # Several seconds in a row, so the per-second time cache is crossed, not just hit.
     message = "POST /decide 200"
     assert formatter.format_access(created, message, FIELDS) == formatter.format(  # type: ignore[attr-defined]
-        _record(created, message, FIELDS))
+        _record(created, message, FIELDS)
+    )
 
 
 @contextlib.contextmanager
@@ -50,7 +63,13 @@ def configured() -> Iterator[io.StringIO]:
     Entered in the test body: pytest adds its capture handlers to the root for each phase, and
     configure() must replace those, as it replaces whatever a real process had."""
     root, access = logging.getLogger(), logging.getLogger(ACCESS_LOGGER)
-    saved = (list(root.handlers), root.level, access.level, list(access.filters), logs._configured[0])
+    saved = (
+        list(root.handlers),
+        root.level,
+        access.level,
+        list(access.filters),
+        logs._configured[0],
+    )
     stream = io.StringIO()
     logs.configure("json", 0.5)
     root.handlers[0].setStream(stream)  # type: ignore[attr-defined]
@@ -66,8 +85,20 @@ def configured() -> Iterator[io.StringIO]:
 
 
 def _access(request_id: str, status: int = 200) -> access_log.AccessRecord:
-    return access_log.AccessRecord(request_id, "127.0.0.1:1", "GET", "/health", status, None, 0, 10, 20,
-                                   None, None, 0.0001234567)
+    return access_log.AccessRecord(
+        request_id,
+        "127.0.0.1:1",
+        "GET",
+        "/health",
+        status,
+        None,
+        0,
+        10,
+        20,
+        None,
+        None,
+        0.0001234567,
+    )
 
 
 def _lines(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -82,7 +113,9 @@ def test_configured_logging_takes_the_direct_path_and_a_second_handler_does_not(
         logging.getLogger().addHandler(other)
         assert logs.direct_access_handler(access_log.log) is None
         logging.getLogger().removeHandler(other)
-        logging.getLogger("semif_serve").addHandler(other)  # a handler on the way to the root sees it too
+        logging.getLogger("semif_serve").addHandler(
+            other
+        )  # a handler on the way to the root sees it too
         try:
             assert logs.direct_access_handler(access_log.log) is None
         finally:
@@ -97,14 +130,43 @@ def test_direct_lines_wait_in_the_buffer_and_another_record_writes_them_first_in
         assert stream.getvalue() == ""
         logging.getLogger("semif_serve.server").info("shutting down")
         access_log.write(_access("a3"))
-        assert [line.get("request_id", line["message"]) for line in _lines(stream)] == ["a1", "a2", "shutting down"]
+        assert [line.get("request_id", line["message"]) for line in _lines(stream)] == [
+            "a1",
+            "a2",
+            "shutting down",
+        ]
         logs.flush()  # the timer's and shutdown's flush
         lines = _lines(stream)
-    assert [line.get("request_id", line["message"]) for line in lines] == ["a1", "a2", "shutting down", "a3"]
-    assert list(lines[0]) == ["time", "level", "logger", "message", "request_id", "peer", "method", "path", "status",
-                              "code", "rows", "bytes_in", "bytes_out", "queued_s", "scoring_s", "total_s"]
+    assert [line.get("request_id", line["message"]) for line in lines] == [
+        "a1",
+        "a2",
+        "shutting down",
+        "a3",
+    ]
+    assert list(lines[0]) == [
+        "time",
+        "level",
+        "logger",
+        "message",
+        "request_id",
+        "peer",
+        "method",
+        "path",
+        "status",
+        "code",
+        "rows",
+        "bytes_in",
+        "bytes_out",
+        "queued_s",
+        "scoring_s",
+        "total_s",
+    ]
     assert (lines[0]["level"], lines[0]["logger"], lines[0]["message"], lines[0]["total_s"]) == (
-        "info", ACCESS_LOGGER, "GET /health 200", 0.000123)
+        "info",
+        ACCESS_LOGGER,
+        "GET /health 200",
+        0.000123,
+    )
 
 
 def test_the_direct_path_writes_what_the_record_path_writes() -> None:
@@ -120,7 +182,7 @@ def test_the_direct_path_writes_what_the_record_path_writes() -> None:
         finally:
             logging.getLogger().removeHandler(capture)
         direct, through_logging = stream.getvalue().splitlines()
-    assert direct[direct.index('"level"'):] == through_logging[through_logging.index('"level"'):]
+    assert direct[direct.index('"level"') :] == through_logging[through_logging.index('"level"') :]
 
 
 def test_a_level_or_filter_on_the_access_logger_still_silences_it() -> None:
@@ -136,7 +198,9 @@ def test_a_level_or_filter_on_the_access_logger_still_silences_it() -> None:
         assert [line["request_id"] for line in _lines(stream)] == ["shown"]
 
 
-def test_a_broken_stream_is_reported_not_raised_into_the_request(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_broken_stream_is_reported_not_raised_into_the_request(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     class Broken(io.StringIO):
         def write(self, text: str) -> int:
             raise OSError("stderr is gone")

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from semif_serve import config
-
 from tests.wire_client import TOKEN
 
 REFUSAL = "SEMIF_METRICS=on needs prometheus_client: pip install 'semif-serve[metrics]'"

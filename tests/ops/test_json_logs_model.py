@@ -21,13 +21,36 @@ from deploy.container.probe import status
 from tests.wire_client import TOKEN
 
 
-def test_every_stderr_line_is_json_through_a_model_load(tiny_built: dict[str, str], tmp_path: Path) -> None:
+def test_every_stderr_line_is_json_through_a_model_load(
+    tiny_built: dict[str, str], tmp_path: Path
+) -> None:
     port = free_port()
     health = f"http://127.0.0.1:{port}/health"
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("SEMIF_", "HF_", "TRANSFORMERS_"))}
-    env.update({key: tiny_built[key] for key in ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "SEMIF_MODEL", "SEMIF_REVISION")})
-    env.update(SEMIF_API_TOKEN=TOKEN, SEMIF_LOG_FORMAT="json", SEMIF_SCORER="fastjev", SEMIF_DEVICE="cpu",
-               SEMIF_PORT=str(port), OMP_NUM_THREADS="1")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("SEMIF_", "HF_", "TRANSFORMERS_"))
+    }
+    env.update(
+        {
+            key: tiny_built[key]
+            for key in (
+                "HF_HOME",
+                "HF_HUB_CACHE",
+                "HF_HUB_OFFLINE",
+                "SEMIF_MODEL",
+                "SEMIF_REVISION",
+            )
+        }
+    )
+    env.update(
+        SEMIF_API_TOKEN=TOKEN,
+        SEMIF_LOG_FORMAT="json",
+        SEMIF_SCORER="fastjev",
+        SEMIF_DEVICE="cpu",
+        SEMIF_PORT=str(port),
+        OMP_NUM_THREADS="1",
+    )
     stderr = tmp_path / "stderr"
     with stderr.open("w") as sink:
         process = subprocess.Popen([sys.executable, "-m", "semif_serve"], env=env, stderr=sink)

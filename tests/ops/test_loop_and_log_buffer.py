@@ -20,7 +20,6 @@ import pytest
 
 from semif_serve import config
 from semif_serve.ops.logs import ACCESS_LOGGER, BufferedStreamHandler
-
 from tests.bodies import ROW
 from tests.served_process import Process
 from tests.wire_client import TOKEN, request
@@ -72,7 +71,9 @@ async def test_a_buffered_access_line_arrives_within_the_flush_interval_while_id
     # 1 s: the longest interval allowed. Nothing else is logged after the request, so only the
     # event loop's flush timer can write the line before shutdown.
     async with served(SEMIF_LOG_FORMAT="json", SEMIF_LOG_FLUSH_S="1") as process:
-        response = await request(process.port, "GET", "/health", headers=[(b"x-request-id", b"timer-1")])
+        response = await request(
+            process.port, "GET", "/health", headers=[(b"x-request-id", b"timer-1")]
+        )
         assert response.status == 200
         line = await asyncio.wait_for(process.wait_for_line('"timer-1"'), 1.0 + 2.0)
         assert json.loads(line)["logger"] == ACCESS_LOGGER
@@ -83,19 +84,35 @@ async def test_a_buffered_access_line_arrives_within_the_flush_interval_while_id
 async def test_no_access_line_is_lost_at_sigterm() -> None:
     # The in-flight call ends during the drain, after the last other record ("shutting down"), so
     # only the flush at exit can write its line; the burst before it exercises the buffer.
-    async with served(SEMIF_LOG_FORMAT="json", SEMIF_LOG_FLUSH_S="1", SEMIF_STUB_DELAY_MS="1500") as process:
+    async with served(
+        SEMIF_LOG_FORMAT="json", SEMIF_LOG_FLUSH_S="1", SEMIF_STUB_DELAY_MS="1500"
+    ) as process:
         sent = [f"burst-{index}" for index in range(40)]
         for request_id in sent:
-            response = await request(process.port, "GET", "/health", headers=[(b"x-request-id", request_id.encode())])
+            response = await request(
+                process.port, "GET", "/health", headers=[(b"x-request-id", request_id.encode())]
+            )
             assert response.status == 200
-        in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW,
-                                                  headers=[*AUTH, (b"x-request-id", b"drained-1")]))
+        in_flight = asyncio.ensure_future(
+            request(
+                process.port,
+                "POST",
+                "/decide",
+                ROW,
+                headers=[*AUTH, (b"x-request-id", b"drained-1")],
+            )
+        )
         await asyncio.wait_for(process.in_flight(), 5)
         process.proc.send_signal(signal.SIGTERM)
         assert (await asyncio.wait_for(in_flight, 10)).status == 200
         assert await process.exit_code(10) == 0
-        logged = [request_id for request_id in _access_ids(process.stderr) if not request_id.isalnum()]
-        assert logged == [*sent, "drained-1"]  # every one, once, in order (the in_flight() probes aside)
+        logged = [
+            request_id for request_id in _access_ids(process.stderr) if not request_id.isalnum()
+        ]
+        assert logged == [
+            *sent,
+            "drained-1",
+        ]  # every one, once, in order (the in_flight() probes aside)
 
 
 def _record(name: str, message: str) -> logging.LogRecord:
@@ -128,17 +145,25 @@ def test_the_buffer_is_written_once_it_passes_its_size_and_unbuffered_writes_eac
     assert plain.getvalue() == "now\n"
 
 
-@pytest.mark.parametrize("name, value", [
-    ("SEMIF_LOG_FLUSH_S", "1.5"), ("SEMIF_LOG_FLUSH_S", "-0.1"), ("SEMIF_LOG_FLUSH_S", "nan"),
-    ("SEMIF_LOG_FLUSH_S", "soon"), ("SEMIF_EVENT_LOOP", "trio"),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("SEMIF_LOG_FLUSH_S", "1.5"),
+        ("SEMIF_LOG_FLUSH_S", "-0.1"),
+        ("SEMIF_LOG_FLUSH_S", "nan"),
+        ("SEMIF_LOG_FLUSH_S", "soon"),
+        ("SEMIF_EVENT_LOOP", "trio"),
+    ],
+)
 def test_bad_loop_and_flush_settings_are_refused_by_name(name: str, value: str) -> None:
     with pytest.raises(ValueError, match=name):
         config.load({"SEMIF_API_TOKEN": TOKEN, name: value})
 
 
 def test_flush_and_loop_settings_resolve() -> None:
-    settings = config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_LOG_FLUSH_S": "0", "SEMIF_EVENT_LOOP": "asyncio"})
+    settings = config.load(
+        {"SEMIF_API_TOKEN": TOKEN, "SEMIF_LOG_FLUSH_S": "0", "SEMIF_EVENT_LOOP": "asyncio"}
+    )
     assert (settings.log_flush_s, settings.event_loop) == (0.0, "asyncio")
     auto = config.load({"SEMIF_API_TOKEN": TOKEN})
     assert auto.log_flush_s == 0.5

@@ -13,13 +13,18 @@ from semif_serve.ops.metrics import KINDS
 from tests.metrics_samples import sample, scrape
 
 
-async def test_a_fresh_server_exports_every_refusal_code_and_scorer_kind_at_zero(start_server, fake) -> None:
+async def test_a_fresh_server_exports_every_refusal_code_and_scorer_kind_at_zero(
+    start_server, fake
+) -> None:
     server = await start_server(fake)
     samples = await scrape(server.port)
     for code in STATUS:
         assert sample(samples, "semif_refusals_total", code=code) == 0, code
     for kind in KINDS:
-        for name in ("semif_scorer_call_duration_seconds_count", "semif_scorer_queue_seconds_count"):
+        for name in (
+            "semif_scorer_call_duration_seconds_count",
+            "semif_scorer_queue_seconds_count",
+        ):
             assert sample(samples, name, kind=kind) == 0, (name, kind)
     for method in ("none", "rotations", "all", "prior"):
         assert sample(samples, "semif_decisions_total", method=method) == 0, method

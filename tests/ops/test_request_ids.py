@@ -7,17 +7,27 @@ import threading
 
 import pytest
 
-from semif_serve.scorer import OutOfMemory
 from semif_serve.ops.retry_after import MAX_SECONDS, RetryAfter
-
+from semif_serve.scorer import OutOfMemory
 from tests.bodies import ROW
-from tests.wire_client import (AUTH, GENERATED, HEALTH, Connection, eventually, parse_responses, raw_exchange, raw_request,
-                               request)
+from tests.wire_client import (
+    AUTH,
+    GENERATED,
+    HEALTH,
+    Connection,
+    eventually,
+    parse_responses,
+    raw_exchange,
+    raw_request,
+    request,
+)
 
 
 async def test_a_valid_id_round_trips_on_success_and_on_errors(start_server, fake) -> None:
     server = await start_server(fake)
-    caller_id = b"req-" + bytes(range(0x21, 0x7f)).replace(b",", b"")[:100]  # visible ASCII, punctuation included
+    caller_id = (
+        b"req-" + bytes(range(0x21, 0x7F)).replace(b",", b"")[:100]
+    )  # visible ASCII, punctuation included
     for method, path, body, headers, status in [
         ("POST", "/decide", ROW, [AUTH], 200),
         ("GET", "/health", None, [], 200),
@@ -25,37 +35,55 @@ async def test_a_valid_id_round_trips_on_success_and_on_errors(start_server, fak
         ("POST", "/decide", {**ROW, "id": ""}, [AUTH], 422),
         ("GET", "/nowhere", None, [], 404),
     ]:
-        response = await request(server.port, method, path, body, headers=[*headers, (b"x-request-id", caller_id)])
+        response = await request(
+            server.port, method, path, body, headers=[*headers, (b"x-request-id", caller_id)]
+        )
         assert response.status == status and response.headers[b"x-request-id"] == caller_id, path
 
 
-@pytest.mark.parametrize("bad", [b"x" * 129, b"has space", b"caf\xc3\xa9", b"tab\there"], ids=["129 chars", "space", "non-ASCII", "tab"])
+@pytest.mark.parametrize(
+    "bad",
+    [b"x" * 129, b"has space", b"caf\xc3\xa9", b"tab\there"],
+    ids=["129 chars", "space", "non-ASCII", "tab"],
+)
 async def test_a_bad_id_is_replaced_not_repaired(start_server, fake, bad) -> None:
     server = await start_server(fake)
-    response = await request(server.port, "POST", "/decide", ROW, headers=[AUTH, (b"x-request-id", bad)])
+    response = await request(
+        server.port, "POST", "/decide", ROW, headers=[AUTH, (b"x-request-id", bad)]
+    )
     assert response.status == 200 and GENERATED.fullmatch(response.headers[b"x-request-id"])
 
 
 async def test_an_empty_id_is_replaced_and_128_characters_are_kept(start_server, fake) -> None:
     server = await start_server(fake)
-    empty = await raw_exchange(server.port, raw_request(b"GET", b"/health", b"x-request-id: \r\nconnection: close\r\n", auth=False))
+    empty = await raw_exchange(
+        server.port,
+        raw_request(b"GET", b"/health", b"x-request-id: \r\nconnection: close\r\n", auth=False),
+    )
     (response,) = parse_responses(empty)
     assert GENERATED.fullmatch(response.headers[b"x-request-id"])
     longest = b"k" * 128
-    assert (await request(server.port, "GET", "/health", headers=[(b"x-request-id", longest)])).headers[b"x-request-id"] == longest
+    assert (
+        await request(server.port, "GET", "/health", headers=[(b"x-request-id", longest)])
+    ).headers[b"x-request-id"] == longest
 
 
 async def test_without_an_id_each_response_gets_its_own(start_server, fake) -> None:
     server = await start_server(fake)
     connection = await Connection.open(server.port)
-    ids = {(await connection.request("GET", "/health", headers=[])).headers[b"x-request-id"] for _ in range(3)}
+    ids = {
+        (await connection.request("GET", "/health", headers=[])).headers[b"x-request-id"]
+        for _ in range(3)
+    }
     await connection.close()
     assert len(ids) == 3 and all(GENERATED.fullmatch(i) for i in ids)
 
 
 async def test_a_protocol_error_gets_an_id_and_no_retry_after(start_server, fake) -> None:
     server = await start_server(fake)
-    (response,) = parse_responses(await raw_exchange(server.port, b"GET /health HTTP/1.1\r\nhost x\r\n\r\n"))
+    (response,) = parse_responses(
+        await raw_exchange(server.port, b"GET /health HTTP/1.1\r\nhost x\r\n\r\n")
+    )
     assert response.status == 400 and GENERATED.fullmatch(response.headers[b"x-request-id"])
     assert b"retry-after" not in response.headers
 
@@ -64,11 +92,18 @@ async def test_busy_429_carries_the_id_and_retry_after(start_server, fake) -> No
     server = await start_server(fake, max_queue=1)
     fake.gate = threading.Event()
     busy = await Connection.open(server.port)
-    busy.send_request("POST", "/decide", b'{"id": "r", "state": "s", "question": "q", "options": '
-                      b'[{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]}', [AUTH])
+    busy.send_request(
+        "POST",
+        "/decide",
+        b'{"id": "r", "state": "s", "question": "q", "options": '
+        b'[{"id": "a", "description": "A"}, {"id": "b", "description": "B"}]}',
+        [AUTH],
+    )
     await fake.wait_entered()
     try:
-        refused = await request(server.port, "POST", "/decide", ROW, headers=[AUTH, (b"x-request-id", b"mine-429")])
+        refused = await request(
+            server.port, "POST", "/decide", ROW, headers=[AUTH, (b"x-request-id", b"mine-429")]
+        )
     finally:
         fake.gate.set()
     assert refused.status == 429 and refused.code == "busy"
@@ -81,20 +116,27 @@ async def test_busy_429_carries_the_id_and_retry_after(start_server, fake) -> No
 async def test_every_503_carries_retry_after(start_server, fake) -> None:
     server = await start_server(fake)
     fake.raise_ = OutOfMemory("CUDA out of memory")
-    oom = await request(server.port, "POST", "/decide", ROW, headers=[AUTH, (b"x-request-id", b"oom-1")])
+    oom = await request(
+        server.port, "POST", "/decide", ROW, headers=[AUTH, (b"x-request-id", b"oom-1")]
+    )
     assert oom.status == 503 and oom.code == "out_of_memory"
     assert oom.headers[b"x-request-id"] == b"oom-1" and int(oom.headers[b"retry-after"]) >= 1
     ok = await request(server.port, "GET", "/health", headers=[])
     assert ok.status == 200 and b"retry-after" not in ok.headers
 
 
-async def test_the_canned_503_over_the_connection_cap_carries_an_id_and_retry_after(start_server, fake) -> None:
+async def test_the_canned_503_over_the_connection_cap_carries_an_id_and_retry_after(
+    start_server, fake
+) -> None:
     server = await start_server(fake, max_connections=1)
     held = await Connection.open(server.port)
     assert (await held.request("GET", "/health", headers=[])).status == 200
     (refused,) = parse_responses(await raw_exchange(server.port, HEALTH))
     assert refused.status == 503 and refused.code == "too_many_connections"
-    assert GENERATED.fullmatch(refused.headers[b"x-request-id"]) and int(refused.headers[b"retry-after"]) >= 1
+    assert (
+        GENERATED.fullmatch(refused.headers[b"x-request-id"])
+        and int(refused.headers[b"retry-after"]) >= 1
+    )
     await held.close()
 
 
@@ -102,17 +144,22 @@ async def test_draining_503_carries_retry_after(start_server, fake) -> None:
     server = await start_server(fake, shutdown_grace=5.0)
     probe = await Connection.open(server.port)
     probe.writer.write(HEALTH[:10])  # a head in progress keeps its connection through the drain
-    await eventually(lambda: any(not c.closable for c in server.connections.values()))  # the server holds those bytes
+    await eventually(
+        lambda: any(not c.closable for c in server.connections.values())
+    )  # the server holds those bytes
     stopping = asyncio.ensure_future(server.shutdown())
     await asyncio.sleep(0)
     probe.writer.write(HEALTH[10:])
     response = await probe.read_response()
     assert response.status == 503 and response.json["status"] == "draining"
-    assert int(response.headers[b"retry-after"]) >= 1 and GENERATED.fullmatch(response.headers[b"x-request-id"])
+    assert int(response.headers[b"retry-after"]) >= 1 and GENERATED.fullmatch(
+        response.headers[b"x-request-id"]
+    )
     await asyncio.wait_for(stopping, 5)
 
 
 # -- the busy estimate, without a server -------------------------------------------------
+
 
 def test_busy_estimate_is_queue_depth_times_recent_call_time() -> None:
     estimate = RetryAfter(window=4)

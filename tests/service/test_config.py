@@ -18,13 +18,23 @@ import pytest
 
 from semif_serve import cli, config, server
 from semif_serve.config import Settings
-
 from tests.wire_client import TOKEN
 
-POSITIVE_INTS = ("SEMIF_MAX_TOKENS", "SEMIF_MAX_DECISIONS", "SEMIF_MAX_BODY_BYTES", "SEMIF_MAX_QUEUE",
-                 "SEMIF_MAX_CONNECTIONS", "SEMIF_PORT")
-POSITIVE_FLOATS = ("SEMIF_VRAM_CAP_GIB", "SEMIF_HEADER_TIMEOUT_S", "SEMIF_BODY_TIMEOUT_S", "SEMIF_IDLE_TIMEOUT_S",
-                   "SEMIF_SHUTDOWN_GRACE_S")
+POSITIVE_INTS = (
+    "SEMIF_MAX_TOKENS",
+    "SEMIF_MAX_DECISIONS",
+    "SEMIF_MAX_BODY_BYTES",
+    "SEMIF_MAX_QUEUE",
+    "SEMIF_MAX_CONNECTIONS",
+    "SEMIF_PORT",
+)
+POSITIVE_FLOATS = (
+    "SEMIF_VRAM_CAP_GIB",
+    "SEMIF_HEADER_TIMEOUT_S",
+    "SEMIF_BODY_TIMEOUT_S",
+    "SEMIF_IDLE_TIMEOUT_S",
+    "SEMIF_SHUTDOWN_GRACE_S",
+)
 # int() would take "+5", " 5", "5_000" and "\u0665" (Arabic-Indic five): none is a plain count.
 NOT_A_COUNT = ["0", "-1", "+5", " 5", "5 ", "5_000", "\u0665", "1.5", "1e3", "x", ""]
 NOT_POSITIVE = ["0", "-0.5", "nan", "inf", "-inf", "x", "1,5"]
@@ -34,8 +44,21 @@ BAD: dict[str, list[str]] = {
     "SEMIF_MODEL": [""],
     "SEMIF_REVISION": [""],
     "SEMIF_HOST": [""],
-    "SEMIF_DEVICE": ["", "gpu", "CPU", "cuda:", "cuda:x", "cuda:+1", "cuda:-1", "cuda: 1", "cuda:1 ", "cuda:\u0661",
-                     "cuda:0:1", "xcuda:0", "cpu:0"],
+    "SEMIF_DEVICE": [
+        "",
+        "gpu",
+        "CPU",
+        "cuda:",
+        "cuda:x",
+        "cuda:+1",
+        "cuda:-1",
+        "cuda: 1",
+        "cuda:1 ",
+        "cuda:\u0661",
+        "cuda:0:1",
+        "xcuda:0",
+        "cpu:0",
+    ],
     "SEMIF_SCORER": ["", "torch", "STUB", "stub "],
     "SEMIF_STUB_DELAY_MS": ["-1", "+1", " 1", "1.5", "1_0", "\u0665", ""],
     **{name: NOT_A_COUNT for name in POSITIVE_INTS},
@@ -73,17 +96,27 @@ def test_the_metrics_port_is_off_unless_set_and_needs_metrics() -> None:
         config.load(valid_env(SEMIF_METRICS_PORT="9000", SEMIF_METRICS="off"))
 
 
-@pytest.mark.parametrize("env,message", [
-    ({"SEMIF_API_TOKEN": "x"}, "SEMIF_API_TOKEN must be at least 32 characters of visible ASCII (33-126)"),
-    ({"SEMIF_MODEL": ""}, "SEMIF_MODEL must not be empty"),
-    ({"SEMIF_DEVICE": "cuda:x"}, "SEMIF_DEVICE must be cuda, cuda:N or cpu, got 'cuda:x'"),
-    ({"SEMIF_SCORER": "torch"}, "SEMIF_SCORER must be one of semif_phase1, fastjev, stub, got 'torch'"),
-    ({"SEMIF_STUB_DELAY_MS": "-1"}, "SEMIF_STUB_DELAY_MS must be an integer >= 0, got '-1'"),
-    ({"SEMIF_MAX_QUEUE": "0"}, "SEMIF_MAX_QUEUE must be an integer >= 1, got '0'"),
-    ({"SEMIF_PORT": "65536"}, "SEMIF_PORT must be 1..65535, got 65536"),
-    ({"SEMIF_HEADER_TIMEOUT_S": "x"}, "SEMIF_HEADER_TIMEOUT_S must be a number, got 'x'"),
-    ({"SEMIF_VRAM_CAP_GIB": "nan"}, "SEMIF_VRAM_CAP_GIB must be finite and > 0, got 'nan'"),
-], ids=lambda item: str(item))
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        (
+            {"SEMIF_API_TOKEN": "x"},
+            "SEMIF_API_TOKEN must be at least 32 characters of visible ASCII (33-126)",
+        ),
+        ({"SEMIF_MODEL": ""}, "SEMIF_MODEL must not be empty"),
+        ({"SEMIF_DEVICE": "cuda:x"}, "SEMIF_DEVICE must be cuda, cuda:N or cpu, got 'cuda:x'"),
+        (
+            {"SEMIF_SCORER": "torch"},
+            "SEMIF_SCORER must be one of semif_phase1, fastjev, stub, got 'torch'",
+        ),
+        ({"SEMIF_STUB_DELAY_MS": "-1"}, "SEMIF_STUB_DELAY_MS must be an integer >= 0, got '-1'"),
+        ({"SEMIF_MAX_QUEUE": "0"}, "SEMIF_MAX_QUEUE must be an integer >= 1, got '0'"),
+        ({"SEMIF_PORT": "65536"}, "SEMIF_PORT must be 1..65535, got 65536"),
+        ({"SEMIF_HEADER_TIMEOUT_S": "x"}, "SEMIF_HEADER_TIMEOUT_S must be a number, got 'x'"),
+        ({"SEMIF_VRAM_CAP_GIB": "nan"}, "SEMIF_VRAM_CAP_GIB must be finite and > 0, got 'nan'"),
+    ],
+    ids=lambda item: str(item),
+)
 def test_the_refusal_says_what_is_allowed(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError) as refused:
         config.load(valid_env(**env))
@@ -95,12 +128,15 @@ def test_a_missing_token_is_refused() -> None:
         config.load({})
 
 
-@pytest.mark.parametrize("text,problem", [
-    ("{not json", "is not valid JSON"),
-    ("[1.0]", "must hold a JSON object"),
-    ('{"triage": 0.01}', "is not in"),
-    ('{"triage": "1"}', "needs a number"),
-])
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("{not json", "is not valid JSON"),
+        ("[1.0]", "must hold a JSON object"),
+        ('{"triage": 0.01}', "is not in"),
+        ('{"triage": "1"}', "needs a number"),
+    ],
+)
 def test_a_bad_calibration_file_is_refused(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "calibration.json"
     path.write_text(text, encoding="utf-8")
@@ -114,52 +150,106 @@ def test_the_defaults_are_the_contracts() -> None:
     auto_loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
     assert loaded == Settings(api_token=TOKEN, event_loop=auto_loop)
     assert (loaded.model, loaded.revision, loaded.device, loaded.scorer) == (
-        "Qwen/Qwen3.5-4B", "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a", "cuda", "semif_phase1")
-    assert (loaded.max_tokens, loaded.max_decisions, loaded.max_body_bytes, loaded.max_queue) == (4096, 64, 1 << 20, 32)
-    assert (loaded.host, loaded.port, loaded.stub_delay_ms, loaded.vram_cap_gib, dict(loaded.calibration)) == (
-        "127.0.0.1", 8000, 0, None, {})
-    assert (loaded.header_timeout, loaded.body_timeout, loaded.idle_timeout, loaded.shutdown_grace,
-            loaded.max_connections) == (10.0, 30.0, 60.0, 30.0, 512)
+        "Qwen/Qwen3.5-4B",
+        "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a",
+        "cuda",
+        "semif_phase1",
+    )
+    assert (loaded.max_tokens, loaded.max_decisions, loaded.max_body_bytes, loaded.max_queue) == (
+        4096,
+        64,
+        1 << 20,
+        32,
+    )
+    assert (
+        loaded.host,
+        loaded.port,
+        loaded.stub_delay_ms,
+        loaded.vram_cap_gib,
+        dict(loaded.calibration),
+    ) == ("127.0.0.1", 8000, 0, None, {})
+    assert (
+        loaded.header_timeout,
+        loaded.body_timeout,
+        loaded.idle_timeout,
+        loaded.shutdown_grace,
+        loaded.max_connections,
+    ) == (10.0, 30.0, 60.0, 30.0, 512)
 
 
 def test_the_boundary_values_are_accepted(tmp_path: Path) -> None:
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps({"triage": 2.5}), encoding="utf-8")
-    loaded = config.load(valid_env(
-        SEMIF_API_TOKEN="!" * 31 + "~",  # 32 characters at both ends of visible ASCII
-        SEMIF_MODEL="m", SEMIF_REVISION="r", SEMIF_HOST="::1", SEMIF_DEVICE="cuda:10", SEMIF_SCORER="stub",
-        SEMIF_STUB_DELAY_MS="0", SEMIF_PORT="65535", SEMIF_MAX_TOKENS="1", SEMIF_MAX_DECISIONS="2",
-        SEMIF_MAX_BODY_BYTES="3", SEMIF_MAX_QUEUE="4", SEMIF_MAX_CONNECTIONS="5", SEMIF_VRAM_CAP_GIB="0.5",
-        SEMIF_HEADER_TIMEOUT_S="0.001", SEMIF_BODY_TIMEOUT_S="1e-3", SEMIF_IDLE_TIMEOUT_S="7",
-        SEMIF_SHUTDOWN_GRACE_S="2.5", SEMIF_CALIBRATION=str(path), SEMIF_EVENT_LOOP="asyncio",
-    ))
+    loaded = config.load(
+        valid_env(
+            SEMIF_API_TOKEN="!" * 31 + "~",  # 32 characters at both ends of visible ASCII
+            SEMIF_MODEL="m",
+            SEMIF_REVISION="r",
+            SEMIF_HOST="::1",
+            SEMIF_DEVICE="cuda:10",
+            SEMIF_SCORER="stub",
+            SEMIF_STUB_DELAY_MS="0",
+            SEMIF_PORT="65535",
+            SEMIF_MAX_TOKENS="1",
+            SEMIF_MAX_DECISIONS="2",
+            SEMIF_MAX_BODY_BYTES="3",
+            SEMIF_MAX_QUEUE="4",
+            SEMIF_MAX_CONNECTIONS="5",
+            SEMIF_VRAM_CAP_GIB="0.5",
+            SEMIF_HEADER_TIMEOUT_S="0.001",
+            SEMIF_BODY_TIMEOUT_S="1e-3",
+            SEMIF_IDLE_TIMEOUT_S="7",
+            SEMIF_SHUTDOWN_GRACE_S="2.5",
+            SEMIF_CALIBRATION=str(path),
+            SEMIF_EVENT_LOOP="asyncio",
+        )
+    )
     assert loaded == Settings(
-        api_token="!" * 31 + "~", model="m", revision="r", host="::1", device="cuda:10", scorer="stub",
-        stub_delay_ms=0, port=65535, max_tokens=1, max_decisions=2, max_body_bytes=3, max_queue=4, max_connections=5,
-        vram_cap_gib=0.5, header_timeout=0.001, body_timeout=0.001, idle_timeout=7.0, shutdown_grace=2.5,
+        api_token="!" * 31 + "~",
+        model="m",
+        revision="r",
+        host="::1",
+        device="cuda:10",
+        scorer="stub",
+        stub_delay_ms=0,
+        port=65535,
+        max_tokens=1,
+        max_decisions=2,
+        max_body_bytes=3,
+        max_queue=4,
+        max_connections=5,
+        vram_cap_gib=0.5,
+        header_timeout=0.001,
+        body_timeout=0.001,
+        idle_timeout=7.0,
+        shutdown_grace=2.5,
         calibration={"triage": 2.5},
     )
     assert type(loaded.port) is int and type(loaded.header_timeout) is float
 
 
-@pytest.mark.parametrize("env,field,value", [
-    ({"SEMIF_DEVICE": "cpu"}, "device", "cpu"),
-    ({"SEMIF_DEVICE": "cuda"}, "device", "cuda"),
-    ({"SEMIF_DEVICE": "cuda:0"}, "device", "cuda:0"),
-    ({"SEMIF_SCORER": "fastjev"}, "scorer", "fastjev"),
-    ({"SEMIF_SCORER": "semif_phase1"}, "scorer", "semif_phase1"),
-    ({"SEMIF_VRAM_CAP_GIB": ""}, "vram_cap_gib", None),
-    ({}, "max_wait_s", None),
-    ({"SEMIF_MAX_WAIT_S": ""}, "max_wait_s", None),
-    ({"SEMIF_MAX_WAIT_S": "2.5"}, "max_wait_s", 2.5),
-    ({"SEMIF_PORT": "1"}, "port", 1),
-    ({"SEMIF_STUB_DELAY_MS": "250"}, "stub_delay_ms", 250),
-])
+@pytest.mark.parametrize(
+    "env,field,value",
+    [
+        ({"SEMIF_DEVICE": "cpu"}, "device", "cpu"),
+        ({"SEMIF_DEVICE": "cuda"}, "device", "cuda"),
+        ({"SEMIF_DEVICE": "cuda:0"}, "device", "cuda:0"),
+        ({"SEMIF_SCORER": "fastjev"}, "scorer", "fastjev"),
+        ({"SEMIF_SCORER": "semif_phase1"}, "scorer", "semif_phase1"),
+        ({"SEMIF_VRAM_CAP_GIB": ""}, "vram_cap_gib", None),
+        ({}, "max_wait_s", None),
+        ({"SEMIF_MAX_WAIT_S": ""}, "max_wait_s", None),
+        ({"SEMIF_MAX_WAIT_S": "2.5"}, "max_wait_s", 2.5),
+        ({"SEMIF_PORT": "1"}, "port", 1),
+        ({"SEMIF_STUB_DELAY_MS": "250"}, "stub_delay_ms", 250),
+    ],
+)
 def test_each_allowed_form_is_accepted(env: dict[str, str], field: str, value: Any) -> None:
     assert getattr(config.load(valid_env(**env)), field) == value
 
 
 # -- the entry point: exit status 2, one line, nothing served ------------------------------
+
 
 async def _must_not_serve(settings: Settings) -> int:
     raise AssertionError(f"configuration accepted {settings!r}")
@@ -179,7 +269,9 @@ ENV_SAFE = [case for case in CASES if "\x00" not in case[1]]
 
 
 @pytest.mark.parametrize("case", ENV_SAFE, ids=case_id)
-def test_the_entry_point_exits_2_with_one_line_naming_the_variable(entry_env, capsys, case: tuple[str, str]) -> None:
+def test_the_entry_point_exits_2_with_one_line_naming_the_variable(
+    entry_env, capsys, case: tuple[str, str]
+) -> None:
     name, value = case
     entry_env.setenv(name, value)
     assert cli.main([]) == 2
@@ -195,7 +287,9 @@ def test_the_entry_point_exits_2_without_a_token(entry_env, capsys) -> None:
     assert capsys.readouterr().err == "semif-serve: SEMIF_API_TOKEN is required\n"
 
 
-@pytest.mark.parametrize("argv,status", [(["bogus"], 2), (["serve", "extra"], 2), (["-h"], 0), (["--help"], 0)])
+@pytest.mark.parametrize(
+    "argv,status", [(["bogus"], 2), (["serve", "extra"], 2), (["-h"], 0), (["--help"], 0)]
+)
 def test_the_entry_point_usage(entry_env, capsys, argv: list[str], status: int) -> None:
     assert cli.main(argv) == status
     assert capsys.readouterr().err.startswith("usage: semif-serve")

@@ -22,19 +22,24 @@ def run(**changes: str | None) -> subprocess.CompletedProcess[str]:
     env.update({key: value for key, value in changes.items() if value is not None})
     if changes.get("SEMIF_API_TOKEN", "") is None:
         del env["SEMIF_API_TOKEN"]
-    return subprocess.run([sys.executable, "-m", "semif_serve"], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "semif_serve"], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
-@pytest.mark.parametrize("name,value", [
-    ("SEMIF_DEVICE", "cuda:x"),
-    ("SEMIF_PORT", "0"),
-    ("SEMIF_API_TOKEN", None),
-    ("SEMIF_API_TOKEN", "short"),
-    # SemIf's own server's settings (issue 30): refused naming them, never ignored
-    ("SEMIF_DEVICE", "auto"),
-    ("SEMIF_MODE", "serial"),
-    ("SEMIF_MAX_INPUT_TOKENS", "0"),
-])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("SEMIF_DEVICE", "cuda:x"),
+        ("SEMIF_PORT", "0"),
+        ("SEMIF_API_TOKEN", None),
+        ("SEMIF_API_TOKEN", "short"),
+        # SemIf's own server's settings (issue 30): refused naming them, never ignored
+        ("SEMIF_DEVICE", "auto"),
+        ("SEMIF_MODE", "serial"),
+        ("SEMIF_MAX_INPUT_TOKENS", "0"),
+    ],
+)
 def test_a_bad_setting_exits_2_with_one_line_and_no_traceback(name: str, value: str | None) -> None:
     done = run(**{name: value})
     assert done.returncode == 2, done.stderr

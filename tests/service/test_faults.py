@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -23,13 +24,19 @@ from semif_serve.errors import CODES, ApiError, excerpt
 from semif_serve.routes import Head, Reply, route
 from semif_serve.scorer import OutOfMemory, ScoringFailed
 from semif_serve.service import Admission, Service, render
-
-from tests.bodies import BODY
-from tests.bodies import ROW, SHARED
+from tests.bodies import BODY, ROW, SHARED
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
-from tests.wire_client import assert_serving
-from tests.wire_client import HEALTH, TOKEN, parse_responses, raw_request, raw_responses, raw_session, request
+from tests.wire_client import (
+    HEALTH,
+    TOKEN,
+    assert_serving,
+    parse_responses,
+    raw_request,
+    raw_responses,
+    raw_session,
+    request,
+)
 
 AVERAGED = {**ROW, "orderings": "rotations"}
 ROUTES = [("/decide", ROW), ("/decide/shared", SHARED), ("/decide", AVERAGED)]
@@ -58,7 +65,12 @@ FAULTS = [
     (ScoringFailed(""), 500, "scoring_failed", False),
     (RuntimeError("CUDA error: device-side assert triggered"), 500, "scoring_failed", True),
     (RuntimeError(), 500, "scoring_failed", True),
-    (ValueError("Row r1: 5000 input tokens exceed limit 4096; no truncation allowed"), 422, "invalid_request", False),
+    (
+        ValueError("Row r1: 5000 input tokens exceed limit 4096; no truncation allowed"),
+        422,
+        "invalid_request",
+        False,
+    ),
     (ValueError(""), 422, "invalid_request", False),
     (ValueError("x" * 100_000 + "\x1b[2J\u202e"), 422, "invalid_request", False),
     (MemoryError(), 500, "scoring_failed", True),
@@ -67,8 +79,14 @@ FAULTS = [
 
 
 @pytest.mark.parametrize("path,body", ROUTES, ids=["decide", "shared", "averaged"])
-@pytest.mark.parametrize("error,status,code,traceback", FAULTS, ids=lambda v: repr(v)[:40] if isinstance(v, BaseException) else None)
-async def test_a_scorer_fault_gets_its_status_and_the_server_stays_up(start_server, fake, caplog, path, body, error, status, code, traceback) -> None:
+@pytest.mark.parametrize(
+    "error,status,code,traceback",
+    FAULTS,
+    ids=lambda v: repr(v)[:40] if isinstance(v, BaseException) else None,
+)
+async def test_a_scorer_fault_gets_its_status_and_the_server_stays_up(
+    start_server, fake, caplog, path, body, error, status, code, traceback
+) -> None:
     server = await start_server(fake)
     fake.raise_ = error
     message = assert_envelope(await request(server.port, "POST", path, body), status, code)
@@ -84,6 +102,7 @@ async def test_a_scorer_fault_gets_its_status_and_the_server_stays_up(start_serv
 
 
 # -- failures while building the reply ------------------------------------------------------------
+
 
 class Mangling(FakeScorer):
     """A scorer that breaks its contract: `mangle` rewrites the results of every call."""
@@ -106,7 +125,9 @@ def without(key: str) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
 
 
 def with_logits(value: float) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
-    return lambda results: [{**r, "option_logits": [value] * len(r["option_logits"])} for r in results]
+    return lambda results: [
+        {**r, "option_logits": [value] * len(r["option_logits"])} for r in results
+    ]
 
 
 BROKEN = {
@@ -123,12 +144,16 @@ BROKEN = {
 
 
 @pytest.mark.parametrize("mangle,path,body", BROKEN.values(), ids=BROKEN.keys())
-async def test_a_failure_while_building_the_reply_is_a_500_envelope(start_server, caplog, mangle, path, body) -> None:
+async def test_a_failure_while_building_the_reply_is_a_500_envelope(
+    start_server, caplog, mangle, path, body
+) -> None:
     scorer = Mangling(mangle)
     server = await start_server(scorer, calibration={"triage": 2.0})
     response = await request(server.port, "POST", path, body)
     assert_envelope(response, 500, "scoring_failed")
-    assert [r.getMessage() for r in errors_logged(caplog)] == ["failed to build a response from a scorer result"]
+    assert [r.getMessage() for r in errors_logged(caplog)] == [
+        "failed to build a response from a scorer result"
+    ]
     assert server.service.admission.in_progress == 0
     scorer.mangle = lambda results: results
     assert (await request(server.port, "POST", path, body)).status == 200
@@ -136,14 +161,24 @@ async def test_a_failure_while_building_the_reply_is_a_500_envelope(start_server
 
 # -- a bug in a parser ----------------------------------------------------------------------------
 
-SYSTEM_ONE = {"model": "fake-model", "state": "s", "questions": {"q": {"type": "noul", "instructions": "Urgent?"}}}
-PARSING = [("/decide", ROW, "decide"), ("/decide/shared", SHARED, "shared"), ("/v1/systemone", SYSTEM_ONE, None)]
+SYSTEM_ONE = {
+    "model": "fake-model",
+    "state": "s",
+    "questions": {"q": {"type": "noul", "instructions": "Urgent?"}},
+}
+PARSING = [
+    ("/decide", ROW, "decide"),
+    ("/decide/shared", SHARED, "shared"),
+    ("/v1/systemone", SYSTEM_ONE, None),
+]
 
 
 @pytest.mark.parametrize("path,body,parser", PARSING, ids=[path for path, _, _ in PARSING])
 async def test_a_parser_that_raises_its_own_bug_is_a_logged_500_envelope_not_a_dropped_connection(
-        start_server, fake, caplog, monkeypatch, path, body, parser) -> None:
+    start_server, fake, caplog, monkeypatch, path, body, parser
+) -> None:
     """The injected fault stands for a bug like the unhashable `type` of 5e07d16; the scorer is never reached."""
+
     def bug(*_: Any) -> Any:
         raise TypeError("unhashable type: 'list'")
 
@@ -155,52 +190,93 @@ async def test_a_parser_that_raises_its_own_bug_is_a_logged_500_envelope_not_a_d
     response = await request(server.port, "POST", path, body)
     assert assert_envelope(response, 500, "scoring_failed") == "failed to read the request"
     assert response.json["error"]["type"] == "api_error"
-    assert [(r.getMessage(), bool(r.exc_info)) for r in errors_logged(caplog)] == [("failed to read a request body", True)]
+    assert [(r.getMessage(), bool(r.exc_info)) for r in errors_logged(caplog)] == [
+        ("failed to read a request body", True)
+    ]
     assert fake.calls == [] and server.service.admission.in_progress == 0
     exposition = (await request(server.port, "GET", "/metrics", headers=[])).body.decode()
-    assert f'semif_http_requests_total{{route="{path}",status="500"}} 1.0' in exposition  # answered and counted
+    assert (
+        f'semif_http_requests_total{{route="{path}",status="500"}} 1.0' in exposition
+    )  # answered and counted
     monkeypatch.undo()
     assert (await request(server.port, "POST", path, body)).status == 200
 
 
 # -- what messages and logs may carry -------------------------------------------------------------
 
+
 async def test_the_token_never_reaches_a_log_or_a_message(start_server, fake, caplog) -> None:
     caplog.set_level(logging.DEBUG)
     server = await start_server(fake, calibration={"triage": 2.0})
     bodies = []
-    for value in (b"Bearer " + TOKEN.encode() + b"x", b"Bearer " + TOKEN.encode()[:-1], b"Basic " + TOKEN.encode(), TOKEN.encode()):
-        response = await request(server.port, "POST", "/decide", ROW, headers=[(b"authorization", value)])
+    for value in (
+        b"Bearer " + TOKEN.encode() + b"x",
+        b"Bearer " + TOKEN.encode()[:-1],
+        b"Basic " + TOKEN.encode(),
+        TOKEN.encode(),
+    ):
+        response = await request(
+            server.port, "POST", "/decide", ROW, headers=[(b"authorization", value)]
+        )
         assert response.status == 401
         bodies.append(response.body)
-    malformed = raw_request(b"GET", b"/health", b"authorization : Bearer " + TOKEN.encode() + b"\r\n", auth=False)
+    malformed = raw_request(
+        b"GET", b"/health", b"authorization : Bearer " + TOKEN.encode() + b"\r\n", auth=False
+    )
     bodies.append((await raw_session(server.port, malformed)).data)
-    for error in (RuntimeError("boom"), ScoringFailed("scoring failed"), OutOfMemory(""), ValueError("bad row")):
+    for error in (
+        RuntimeError("boom"),
+        ScoringFailed("scoring failed"),
+        OutOfMemory(""),
+        ValueError("bad row"),
+    ):
         fake.raise_ = error
         bodies.append((await request(server.port, "POST", "/decide", ROW)).body)
     fake.raise_ = None
     fake.logits = lambda row: [math.nan] * len(row["options"])
     bodies.append((await request(server.port, "POST", "/decide", ROW)).body)
-    assert len(errors_logged(caplog)) == 2  # the run did log: the unexpected failure and the build failure
+    assert (
+        len(errors_logged(caplog)) == 2
+    )  # the run did log: the unexpected failure and the build failure
     assert TOKEN not in caplog.text
-    assert all(TOKEN not in (record.exc_text or "") + record.getMessage() for record in caplog.records)
+    assert all(
+        TOKEN not in (record.exc_text or "") + record.getMessage() for record in caplog.records
+    )
     assert all(TOKEN.encode() not in body for body in bodies)
 
 
 HUGE = "\x1b[31m\u202e" + "x" * 100_000
 
 
-@pytest.mark.parametrize("path,body", [
-    ("/decide", {**ROW, "workload": HUGE}),
-    ("/decide", {**ROW, HUGE: 1}),
-    ("/decide", {**ROW, "id": HUGE + "#o1", "orderings": "rotations"}),
-    ("/decide", {**ROW, "orderings": HUGE}),
-    ("/decide/shared", {**SHARED, "decisions": [{"id": HUGE, "question": "q", "options": ROW["options"]}] * 2}),
-    ("/decide/shared", {**SHARED, "workload": [HUGE]}),
-    ("/decide", json.dumps(ROW).encode()[:-1] + HUGE.encode()),
-    ("/decide", b'{"id": "a", "id": "' + HUGE.encode() + b'"}'),
-], ids=["workload", "field-name", "reserved-id", "orderings", "duplicate-id", "workload-list", "trailing-garbage", "duplicate-key"])
-async def test_a_100_kb_client_value_is_echoed_only_as_a_short_printable_excerpt(start_server, fake, path, body) -> None:
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/decide", {**ROW, "workload": HUGE}),
+        ("/decide", {**ROW, HUGE: 1}),
+        ("/decide", {**ROW, "id": HUGE + "#o1", "orderings": "rotations"}),
+        ("/decide", {**ROW, "orderings": HUGE}),
+        (
+            "/decide/shared",
+            {**SHARED, "decisions": [{"id": HUGE, "question": "q", "options": ROW["options"]}] * 2},
+        ),
+        ("/decide/shared", {**SHARED, "workload": [HUGE]}),
+        ("/decide", json.dumps(ROW).encode()[:-1] + HUGE.encode()),
+        ("/decide", b'{"id": "a", "id": "' + HUGE.encode() + b'"}'),
+    ],
+    ids=[
+        "workload",
+        "field-name",
+        "reserved-id",
+        "orderings",
+        "duplicate-id",
+        "workload-list",
+        "trailing-garbage",
+        "duplicate-key",
+    ],
+)
+async def test_a_100_kb_client_value_is_echoed_only_as_a_short_printable_excerpt(
+    start_server, fake, path, body
+) -> None:
     server = await start_server(fake, calibration={"triage": 2.0})
     assert_envelope(await request(server.port, "POST", path, body), 422, "invalid_request")
     assert fake.calls == []
@@ -208,17 +284,28 @@ async def test_a_100_kb_client_value_is_echoed_only_as_a_short_printable_excerpt
 
 async def test_a_long_scorer_refusal_quoting_the_input_is_cut_short(start_server, fake) -> None:
     server = await start_server(fake)
-    fake.raise_ = ValueError(f"Row {HUGE}: 99999 input tokens exceed limit 4096; no truncation allowed")
-    assert_envelope(await request(server.port, "POST", "/decide", {**ROW, "id": HUGE}), 422, "invalid_request")
+    fake.raise_ = ValueError(
+        f"Row {HUGE}: 99999 input tokens exceed limit 4096; no truncation allowed"
+    )
+    assert_envelope(
+        await request(server.port, "POST", "/decide", {**ROW, "id": HUGE}), 422, "invalid_request"
+    )
 
 
-@pytest.mark.parametrize("target,status,code", [
-    (b"/" + b"%E2%80%AE" * 1000, 404, "not_found"),
-    (b"/" + b"y" * 100_000, 431, "headers_too_large"),
-])
-async def test_a_long_path_is_echoed_only_as_a_short_printable_excerpt(start_server, fake, target, status, code) -> None:
+@pytest.mark.parametrize(
+    "target,status,code",
+    [
+        (b"/" + b"%E2%80%AE" * 1000, 404, "not_found"),
+        (b"/" + b"y" * 100_000, 431, "headers_too_large"),
+    ],
+)
+async def test_a_long_path_is_echoed_only_as_a_short_printable_excerpt(
+    start_server, fake, target, status, code
+) -> None:
     server = await start_server(fake)
-    data = raw_request(b"GET", target, b"connection: close\r\n", auth=False)  # or the 404 keeps the connection open
+    data = raw_request(
+        b"GET", target, b"connection: close\r\n", auth=False
+    )  # or the 404 keeps the connection open
     (response,) = parse_responses((await raw_session(server.port, data)).data)
     assert_envelope(response, status, code)
 
@@ -226,7 +313,7 @@ async def test_a_long_path_is_echoed_only_as_a_short_printable_excerpt(start_ser
 async def test_health_stays_answerable_after_every_kind_of_fault(start_server, fake) -> None:
     """One server through every fault in turn: nothing accumulates (slots, connections)."""
     server = await start_server(fake)
-    for error, status, code, _ in FAULTS:
+    for error, status, _code, _ in FAULTS:
         fake.raise_ = error
         assert (await request(server.port, "POST", "/decide", ROW)).status == status
     fake.raise_ = None
@@ -237,11 +324,20 @@ async def test_health_stays_answerable_after_every_kind_of_fault(start_server, f
 
 # -- the Service in process: exact payloads and messages ------------------------------------------
 
+
 @pytest.fixture
 async def service(fake: FakeScorer) -> Any:
     engine = Engine(fake)
-    yield Service(settings(max_queue=3, max_decisions=5, max_tokens=77, vram_cap_gib=2.5,
-                           calibration={"b": 1.0, "a": 2.0}), engine)
+    yield Service(
+        settings(
+            max_queue=3,
+            max_decisions=5,
+            max_tokens=77,
+            vram_cap_gib=2.5,
+            calibration={"b": 1.0, "a": 2.0},
+        ),
+        engine,
+    )
     engine.close()
 
 
@@ -249,11 +345,25 @@ async def test_health_reports_the_engine_facts_and_the_limits(service: Service) 
     reply = service.health()
     assert reply.status == 200
     assert json.loads(reply.body) == {
-        "scorer": "fake", "semif_commit": "fake-commit", "model": "fake-model", "revision": "r" * 40, "device": "none",
-        "dtype": "float32", "status": "ok", "vram_cap_gib": 2.5, "max_tokens": 77, "max_decisions": 5, "max_queue": 3,
-        "in_progress": 0, "workloads": ["a", "b"],
-        "calibration": {"binding": None, "fitted": None, "workloads": {"a": {"none": 2.0}, "b": {"none": 1.0}},
-                        "priors": {}},
+        "scorer": "fake",
+        "semif_commit": "fake-commit",
+        "model": "fake-model",
+        "revision": "r" * 40,
+        "device": "none",
+        "dtype": "float32",
+        "status": "ok",
+        "vram_cap_gib": 2.5,
+        "max_tokens": 77,
+        "max_decisions": 5,
+        "max_queue": 3,
+        "in_progress": 0,
+        "workloads": ["a", "b"],
+        "calibration": {
+            "binding": None,
+            "fitted": None,
+            "workloads": {"a": {"none": 2.0}, "b": {"none": 1.0}},
+            "priors": {},
+        },
     }
 
 
@@ -262,39 +372,66 @@ async def test_health_while_draining_is_503_draining(service: Service) -> None:
     assert reply.status == 503 and json.loads(reply.body)["status"] == "draining"
 
 
-@pytest.mark.parametrize("error,status,code,message", [
-    (ValueError("v" * 400), 422, "invalid_request", "v" * 300 + "…"),
-    (ValueError(""), 422, "invalid_request", "the scorer refused the input"),
-    (OutOfMemory(""), 503, "out_of_memory", "CUDA out of memory"),
-    (OutOfMemory("CUDA out of memory. Tried to allocate 2 GiB"), 503, "out_of_memory",
-     "CUDA out of memory. Tried to allocate 2 GiB"),
-    (ScoringFailed("s" * 400), 500, "scoring_failed", "s" * 300 + "…"),
-    (ScoringFailed(""), 500, "scoring_failed", "scoring failed"),
-    (RuntimeError("internal detail"), 500, "scoring_failed", "scoring failed"),
-])
-async def test_scorer_failures_give_the_tables_status_and_exact_message(service, fake, caplog, error, status, code,
-                                                                       message) -> None:
+@pytest.mark.parametrize(
+    "error,status,code,message",
+    [
+        (ValueError("v" * 400), 422, "invalid_request", "v" * 300 + "…"),
+        (ValueError(""), 422, "invalid_request", "the scorer refused the input"),
+        (OutOfMemory(""), 503, "out_of_memory", "CUDA out of memory"),
+        (
+            OutOfMemory("CUDA out of memory. Tried to allocate 2 GiB"),
+            503,
+            "out_of_memory",
+            "CUDA out of memory. Tried to allocate 2 GiB",
+        ),
+        (ScoringFailed("s" * 400), 500, "scoring_failed", "s" * 300 + "…"),
+        (ScoringFailed(""), 500, "scoring_failed", "scoring failed"),
+        (RuntimeError("internal detail"), 500, "scoring_failed", "scoring failed"),
+    ],
+)
+async def test_scorer_failures_give_the_tables_status_and_exact_message(
+    service, fake, caplog, error, status, code, message
+) -> None:
     fake.raise_ = error
-    systemone = {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "Q?"}}}
-    for name, body in (("decide", BODY), ("shared", json.dumps(SHARED).encode()), ("systemone", json.dumps(systemone).encode())):
+    systemone = {
+        "model": "jev-latest",
+        "state": "s",
+        "questions": {"q": {"type": "noul", "instructions": "Q?"}},
+    }
+    for name, body in (
+        ("decide", BODY),
+        ("shared", json.dumps(SHARED).encode()),
+        ("systemone", json.dumps(systemone).encode()),
+    ):
         reply = await service.post(name, body)
         assert reply.status == status
-        assert json.loads(reply.body) == {"error": {"code": code, "message": message, "type": CODES[code][1]}}
+        assert json.loads(reply.body) == {
+            "error": {"code": code, "message": message, "type": CODES[code][1]}
+        }
     logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
     if isinstance(error, RuntimeError):
         assert [r.getMessage() for r in logged] == ["scorer call failed"] * 3
-        assert all(r.exc_info and r.exc_info[1] is error for r in logged)  # the traceback goes to the log only
+        assert all(
+            r.exc_info and r.exc_info[1] is error for r in logged
+        )  # the traceback goes to the log only
     else:
         assert logged == []
 
 
-async def test_a_scorer_returning_the_wrong_number_of_results_is_a_logged_500(service, fake, caplog) -> None:
+async def test_a_scorer_returning_the_wrong_number_of_results_is_a_logged_500(
+    service, fake, caplog
+) -> None:
     original = fake.score_shared
     fake.score_shared = lambda rows: (original(rows)[0] * 2, {})  # one result too many per row
     reply = await service.post("shared", json.dumps(SHARED).encode())
     assert reply.status == 500
-    assert json.loads(reply.body) == {"error": {"code": "scoring_failed", "message": "failed to build the response",
-                                                "type": "api_error"}}
+    assert json.loads(reply.body) == {
+        "error": {
+            "code": "scoring_failed",
+            "message": "failed to build the response",
+            "type": "api_error",
+        }
+    }
     (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert record.getMessage() == "failed to build a response from a scorer result"
     assert str(record.exc_info[1]) == "scorer returned 4 results for 2 rows"
@@ -312,15 +449,20 @@ def test_an_unknown_error_code_is_a_programming_error() -> None:
     assert refused.value.args == ("unknown error code 'nope'",)
 
 
-@pytest.mark.parametrize("value,limit,expected", [
-    (5, 80, "5"),
-    (["a"], 80, "['a']"),
-    ("a\x00b\u202ec", 80, "a?b?c"),
-    ("x" * 80, 80, "x" * 80),
-    ("x" * 81, 80, "x" * 80 + "…"),
-    ("x" * 500, 10, "x" * 10 + "…"),
-])
-def test_an_excerpt_is_printable_and_cut_at_its_limit(value: Any, limit: int, expected: str) -> None:
+@pytest.mark.parametrize(
+    "value,limit,expected",
+    [
+        (5, 80, "5"),
+        (["a"], 80, "['a']"),
+        ("a\x00b\u202ec", 80, "a?b?c"),
+        ("x" * 80, 80, "x" * 80),
+        ("x" * 81, 80, "x" * 80 + "…"),
+        ("x" * 500, 10, "x" * 10 + "…"),
+    ],
+)
+def test_an_excerpt_is_printable_and_cut_at_its_limit(
+    value: Any, limit: int, expected: str
+) -> None:
     assert excerpt(value, limit) == expected
 
 
@@ -328,12 +470,15 @@ def test_an_excerpt_is_cut_at_80_characters_by_default() -> None:
     assert excerpt("x" * 100) == "x" * 80 + "…" and excerpt("x" * 80) == "x" * 80
 
 
-@pytest.mark.parametrize("method,target,name", [
-    (b"GET", b"/health", "health"),
-    (b"GET", b"/health?verbose=1", "health"),
-    (b"POST", b"/decide?a?b", "decide"),
-    (b"POST", b"/decide/shared", "shared"),
-])
+@pytest.mark.parametrize(
+    "method,target,name",
+    [
+        (b"GET", b"/health", "health"),
+        (b"GET", b"/health?verbose=1", "health"),
+        (b"POST", b"/decide?a?b", "decide"),
+        (b"POST", b"/decide/shared", "shared"),
+    ],
+)
 def test_routing_ignores_the_query(method: bytes, target: bytes, name: str) -> None:
     assert route(method, target, None, service_module.ROUTES).name == name
 
@@ -341,10 +486,16 @@ def test_routing_ignores_the_query(method: bytes, target: bytes, name: str) -> N
 def test_routing_refusals_are_exact() -> None:
     with pytest.raises(ApiError) as missing:
         route(b"GET", b"/" + b"n" * 100 + b"?q", None, service_module.ROUTES)
-    assert (missing.value.code, missing.value.message) == ("not_found", "no endpoint at /" + "n" * 59 + "…")
+    assert (missing.value.code, missing.value.message) == (
+        "not_found",
+        "no endpoint at /" + "n" * 59 + "…",
+    )
     with pytest.raises(ApiError) as wrong:
         route(b"GET", b"/decide/shared?x", None, service_module.ROUTES)
-    assert (wrong.value.code, wrong.value.message) == ("method_not_allowed", "/decide/shared accepts POST only")
+    assert (wrong.value.code, wrong.value.message) == (
+        "method_not_allowed",
+        "/decide/shared accepts POST only",
+    )
     assert wrong.value.headers == ((b"allow", b"POST"),)
 
 
@@ -355,7 +506,10 @@ def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
     assert admission.in_progress == 3
     with pytest.raises(ApiError) as busy:
         admission.enter()
-    assert (busy.value.code, busy.value.message) == ("busy", "3 requests already in progress; retry later")
+    assert (busy.value.code, busy.value.message) == (
+        "busy",
+        "3 requests already in progress; retry later",
+    )
     admission.leave()
     assert admission.in_progress == 2
 
@@ -370,11 +524,15 @@ async def test_a_refused_token_says_so_exactly(service: Service) -> None:
     for header in (None, b"Bearer", b"Bearer wrong", b"Basic " + TOKEN.encode()):
         with pytest.raises(ApiError) as refused:
             service.authorize(header)
-        assert (refused.value.code, refused.value.message) == ("unauthorized", "missing or wrong bearer token")
+        assert (refused.value.code, refused.value.message) == (
+            "unauthorized",
+            "missing or wrong bearer token",
+        )
     service.authorize(b"BEARER " + TOKEN.encode())
 
 
 # -- Service.answer: the one answer to a request head, in process -----------------------------------------
+
 
 def head(method: bytes, target: bytes, draining: bool = False, **fields: bytes) -> Head:
     """A framed head with the bearer, plus `fields` (content_length -> content-length)."""
@@ -385,19 +543,39 @@ def head(method: bytes, target: bytes, draining: bool = False, **fields: bytes) 
 
 async def test_draining_refuses_a_protected_route_before_its_bearer(service: Service) -> None:
     for method, target in ((b"POST", b"/decide"), (b"GET", b"/v1/models")):
-        refused = service.answer(Head(method, target, {b"host": b"x"}, True))  # no token: the drain answers first
-        assert isinstance(refused, Reply) and (refused.status, refused.code) == (503, "shutting_down")
-        assert json.loads(refused.body)["error"]["message"] == "the server is shutting down; retry on another instance"
+        refused = service.answer(
+            Head(method, target, {b"host": b"x"}, True)
+        )  # no token: the drain answers first
+        assert isinstance(refused, Reply) and (refused.status, refused.code) == (
+            503,
+            "shutting_down",
+        )
+        assert (
+            json.loads(refused.body)["error"]["message"]
+            == "the server is shutting down; retry on another instance"
+        )
     health = service.answer(Head(b"GET", b"/health", {b"host": b"x"}, True))
-    assert isinstance(health, Reply) and health.status == 503 and json.loads(health.body)["status"] == "draining"
+    assert (
+        isinstance(health, Reply)
+        and health.status == 503
+        and json.loads(health.body)["status"] == "draining"
+    )
     assert service.admission.in_progress == 0
 
 
 async def test_a_refusal_after_the_slot_gives_it_back_and_closes(service: Service) -> None:
     limit = service.settings.max_body_bytes
     for fields, status, message in (
-        ({"content_length": b"%d" % (limit + 1)}, 413, f"declared body over the {limit}-byte limit"),
-        ({"content_encoding": b"gzip"}, 415, "Content-Encoding 'gzip' is not supported; send the body uncompressed (identity)"),
+        (
+            {"content_length": b"%d" % (limit + 1)},
+            413,
+            f"declared body over the {limit}-byte limit",
+        ),
+        (
+            {"content_encoding": b"gzip"},
+            415,
+            "Content-Encoding 'gzip' is not supported; send the body uncompressed (identity)",
+        ),
     ):
         refused = service.answer(head(b"POST", b"/decide", **fields))
         assert isinstance(refused, Reply) and refused.status == status and refused.close
@@ -406,21 +584,33 @@ async def test_a_refusal_after_the_slot_gives_it_back_and_closes(service: Servic
 
 
 async def test_a_ticket_holds_its_slot_until_released(service: Service) -> None:
-    tickets = [service.answer(head(b"POST", b"/decide", content_length=b"%d" % len(BODY))) for _ in range(3)]
-    assert not any(isinstance(ticket, Reply) for ticket in tickets) and service.admission.in_progress == 3
+    tickets = [
+        service.answer(head(b"POST", b"/decide", content_length=b"%d" % len(BODY)))
+        for _ in range(3)
+    ]
+    assert (
+        not any(isinstance(ticket, Reply) for ticket in tickets)
+        and service.admission.in_progress == 3
+    )
     busy = service.answer(head(b"POST", b"/decide"))
     assert isinstance(busy, Reply) and (busy.status, busy.code, busy.close) == (429, "busy", False)
     reply = await tickets[0].take(BODY)
     assert reply.status == 200 and json.loads(reply.body)["id"] == ROW["id"]
-    assert service.admission.in_progress == 3  # the reply is not written yet: the slot is still held
+    assert (
+        service.admission.in_progress == 3
+    )  # the reply is not written yet: the slot is still held
     for ticket in tickets:
         ticket.release()
     assert service.admission.in_progress == 0
 
 
-async def test_a_refusal_before_the_slot_leaves_the_connection_to_the_wire(service: Service) -> None:
-    for refused, status in ((service.answer(Head(b"POST", b"/decide", {b"host": b"x"}, False)), 401),
-                            (service.answer(head(b"GET", b"/nowhere")), 404),
-                            (service.answer(head(b"GET", b"/decide")), 405)):
+async def test_a_refusal_before_the_slot_leaves_the_connection_to_the_wire(
+    service: Service,
+) -> None:
+    for refused, status in (
+        (service.answer(Head(b"POST", b"/decide", {b"host": b"x"}, False)), 401),
+        (service.answer(head(b"GET", b"/nowhere")), 404),
+        (service.answer(head(b"GET", b"/decide")), 405),
+    ):
         assert isinstance(refused, Reply) and refused.status == status and not refused.close
     assert service.admission.in_progress == 0

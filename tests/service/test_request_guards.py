@@ -17,7 +17,6 @@ import pytest
 
 from semif_serve import request_model
 from semif_serve.errors import ApiError
-
 from tests.bodies import ROW, SHARED
 from tests.wire_client import request
 
@@ -35,22 +34,41 @@ def faulty(control: str, old: str, new: str) -> bytes:
 
 # name -> (body, the reason in the 422 message)
 FAULTS: dict[str, tuple[bytes, str]] = {
-    "duplicate top-level key": (faulty(CONTROL, '"question": ', '"question": "Is this urgent?", "question": '),
-                                "duplicate key 'question'"),
-    "duplicate key in an option": (faulty(CONTROL, OPTION, OPTION.replace('{"id": "yes"', '{"id": "yes", "id": "yes"')),
-                                   "duplicate key 'id'"),
-    "duplicate key in the state": (faulty(CONTROL, STATE, '{"ticket": "printer on fire", "ticket": "printer on fire"}'),
-                                   "duplicate key 'ticket'"),
+    "duplicate top-level key": (
+        faulty(CONTROL, '"question": ', '"question": "Is this urgent?", "question": '),
+        "duplicate key 'question'",
+    ),
+    "duplicate key in an option": (
+        faulty(CONTROL, OPTION, OPTION.replace('{"id": "yes"', '{"id": "yes", "id": "yes"')),
+        "duplicate key 'id'",
+    ),
+    "duplicate key in the state": (
+        faulty(CONTROL, STATE, '{"ticket": "printer on fire", "ticket": "printer on fire"}'),
+        "duplicate key 'ticket'",
+    ),
     "NaN in the state": (faulty(CONTROL, STATE, '{"ticket": NaN}'), "NaN is not valid JSON"),
-    "Infinity in the state": (faulty(CONTROL, STATE, '{"ticket": Infinity}'), "Infinity is not valid JSON"),
-    "-Infinity in the state": (faulty(CONTROL, STATE, '{"ticket": [-Infinity]}'), "-Infinity is not valid JSON"),
+    "Infinity in the state": (
+        faulty(CONTROL, STATE, '{"ticket": Infinity}'),
+        "Infinity is not valid JSON",
+    ),
+    "-Infinity in the state": (
+        faulty(CONTROL, STATE, '{"ticket": [-Infinity]}'),
+        "-Infinity is not valid JSON",
+    ),
 }
 SHARED_FAULTS: dict[str, tuple[bytes, str]] = {
-    "duplicate key in a decision": (faulty(SHARED_CONTROL, '{"id": "b", ', '{"id": "b", "id": "b", '),
-                                    "duplicate key 'id'"),
-    "NaN as the state": (faulty(SHARED_CONTROL, '"the shared state"', '[NaN]'), "NaN is not valid JSON"),
-    "Infinity as the state": (faulty(SHARED_CONTROL, '"the shared state"', '{"x": Infinity}'),
-                              "Infinity is not valid JSON"),
+    "duplicate key in a decision": (
+        faulty(SHARED_CONTROL, '{"id": "b", ', '{"id": "b", "id": "b", '),
+        "duplicate key 'id'",
+    ),
+    "NaN as the state": (
+        faulty(SHARED_CONTROL, '"the shared state"', "[NaN]"),
+        "NaN is not valid JSON",
+    ),
+    "Infinity as the state": (
+        faulty(SHARED_CONTROL, '"the shared state"', '{"x": Infinity}'),
+        "Infinity is not valid JSON",
+    ),
 }
 
 
@@ -64,7 +82,9 @@ def refusal(parse, body: bytes) -> str:
 def test_the_controls_are_accepted() -> None:
     assert request_model.parse_decide(CONTROL.encode(), LIMITS).decisions[0].row == ROW
     # The same values, only spelled differently, are accepted too: the rules are about the faults.
-    assert request_model.parse_decide(faulty(CONTROL, STATE, '{"ticket": 1e308, "other": -1e308}'), LIMITS)
+    assert request_model.parse_decide(
+        faulty(CONTROL, STATE, '{"ticket": 1e308, "other": -1e308}'), LIMITS
+    )
     assert len(request_model.parse_shared(SHARED_CONTROL.encode(), LIMITS).decisions) == 2
 
 
@@ -80,7 +100,9 @@ def test_each_fault_alone_is_refused_in_a_shared_body(name: str) -> None:
     assert refusal(request_model.parse_shared, body) == f"body is not valid JSON: {reason}"
 
 
-async def test_on_the_wire_each_fault_is_a_422_that_never_reaches_the_scorer(start_server, fake) -> None:
+async def test_on_the_wire_each_fault_is_a_422_that_never_reaches_the_scorer(
+    start_server, fake
+) -> None:
     server = await start_server(fake)
     cases = [("/decide", body, reason) for body, reason in FAULTS.values()]
     cases += [("/decide/shared", body, reason) for body, reason in SHARED_FAULTS.values()]
@@ -96,25 +118,58 @@ async def test_on_the_wire_each_fault_is_a_422_that_never_reaches_the_scorer(sta
 
 # -- where a refusal points: each message names the field it is about --------------------------
 
-@pytest.mark.parametrize("parse,body,message", [
-    (request_model.parse_decide, b"[]", "body must be a JSON object"),
-    (request_model.parse_shared, b"[]", "body must be a JSON object"),
-    (request_model.parse_decide, json.dumps({**ROW, "options": []}).encode(), "body.options must be an array of 2..16 options"),
-    (request_model.parse_decide, json.dumps({**ROW, "id": ""}).encode(), "body.id must be a nonempty string"),
-    (request_model.parse_shared, json.dumps({**SHARED, "decisions": [SHARED["decisions"][0], 5]}).encode(),
-     "decisions[1] must be a JSON object"),
-    (request_model.parse_shared, json.dumps({"state": "s", "decisions": [{**SHARED["decisions"][0], "options": []}]}).encode(),
-     "decisions[0].options must be an array of 2..16 options"),
-    (request_model.parse_shared, json.dumps({"state": "s", "decisions": []}).encode(),
-     "decisions must be an array of 1..8 entries"),
-], ids=["decide-not-object", "shared-not-object", "decide-options", "decide-id", "shared-item", "shared-options",
-        "shared-empty"])
+
+@pytest.mark.parametrize(
+    "parse,body,message",
+    [
+        (request_model.parse_decide, b"[]", "body must be a JSON object"),
+        (request_model.parse_shared, b"[]", "body must be a JSON object"),
+        (
+            request_model.parse_decide,
+            json.dumps({**ROW, "options": []}).encode(),
+            "body.options must be an array of 2..16 options",
+        ),
+        (
+            request_model.parse_decide,
+            json.dumps({**ROW, "id": ""}).encode(),
+            "body.id must be a nonempty string",
+        ),
+        (
+            request_model.parse_shared,
+            json.dumps({**SHARED, "decisions": [SHARED["decisions"][0], 5]}).encode(),
+            "decisions[1] must be a JSON object",
+        ),
+        (
+            request_model.parse_shared,
+            json.dumps(
+                {"state": "s", "decisions": [{**SHARED["decisions"][0], "options": []}]}
+            ).encode(),
+            "decisions[0].options must be an array of 2..16 options",
+        ),
+        (
+            request_model.parse_shared,
+            json.dumps({"state": "s", "decisions": []}).encode(),
+            "decisions must be an array of 1..8 entries",
+        ),
+    ],
+    ids=[
+        "decide-not-object",
+        "shared-not-object",
+        "decide-options",
+        "decide-id",
+        "shared-item",
+        "shared-options",
+        "shared-empty",
+    ],
+)
 def test_each_refusal_names_its_field(parse, body: bytes, message: str) -> None:
     assert refusal(parse, body) == message
 
 
 def test_one_decision_is_a_valid_shared_body_and_the_kinds_are_told_apart() -> None:
-    one = request_model.parse_shared(json.dumps({"state": "s", "decisions": SHARED["decisions"][:1]}).encode(), LIMITS)
+    one = request_model.parse_shared(
+        json.dumps({"state": "s", "decisions": SHARED["decisions"][:1]}).encode(), LIMITS
+    )
     assert len(one.decisions) == 1 and one.shared is True
     assert request_model.parse_decide(CONTROL.encode(), LIMITS).shared is False
 
@@ -123,16 +178,42 @@ WITH_WORKLOADS = request_model.Limits(max_decisions=8, workloads=frozenset({"b",
 LONG = "w" * 100  # echoed as a 60-character excerpt
 
 
-@pytest.mark.parametrize("limits,body,message", [
-    (LIMITS, {**ROW, "orderings": "some"}, "body.orderings must be one of none, rotations, all, prior"),
-    (WITH_WORKLOADS, {**ROW, "workload": LONG}, f"unknown workload {'w' * 60 + '…'!r}; known: a, b"),
-    (LIMITS, {**ROW, "workload": "a"}, "unknown workload 'a'; known: none"),
-    (WITH_WORKLOADS, {**ROW, "workload": "a", "orderings": "rotations"},
-     "workload 'a' has no temperature for method 'rotations' (decision 'r1'); it has: none"),
-    (LIMITS, {**ROW, "id": "x#o1" + LONG, "orderings": "rotations"},
-     f"decision id {'x#o1' + 'w' * 56 + '…'!r} contains '#o<digits>', reserved for orderings"),
-], ids=["orderings", "workload-known", "workload-none-known", "workload-and-orderings", "reserved-id"])
-def test_the_decide_refusals_say_exactly_what_is_wrong(limits, body: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize(
+    "limits,body,message",
+    [
+        (
+            LIMITS,
+            {**ROW, "orderings": "some"},
+            "body.orderings must be one of none, rotations, all, prior",
+        ),
+        (
+            WITH_WORKLOADS,
+            {**ROW, "workload": LONG},
+            f"unknown workload {'w' * 60 + '…'!r}; known: a, b",
+        ),
+        (LIMITS, {**ROW, "workload": "a"}, "unknown workload 'a'; known: none"),
+        (
+            WITH_WORKLOADS,
+            {**ROW, "workload": "a", "orderings": "rotations"},
+            "workload 'a' has no temperature for method 'rotations' (decision 'r1'); it has: none",
+        ),
+        (
+            LIMITS,
+            {**ROW, "id": "x#o1" + LONG, "orderings": "rotations"},
+            f"decision id {'x#o1' + 'w' * 56 + '…'!r} contains '#o<digits>', reserved for orderings",
+        ),
+    ],
+    ids=[
+        "orderings",
+        "workload-known",
+        "workload-none-known",
+        "workload-and-orderings",
+        "reserved-id",
+    ],
+)
+def test_the_decide_refusals_say_exactly_what_is_wrong(
+    limits, body: dict[str, Any], message: str
+) -> None:
     with pytest.raises(ApiError) as refused:
         request_model.parse_decide(json.dumps(body).encode(), limits)
     assert refused.value.message == message
@@ -140,38 +221,79 @@ def test_the_decide_refusals_say_exactly_what_is_wrong(limits, body: dict[str, A
 
 def test_repeated_decision_ids_are_refused_exactly() -> None:
     body = {"state": "s", "decisions": [SHARED["decisions"][0], SHARED["decisions"][0]]}
-    assert refusal(request_model.parse_shared, json.dumps(body).encode()) == "decision ids must be unique"
+    assert (
+        refusal(request_model.parse_shared, json.dumps(body).encode())
+        == "decision ids must be unique"
+    )
 
 
 # -- the rest of the strict-JSON and shape messages, exactly ----------------------------------
+
 
 def decide(**changes: Any) -> bytes:
     return json.dumps({**ROW, **changes}).encode()
 
 
-@pytest.mark.parametrize("body,message", [
-    (b"\xff{}", "body is not UTF-8"),
-    (b"[" * 100_000 + b"]" * 100_000, "body is nested too deeply"),
-    (faulty(CONTROL, STATE, '"\\ud800"'), "body holds a lone surrogate escape (\\ud800-\\udfff)"),
-    (faulty(CONTROL, '"question": ', '"' + "\\\\" * 41 + '": 1, "' + "\\\\" * 41 + '": 1, "question": '),
-     "body is not valid JSON: duplicate key " + repr("\\" * 40 + "…")),
-    (decide(**{f"extra{i}": 1 for i in range(6)}, **{"y" * 50: 1}),
-     "body has unknown field(s): extra0, extra1, extra2, extra3, extra4"),
-    (decide(**{"y" * 50: 1}), "body has unknown field(s): " + "y" * 40 + "…"),
-    (json.dumps({"id": "r"}).encode(), "body is missing field(s): options, question, state"),
-    (decide(state=""), "state must be a nonempty string, object or array"),
-    (decide(question=""), "body.question must be a nonempty string"),
-    (decide(options=[{"id": 1, "description": "d"}, {"id": "b", "description": "e"}]),
-     "body.options[0] needs string id and description"),
-    (decide(options=[{"id": "a", "description": "d"}, {"id": "b", "description": 2}]),
-     "body.options[1] needs string id and description"),
-    (decide(options=[{"id": "a"}, {"id": "b", "description": "e"}]), "body.options[0] is missing field(s): description"),
-    (decide(options=[{"id": "a", "description": "d"}] * 2), "body.options ids must be unique"),
-    (decide(options=[{"id": str(i), "description": "d"} for i in range(17)]),
-     "body.options must be an array of 2..16 options"),
-], ids=["not-utf8", "nested", "lone-surrogate", "long-duplicate-key", "unknown-five", "unknown-long",
-        "missing", "state", "question", "option-id-type", "option-description-type", "option-missing",
-        "option-ids", "seventeen-options"])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (b"\xff{}", "body is not UTF-8"),
+        (b"[" * 100_000 + b"]" * 100_000, "body is nested too deeply"),
+        (
+            faulty(CONTROL, STATE, '"\\ud800"'),
+            "body holds a lone surrogate escape (\\ud800-\\udfff)",
+        ),
+        (
+            faulty(
+                CONTROL,
+                '"question": ',
+                '"' + "\\\\" * 41 + '": 1, "' + "\\\\" * 41 + '": 1, "question": ',
+            ),
+            "body is not valid JSON: duplicate key " + repr("\\" * 40 + "…"),
+        ),
+        (
+            decide(**{f"extra{i}": 1 for i in range(6)}, **{"y" * 50: 1}),
+            "body has unknown field(s): extra0, extra1, extra2, extra3, extra4",
+        ),
+        (decide(**{"y" * 50: 1}), "body has unknown field(s): " + "y" * 40 + "…"),
+        (json.dumps({"id": "r"}).encode(), "body is missing field(s): options, question, state"),
+        (decide(state=""), "state must be a nonempty string, object or array"),
+        (decide(question=""), "body.question must be a nonempty string"),
+        (
+            decide(options=[{"id": 1, "description": "d"}, {"id": "b", "description": "e"}]),
+            "body.options[0] needs string id and description",
+        ),
+        (
+            decide(options=[{"id": "a", "description": "d"}, {"id": "b", "description": 2}]),
+            "body.options[1] needs string id and description",
+        ),
+        (
+            decide(options=[{"id": "a"}, {"id": "b", "description": "e"}]),
+            "body.options[0] is missing field(s): description",
+        ),
+        (decide(options=[{"id": "a", "description": "d"}] * 2), "body.options ids must be unique"),
+        (
+            decide(options=[{"id": str(i), "description": "d"} for i in range(17)]),
+            "body.options must be an array of 2..16 options",
+        ),
+    ],
+    ids=[
+        "not-utf8",
+        "nested",
+        "lone-surrogate",
+        "long-duplicate-key",
+        "unknown-five",
+        "unknown-long",
+        "missing",
+        "state",
+        "question",
+        "option-id-type",
+        "option-description-type",
+        "option-missing",
+        "option-ids",
+        "seventeen-options",
+    ],
+)
 def test_the_shape_refusals_say_exactly_what_is_wrong(body: bytes, message: str) -> None:
     assert refusal(request_model.parse_decide, body) == message
 
@@ -179,11 +301,19 @@ def test_the_shape_refusals_say_exactly_what_is_wrong(body: bytes, message: str)
 def test_all_orderings_of_four_options_are_accepted() -> None:
     four = [{"id": str(i), "description": "d"} for i in range(4)]
     roomy = request_model.Limits(max_decisions=24, workloads=frozenset())  # 4! rows
-    assert request_model.parse_decide(decide(options=four, orderings="all"), roomy).decisions[0].orderings == "all"
+    assert (
+        request_model.parse_decide(decide(options=four, orderings="all"), roomy)
+        .decisions[0]
+        .orderings
+        == "all"
+    )
 
 
 def test_sixteen_options_and_a_surrogate_pair_are_accepted() -> None:
     sixteen = [{"id": str(i), "description": "d"} for i in range(16)]
-    assert len(request_model.parse_decide(decide(options=sixteen), LIMITS).decisions[0].row["options"]) == 16
+    assert (
+        len(request_model.parse_decide(decide(options=sixteen), LIMITS).decisions[0].row["options"])
+        == 16
+    )
     paired = request_model.parse_decide(faulty(CONTROL, STATE, '"\\ud83d\\ude00"'), LIMITS)
     assert paired.decisions[0].row["state"] == "\U0001f600"

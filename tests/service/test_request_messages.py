@@ -14,7 +14,6 @@ import pytest
 
 from semif_serve import request_model
 from semif_serve.errors import ApiError
-
 from tests.bodies import ROW
 
 WORKLOAD = "w" * 70
@@ -33,9 +32,13 @@ def test_an_overflowing_number_is_quoted_to_40_characters() -> None:
 
 
 def test_a_method_without_a_temperature_quotes_workload_and_id_to_60_characters() -> None:
-    body = json.dumps({**ROW, "id": "i" * 70, "workload": WORKLOAD, "orderings": "rotations"}).encode()
-    assert refusal(body) == (f"workload {'w' * 60 + '…'!r} has no temperature for method 'rotations' "
-                             f"(decision {'i' * 60 + '…'!r}); it has: all, none")
+    body = json.dumps(
+        {**ROW, "id": "i" * 70, "workload": WORKLOAD, "orderings": "rotations"}
+    ).encode()
+    assert refusal(body) == (
+        f"workload {'w' * 60 + '…'!r} has no temperature for method 'rotations' "
+        f"(decision {'i' * 60 + '…'!r}); it has: all, none"
+    )
 
 
 @pytest.mark.parametrize("orderings", ["none", "all"])

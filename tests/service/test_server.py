@@ -9,22 +9,35 @@ import pytest
 
 from semif_serve import config
 from semif_serve.scorer import OutOfMemory, ScoringFailed
-
 from tests.bodies import BODY, ROW, SHARED
 from tests.fake_scorer import semif_like
 from tests.reference import softmax
-from tests.wire_client import AUTH, HEALTH, TOKEN, Connection, assert_serving, parse_responses, raw_exchange, raw_request, request
+from tests.wire_client import (
+    AUTH,
+    HEALTH,
+    TOKEN,
+    Connection,
+    assert_serving,
+    parse_responses,
+    raw_exchange,
+    raw_request,
+    request,
+)
 
 # -- auth -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("path,body", [("/decide", ROW), ("/decide/shared", SHARED)])
-@pytest.mark.parametrize("headers", [
-    [],
-    [(b"authorization", b"Bearer wrong")],
-    [(b"authorization", b"Basic " + TOKEN.encode())],
-    [(b"authorization", b"Bearer " + TOKEN.encode() + b"x")],
-    [(b"authorization", TOKEN.encode())],
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [],
+        [(b"authorization", b"Bearer wrong")],
+        [(b"authorization", b"Basic " + TOKEN.encode())],
+        [(b"authorization", b"Bearer " + TOKEN.encode() + b"x")],
+        [(b"authorization", TOKEN.encode())],
+    ],
+)
 async def test_posts_require_the_bearer_token(start_server, fake, path, body, headers) -> None:
     server = await start_server(fake)
     response = await request(server.port, "POST", path, body, headers=headers)
@@ -35,7 +48,13 @@ async def test_posts_require_the_bearer_token(start_server, fake, path, body, he
 
 async def test_bearer_scheme_is_case_insensitive(start_server, fake) -> None:
     server = await start_server(fake)
-    response = await request(server.port, "POST", "/decide", ROW, headers=[(b"authorization", b"bearer " + TOKEN.encode())])
+    response = await request(
+        server.port,
+        "POST",
+        "/decide",
+        ROW,
+        headers=[(b"authorization", b"bearer " + TOKEN.encode())],
+    )
     assert response.status == 200
 
 
@@ -44,14 +63,23 @@ async def test_health_needs_no_token_and_reports_the_contract_fields(start_serve
     response = await request(server.port, "GET", "/health", headers=[])
     assert response.status == 200
     body = response.json
-    assert body["status"] == "ok" and body["semif_commit"] == "fake-commit" and body["model"] == "fake-model"
-    assert body["vram_cap_gib"] is None and body["max_tokens"] == 1234 and body["max_decisions"] == 7
+    assert (
+        body["status"] == "ok"
+        and body["semif_commit"] == "fake-commit"
+        and body["model"] == "fake-model"
+    )
+    assert (
+        body["vram_cap_gib"] is None and body["max_tokens"] == 1234 and body["max_decisions"] == 7
+    )
     assert body["workloads"] == ["triage"]
 
 
 # -- pass-through -----------------------------------------------------------
 
-async def test_decide_passes_the_row_through_and_returns_the_scorer_dict_unchanged(start_server, fake) -> None:
+
+async def test_decide_passes_the_row_through_and_returns_the_scorer_dict_unchanged(
+    start_server, fake
+) -> None:
     server = await start_server(fake)
     response = await request(server.port, "POST", "/decide", ROW)
     assert response.status == 200
@@ -59,17 +87,31 @@ async def test_decide_passes_the_row_through_and_returns_the_scorer_dict_unchang
     assert response.json == {**semif_like(ROW), "forward_seconds": 0.001, "total_seconds": 0.002}
 
 
-async def test_shared_builds_rows_with_the_shared_state_and_returns_results_and_timing(start_server, fake) -> None:
+async def test_shared_builds_rows_with_the_shared_state_and_returns_results_and_timing(
+    start_server, fake
+) -> None:
     server = await start_server(fake)
     response = await request(server.port, "POST", "/decide/shared", SHARED)
     assert response.status == 200
-    (kind, rows), = fake.calls
+    ((kind, rows),) = fake.calls
     assert kind == "shared"
-    assert rows == [{"id": d["id"], "state": SHARED["state"], "question": d["question"], "options": d["options"]} for d in SHARED["decisions"]]
-    assert response.json == {"results": [semif_like(r) for r in rows], "timing": {"total_seconds": 0.003, "batch_size": 2}}
+    assert rows == [
+        {
+            "id": d["id"],
+            "state": SHARED["state"],
+            "question": d["question"],
+            "options": d["options"],
+        }
+        for d in SHARED["decisions"]
+    ]
+    assert response.json == {
+        "results": [semif_like(r) for r in rows],
+        "timing": {"total_seconds": 0.003, "batch_size": 2},
+    }
 
 
 # -- calibration ------------------------------------------------------------
+
 
 async def test_calibration_adds_calibrated_and_keeps_the_argmax(start_server, fake) -> None:
     server = await start_server(fake, calibration={"triage": 4.0})
@@ -80,14 +122,21 @@ async def test_calibration_adds_calibrated_and_keeps_the_argmax(start_server, fa
     assert {k: body[k] for k in native} == native  # native fields untouched
     calibrated = body["calibrated"]
     assert calibrated["workload"] == "triage" and calibrated["temperature"] == 4.0
-    assert calibrated["probabilities"] == pytest.approx(softmax(native["option_logits"], 4.0), abs=1e-12)
-    argmax = lambda values: max(range(len(values)), key=values.__getitem__)  # noqa: E731
+    assert calibrated["probabilities"] == pytest.approx(
+        softmax(native["option_logits"], 4.0), abs=1e-12
+    )
+
+    def argmax(values):
+        return max(range(len(values)), key=values.__getitem__)
+
     assert argmax(calibrated["probabilities"]) == argmax(native["probabilities"])
 
 
 async def test_shared_calibration_applies_to_every_result(start_server, fake) -> None:
     server = await start_server(fake, calibration={"triage": 0.5})
-    response = await request(server.port, "POST", "/decide/shared", {**SHARED, "workload": "triage"})
+    response = await request(
+        server.port, "POST", "/decide/shared", {**SHARED, "workload": "triage"}
+    )
     assert [r["calibrated"]["workload"] for r in response.json["results"]] == ["triage", "triage"]
 
 
@@ -100,20 +149,34 @@ async def test_no_workload_means_no_calibrated_key(start_server, fake) -> None:
 async def test_an_unknown_workload_is_422_and_never_reaches_the_scorer(start_server, fake) -> None:
     server = await start_server(fake, calibration={"triage": 4.0})
     response = await request(server.port, "POST", "/decide", {**ROW, "workload": "other"})
-    assert response.status == 422 and response.code == "invalid_request" and "other" in response.json["error"]["message"]
+    assert (
+        response.status == 422
+        and response.code == "invalid_request"
+        and "other" in response.json["error"]["message"]
+    )
     assert fake.calls == []
 
 
 # -- scorer failures --------------------------------------------------------
 
-@pytest.mark.parametrize("error,status,code", [
-    (ValueError("Row r1: 5000 input tokens exceed limit 4096; no truncation allowed"), 422, "invalid_request"),
-    (OutOfMemory("CUDA out of memory"), 503, "out_of_memory"),
-    (ScoringFailed("scoring failed: RuntimeError"), 500, "scoring_failed"),
-    (RuntimeError("boom"), 500, "scoring_failed"),
-    (KeyError("x"), 500, "scoring_failed"),
-])
-async def test_scorer_failures_map_to_the_contract_table(start_server, fake, error, status, code) -> None:
+
+@pytest.mark.parametrize(
+    "error,status,code",
+    [
+        (
+            ValueError("Row r1: 5000 input tokens exceed limit 4096; no truncation allowed"),
+            422,
+            "invalid_request",
+        ),
+        (OutOfMemory("CUDA out of memory"), 503, "out_of_memory"),
+        (ScoringFailed("scoring failed: RuntimeError"), 500, "scoring_failed"),
+        (RuntimeError("boom"), 500, "scoring_failed"),
+        (KeyError("x"), 500, "scoring_failed"),
+    ],
+)
+async def test_scorer_failures_map_to_the_contract_table(
+    start_server, fake, error, status, code
+) -> None:
     server = await start_server(fake)
     fake.raise_ = error
     for path, body in (("/decide", ROW), ("/decide/shared", SHARED)):
@@ -148,8 +211,12 @@ BAD_DECIDE = [
     json.dumps({**ROW, "state": {}}).encode(),
     json.dumps({**ROW, "question": None}).encode(),
     json.dumps({**ROW, "options": ROW["options"][:1]}).encode(),
-    json.dumps({**ROW, "options": [{"id": str(i), "description": "d"} for i in range(17)]}).encode(),
-    json.dumps({**ROW, "options": [{"id": "a", "description": "d"}, {"id": "a", "description": "e"}]}).encode(),
+    json.dumps(
+        {**ROW, "options": [{"id": str(i), "description": "d"} for i in range(17)]}
+    ).encode(),
+    json.dumps(
+        {**ROW, "options": [{"id": "a", "description": "d"}, {"id": "a", "description": "e"}]}
+    ).encode(),
     json.dumps({**ROW, "options": [{"id": "a"}, {"id": "b", "description": "e"}]}).encode(),
     json.dumps({**ROW, "options": ["a", "b"]}).encode(),
     json.dumps({**ROW, "extra": 1}).encode(),
@@ -169,14 +236,20 @@ async def test_malformed_json_and_wrong_shapes_are_422(start_server, fake, body)
     await assert_serving(server.port)
 
 
-@pytest.mark.parametrize("body", [
-    {"state": "s"},
-    {"state": "s", "decisions": []},
-    {"state": "s", "decisions": {}},
-    {"state": "s", "decisions": [{"id": "a", "question": "q", "options": ROW["options"], "state": "x"}]},
-    {"state": "s", "decisions": [{"id": "a", "question": "q", "options": ROW["options"]}] * 2},
-    {**SHARED, "decisions": SHARED["decisions"] + ["x"]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"state": "s"},
+        {"state": "s", "decisions": []},
+        {"state": "s", "decisions": {}},
+        {
+            "state": "s",
+            "decisions": [{"id": "a", "question": "q", "options": ROW["options"], "state": "x"}],
+        },
+        {"state": "s", "decisions": [{"id": "a", "question": "q", "options": ROW["options"]}] * 2},
+        {**SHARED, "decisions": SHARED["decisions"] + ["x"]},
+    ],
+)
 async def test_shared_wrong_shapes_are_422(start_server, fake, body) -> None:
     server = await start_server(fake)
     response = await request(server.port, "POST", "/decide/shared", body)
@@ -187,12 +260,19 @@ async def test_shared_wrong_shapes_are_422(start_server, fake, body) -> None:
 async def test_too_many_decisions_is_422(start_server, fake) -> None:
     server = await start_server(fake, max_decisions=3)
     decisions = [{"id": str(i), "question": "q", "options": ROW["options"]} for i in range(4)]
-    response = await request(server.port, "POST", "/decide/shared", {"state": "s", "decisions": decisions})
+    response = await request(
+        server.port, "POST", "/decide/shared", {"state": "s", "decisions": decisions}
+    )
     assert response.status == 422 and "3" in response.json["error"]["message"]
-    assert (await request(server.port, "POST", "/decide/shared", {"state": "s", "decisions": decisions[:3]})).status == 200
+    assert (
+        await request(
+            server.port, "POST", "/decide/shared", {"state": "s", "decisions": decisions[:3]}
+        )
+    ).status == 200
 
 
 # -- body limits ------------------------------------------------------------
+
 
 async def test_a_declared_oversized_body_is_413_before_it_is_sent(start_server, fake) -> None:
     server = await start_server(fake, max_body_bytes=100)
@@ -213,7 +293,9 @@ async def test_a_body_at_the_limit_is_accepted(start_server, fake) -> None:
 async def test_a_chunked_body_over_the_limit_is_413_and_never_kept(start_server, fake) -> None:
     server = await start_server(fake, max_body_bytes=100)
     chunk = b"x" * 60
-    data = raw_request(fields=b"transfer-encoding: chunked\r\n", body=(b"3c\r\n" + chunk + b"\r\n") * 2)
+    data = raw_request(
+        fields=b"transfer-encoding: chunked\r\n", body=(b"3c\r\n" + chunk + b"\r\n") * 2
+    )
     responses = parse_responses(await raw_exchange(server.port, data))
     assert [r.status for r in responses] == [413]
     assert responses[0].code == "request_too_large"
@@ -221,7 +303,9 @@ async def test_a_chunked_body_over_the_limit_is_413_and_never_kept(start_server,
     await assert_serving(server.port)
 
 
-@pytest.mark.parametrize("length", [b"+5", b"-1", b"0x5", b"5 5", "\u0665".encode(), b"5,6", b"1e3", b""])
+@pytest.mark.parametrize(
+    "length", [b"+5", b"-1", b"0x5", b"5 5", "\u0665".encode(), b"5,6", b"1e3", b""]
+)
 async def test_content_length_must_be_plain_ascii_digits(start_server, fake, length) -> None:
     server = await start_server(fake)
     data = raw_request(fields=b"content-length: " + length + b"\r\n", body=b"hello")
@@ -234,6 +318,7 @@ async def test_content_length_must_be_plain_ascii_digits(start_server, fake, len
 
 # -- admission --------------------------------------------------------------
 
+
 async def test_429_busy_is_answered_before_the_body_is_read(start_server, fake) -> None:
     server = await start_server(fake, max_queue=1)
     fake.gate = __import__("threading").Event()
@@ -241,7 +326,9 @@ async def test_429_busy_is_answered_before_the_body_is_read(start_server, fake) 
     await asyncio.get_running_loop().run_in_executor(None, fake.entered.wait, 5)
     connection = await Connection.open(server.port)
     connection.writer.write(raw_request(fields=b"content-length: 50\r\n"))
-    response = await connection.read_response(timeout=5)  # body never sent: the refusal cannot wait for it (30 s)
+    response = await connection.read_response(
+        timeout=5
+    )  # body never sent: the refusal cannot wait for it (30 s)
     assert response.status == 429 and response.code == "busy"
     assert await connection.closed_by_peer()
     fake.gate.set()
@@ -254,7 +341,9 @@ async def test_health_answers_while_a_scorer_call_is_blocked(start_server, fake)
     fake.gate = __import__("threading").Event()
     pending = asyncio.ensure_future(request(server.port, "POST", "/decide", ROW))
     await asyncio.get_running_loop().run_in_executor(None, fake.entered.wait, 5)
-    health = await asyncio.wait_for(request(server.port, "GET", "/health", headers=[]), 3.0)  # the gate holds 10 s
+    health = await asyncio.wait_for(
+        request(server.port, "GET", "/health", headers=[]), 3.0
+    )  # the gate holds 10 s
     assert health.status == 200 and health.json["in_progress"] == 1
     assert not pending.done()
     fake.gate.set()
@@ -271,6 +360,7 @@ async def test_scorer_calls_are_serialised(start_server, fake) -> None:
 
 
 # -- connection handling ----------------------------------------------------
+
 
 async def test_keep_alive_reuses_one_connection(start_server, fake) -> None:
     server = await start_server(fake)
@@ -294,7 +384,11 @@ async def test_pipelined_requests_are_answered_in_order(start_server, fake) -> N
     )
     responses = parse_responses(await raw_exchange(server.port, data))
     assert [r.status for r in responses] == [200, 200, 200]
-    assert responses[0].json["id"] == "r1" and responses[1].json["status"] == "ok" and responses[2].json["id"] == "second"
+    assert (
+        responses[0].json["id"] == "r1"
+        and responses[1].json["status"] == "ok"
+        and responses[2].json["id"] == "second"
+    )
 
 
 async def test_100_continue_is_sent_only_after_the_head_checks(start_server, fake) -> None:
@@ -315,17 +409,24 @@ async def test_100_continue_is_not_sent_to_a_refused_request(start_server, fake)
     raw = await raw_exchange(server.port, data)
     assert b" 100 " not in raw.split(b"\r\n", 1)[0]
     responses = parse_responses(raw)
-    assert [r.status for r in responses] == [401] and responses[0].headers[b"connection"] == b"close"
+    assert [r.status for r in responses] == [401] and responses[0].headers[
+        b"connection"
+    ] == b"close"
 
 
-@pytest.mark.parametrize("method,path,status,code", [
-    ("GET", "/nope", 404, "not_found"),
-    ("POST", "/decide/other", 404, "not_found"),
-    ("GET", "/decide", 405, "method_not_allowed"),
-    ("POST", "/health", 405, "method_not_allowed"),
-    ("DELETE", "/decide/shared", 405, "method_not_allowed"),
-])
-async def test_unknown_paths_and_wrong_methods_are_enveloped(start_server, fake, method, path, status, code) -> None:
+@pytest.mark.parametrize(
+    "method,path,status,code",
+    [
+        ("GET", "/nope", 404, "not_found"),
+        ("POST", "/decide/other", 404, "not_found"),
+        ("GET", "/decide", 405, "method_not_allowed"),
+        ("POST", "/health", 405, "method_not_allowed"),
+        ("DELETE", "/decide/shared", 405, "method_not_allowed"),
+    ],
+)
+async def test_unknown_paths_and_wrong_methods_are_enveloped(
+    start_server, fake, method, path, status, code
+) -> None:
     server = await start_server(fake)
     response = await request(server.port, method, path, headers=[AUTH])
     assert response.status == status and response.code == code

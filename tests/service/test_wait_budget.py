@@ -70,7 +70,9 @@ def test_estimate_is_rows_ahead_plus_own_rows_times_each_kinds_per_row_time() ->
 def test_cold_start_prices_an_unmeasured_kind_at_zero_so_it_is_admitted() -> None:
     made, _ = estimator(direct=0.3)
     budget = WaitBudget(1.0, made)
-    budget.admit("shared", 64)  # no shared call measured yet: admitted, never priced as 64 direct rows
+    budget.admit(
+        "shared", 64
+    )  # no shared call measured yet: admitted, never priced as 64 direct rows
     budget.admit("shared", 64)
     assert made.rows_ahead() == 128 and budget.refused == 0
     made.observe("shared", 64, 0.64)  # measured now: 128 ahead + 64 own at 10 ms each
@@ -87,14 +89,24 @@ def test_over_budget_is_busy_naming_the_budget_with_the_estimate_as_retry_after(
         budget.admit("direct", 1)
     error = refused.value
     assert error.code == "busy" and error.status == 429
-    assert error.message == ("estimated wait 2.40 s (5 rows ahead + 1 of this request) exceeds the "
-                             "SEMIF_MAX_WAIT_S budget of 2 s; retry later")
+    assert error.message == (
+        "estimated wait 2.40 s (5 rows ahead + 1 of this request) exceeds the "
+        "SEMIF_MAX_WAIT_S budget of 2 s; retry later"
+    )
     assert error.headers == ((b"retry-after", b"3"),)
     assert made.rows_ahead() == 5 and budget.refused == 1  # the refused one never joined
 
 
 def test_retry_after_rounds_up_and_clamps_to_the_contracts_range() -> None:
-    assert [retry_after(s) for s in (0.01, 1.0, 1.01, 59.5, 60.0, 61.0, 4000.0)] == [1, 1, 2, 60, 60, 60, 60]
+    assert [retry_after(s) for s in (0.01, 1.0, 1.01, 59.5, 60.0, 61.0, 4000.0)] == [
+        1,
+        1,
+        2,
+        60,
+        60,
+        60,
+        60,
+    ]
 
 
 def test_leaving_frees_the_rows_once_and_reports_predicted_against_actual() -> None:

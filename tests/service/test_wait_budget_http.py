@@ -25,8 +25,10 @@ from tests.wire_client import parse_responses, raw_request, raw_responses, reque
 PER_ROW_S = 0.4  # the stub's delay per row: a direct call 0.4 s, SHARED's two rows 0.8 s
 BUDGET_S = 2.0
 LONGEST_CALL_S = PER_ROW_S * len(SHARED["decisions"])
-ESTIMATE = re.compile(r"^estimated wait (\d+\.\d\d) s \(\d+ rows ahead \+ (\d) of this request\) exceeds the "
-                      r"SEMIF_MAX_WAIT_S budget of 2 s; retry later$")
+ESTIMATE = re.compile(
+    r"^estimated wait (\d+\.\d\d) s \(\d+ rows ahead \+ (\d) of this request\) exceeds the "
+    r"SEMIF_MAX_WAIT_S budget of 2 s; retry later$"
+)
 
 
 class PerRowStub(StubScorer):
@@ -58,13 +60,17 @@ async def timed(port: int, path: str, body: Any) -> tuple[Any, float]:
     return response, time.perf_counter() - started
 
 
-async def test_a_burst_is_answered_within_the_budget_or_refused_at_once_with_the_estimate(start_server) -> None:
+async def test_a_burst_is_answered_within_the_budget_or_refused_at_once_with_the_estimate(
+    start_server,
+) -> None:
     scorer = PerRowStub(PER_ROW_S)
     server = await start_server(scorer, max_wait_s=BUDGET_S)
     # Cold start admits: these two measure each kind's per-row time.
     assert (await request(server.port, "POST", "/decide", ROW)).status == 200
     assert (await request(server.port, "POST", "/decide/shared", SHARED)).status == 200
-    burst = [("/decide", ROW) if k % 2 else ("/decide/shared", SHARED) for k in range(10)]  # 15 rows, 6 s of work
+    burst = [
+        ("/decide", ROW) if k % 2 else ("/decide/shared", SHARED) for k in range(10)
+    ]  # 15 rows, 6 s of work
     answers = await asyncio.gather(*(timed(server.port, path, body) for path, body in burst))
 
     admitted = [seconds for response, seconds in answers if response.status == 200]
@@ -79,14 +85,22 @@ async def test_a_burst_is_answered_within_the_budget_or_refused_at_once_with_the
         estimate = float(found.group(1))
         assert estimate > BUDGET_S
         # The estimate rounded up to whole seconds (the message shows it rounded up to 0.01 s), at most 60.
-        assert int(response.headers[b"retry-after"]) in {min(60, math.ceil(estimate - 0.01)), min(60, math.ceil(estimate))}
+        assert int(response.headers[b"retry-after"]) in {
+            min(60, math.ceil(estimate - 0.01)),
+            min(60, math.ceil(estimate)),
+        }
     assert scorer.calls == 2 + len(admitted)  # a refused request never reached the scorer
-    assert server.service.admission.in_progress == 0 and server.service.budget.estimator.rows_ahead() == 0
+    assert (
+        server.service.admission.in_progress == 0
+        and server.service.budget.estimator.rows_ahead() == 0
+    )
 
     metrics = await scrape(server.port)
     assert sample(metrics, "semif_busy_refusals_total", reason="wait") == len(refused)
     assert sample(metrics, "semif_busy_refusals_total", reason="queue") == 0
-    assert sample(metrics, "semif_refusals_total", code="busy") == len(refused)  # its meaning kept: every 429 busy
+    assert sample(metrics, "semif_refusals_total", code="busy") == len(
+        refused
+    )  # its meaning kept: every 429 busy
     assert sample(metrics, "semif_wait_estimate_error_seconds_count") == 2 + len(admitted)
 
 
@@ -94,11 +108,18 @@ async def test_a_budget_refusal_carries_one_retry_after_its_estimate(start_serve
     """The refusal brings its own Retry-After (the estimate); ops adds no second one beside it, which
     would leave a client to pick one of two values (read from the raw head: a dict would hide it)."""
     server = await start_server(PerRowStub(0.1), max_wait_s=0.05)
-    assert (await request(server.port, "POST", "/decide", ROW)).status == 200  # cold start admits; measures >= 0.1 s a row
+    assert (
+        await request(server.port, "POST", "/decide", ROW)
+    ).status == 200  # cold start admits; measures >= 0.1 s a row
     body = json.dumps(ROW).encode()
-    sent = await raw_responses(server.port, raw_request(fields=b"content-length: %d\r\n" % len(body), body=body), 1)
+    sent = await raw_responses(
+        server.port, raw_request(fields=b"content-length: %d\r\n" % len(body), body=body), 1
+    )
     (response,) = parse_responses(sent.data)
-    assert response.status == 429 and "exceeds the SEMIF_MAX_WAIT_S budget" in response.json["error"]["message"]
+    assert (
+        response.status == 429
+        and "exceeds the SEMIF_MAX_WAIT_S budget" in response.json["error"]["message"]
+    )
     head = sent.data.split(b"\r\n\r\n", 1)[0].lower()
     assert head.count(b"\r\nretry-after:") == 1, head
 
@@ -111,7 +132,10 @@ async def test_the_count_check_before_the_body_stays_and_is_told_apart(start_ser
     while server.service.admission.in_progress == 0:
         await asyncio.sleep(0.01)
     second = await request(server.port, "POST", "/decide", ROW)
-    assert second.status == 429 and second.json["error"]["message"] == "1 requests already in progress; retry later"
+    assert (
+        second.status == 429
+        and second.json["error"]["message"] == "1 requests already in progress; retry later"
+    )
     assert (await first).status == 200
     metrics = await scrape(server.port)
     assert sample(metrics, "semif_busy_refusals_total", reason="queue") == 1

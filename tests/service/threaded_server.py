@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from semif_serve import calibration
 from semif_serve.engine import Engine
@@ -27,7 +27,11 @@ def serving() -> Iterator[str]:
     # "triage": the plain table's none temperature, plus (issue 29) priors over 2 and 3 options
     # and a temperature for "prior", so every result shape can be asked for.
     priors = {2: calibration.Prior((0.6, 0.4), 8), 3: calibration.Prior((0.5, 0.3, 0.2), 8)}
-    settings = server_settings(calibration=calibration.Table({"triage": {"none": 1.5, "prior": 1.2}}, priors={"triage": priors}))
+    settings = server_settings(
+        calibration=calibration.Table(
+            {"triage": {"none": 1.5, "prior": 1.2}}, priors={"triage": priors}
+        )
+    )
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()

@@ -32,8 +32,13 @@ def test_the_formula_reproduces_each_published_confidence(kind: str) -> None:
     peak, n = max(printed), len(printed)
     # Every true peak that displays as the printed one, on a fine grid over its rounding band.
     candidates = [peak - 0.005 + i * 0.00001 for i in range(1, 1000)]
-    matching = [p for p in candidates if two_decimals(p) == Decimal(str(peak))
-                and two_decimals(assemble.confidence([p, *[(1 - p) / (n - 1)] * (n - 1)])) == Decimal(str(answer["confidence"]))]
+    matching = [
+        p
+        for p in candidates
+        if two_decimals(p) == Decimal(str(peak))
+        and two_decimals(assemble.confidence([p, *[(1 - p) / (n - 1)] * (n - 1)]))
+        == Decimal(str(answer["confidence"]))
+    ]
     assert matching, f"no peak that rounds to {peak} gives confidence {answer['confidence']}"
 
 
@@ -48,9 +53,23 @@ def test_the_published_score_is_the_probability_weighted_level() -> None:
     """{0: 0.0, 1: 0.95, 2: 0.05} -> 1.05, as the reference prints it."""
     example = EXAMPLES["examples"]["score"]
     answer = example["response"]["answers"]["frustration"]
-    question = translate.Question("frustration", "score", {str(i): v for i, v in enumerate(example["request"]["questions"]["frustration"]["criteria"])})
-    row = {"id": "frustration", "state": "s", "question": "q",
-           "options": [{"id": str(i), "description": level} for i, level in enumerate(answer["legend"].values())]}
+    question = translate.Question(
+        "frustration",
+        "score",
+        {
+            str(i): v
+            for i, v in enumerate(example["request"]["questions"]["frustration"]["criteria"])
+        },
+    )
+    row = {
+        "id": "frustration",
+        "state": "s",
+        "question": "q",
+        "options": [
+            {"id": str(i), "description": level}
+            for i, level in enumerate(answer["legend"].values())
+        ],
+    }
     view = {"option_ids": ["0", "1", "2"], "probabilities": list(answer["probabilities"].values())}
     built = assemble.answer(question, Decision(row, "none"), view, calibrated=False)
     assert built["score"] == pytest.approx(answer["score"])
@@ -59,10 +78,19 @@ def test_the_published_score_is_the_probability_weighted_level() -> None:
 
 
 def test_an_answer_refuses_a_view_whose_options_are_out_of_order() -> None:
-    row = {"id": "c", "state": "s", "question": "q", "options": [{"id": "a", "description": "a"}, {"id": "b", "description": "b"}]}
+    row = {
+        "id": "c",
+        "state": "s",
+        "question": "q",
+        "options": [{"id": "a", "description": "a"}, {"id": "b", "description": "b"}],
+    }
     with pytest.raises(ValueError, match="does not score the options"):
-        assemble.answer(translate.Question("c", "choice"), Decision(row, "none"),
-                        {"option_ids": ["b", "a"], "probabilities": [0.9, 0.1]}, calibrated=False)
+        assemble.answer(
+            translate.Question("c", "choice"),
+            Decision(row, "none"),
+            {"option_ids": ["b", "a"], "probabilities": [0.9, 0.1]},
+            calibrated=False,
+        )
 
 
 def test_a_shared_call_counts_its_state_once() -> None:
@@ -74,12 +102,24 @@ def test_a_shared_call_counts_its_state_once() -> None:
 
 def plan(workload: str | None, orderings: str) -> translate.Plan:
     """Three questions (noul, choice over 3, score over 4) as translation builds them."""
-    limits = translate.request_model.Limits(max_decisions=64, workloads=frozenset({"triage"}),
-                                            methods={"triage": frozenset({"none", "rotations"})})
-    body = {"model": "served", "state": "s", "semif": {"orderings": orderings, **({} if workload is None else {"workload": workload})},
-            "questions": {"u": {"type": "noul"}, "d": {"type": "choice", "criteria": {"a": None, "b": None, "c": None}},
-                          "f": {"type": "score", "criteria": ["Calm", "Tense", "Angry", "Furious"]}}}
-    return translate.translate(json.dumps(body).encode(), translate.Policy(limits, frozenset({"served"}), "none", None))
+    limits = translate.request_model.Limits(
+        max_decisions=64,
+        workloads=frozenset({"triage"}),
+        methods={"triage": frozenset({"none", "rotations"})},
+    )
+    body = {
+        "model": "served",
+        "state": "s",
+        "semif": {"orderings": orderings, **({} if workload is None else {"workload": workload})},
+        "questions": {
+            "u": {"type": "noul"},
+            "d": {"type": "choice", "criteria": {"a": None, "b": None, "c": None}},
+            "f": {"type": "score", "criteria": ["Calm", "Tense", "Angry", "Furious"]},
+        },
+    }
+    return translate.translate(
+        json.dumps(body).encode(), translate.Policy(limits, frozenset({"served"}), "none", None)
+    )
 
 
 NATIVE = {"u": [0.7, 0.3], "d": [0.1, 0.6, 0.3], "f": [0.1, 0.2, 0.3, 0.4]}
@@ -92,17 +132,39 @@ IDS = {"u": ["true", "false"], "d": ["a", "b", "c"], "f": ["0", "1", "2", "3"]}
 def view(key: str, averaged: bool) -> dict[str, object]:
     """A service view: each table a different distribution, so the answer shows which one it read."""
     if averaged:
-        return {"option_ids": IDS[key], "probabilities": NATIVE[key], "calibrated": {"probabilities": TEMPERED[key]},
-                "combined": {"probabilities": COMBINED[key], "calibrated": {"probabilities": COMBINED_TEMPERED[key]}}}
-    return {"option_ids": IDS[key], "probabilities": NATIVE[key], "calibrated": {"probabilities": TEMPERED[key]}}
+        return {
+            "option_ids": IDS[key],
+            "probabilities": NATIVE[key],
+            "calibrated": {"probabilities": TEMPERED[key]},
+            "combined": {
+                "probabilities": COMBINED[key],
+                "calibrated": {"probabilities": COMBINED_TEMPERED[key]},
+            },
+        }
+    return {
+        "option_ids": IDS[key],
+        "probabilities": NATIVE[key],
+        "calibrated": {"probabilities": TEMPERED[key]},
+    }
 
 
 # (workload, orderings, the table every answer must be read from)
-READS = [(None, "none", NATIVE), ("triage", "none", TEMPERED), (None, "rotations", COMBINED), ("triage", "rotations", COMBINED_TEMPERED)]
+READS = [
+    (None, "none", NATIVE),
+    ("triage", "none", TEMPERED),
+    (None, "rotations", COMBINED),
+    ("triage", "rotations", COMBINED_TEMPERED),
+]
 
 
-@pytest.mark.parametrize(("workload", "orderings", "table"), READS, ids=["native", "calibrated", "combined", "combined-calibrated"])
-def test_each_answer_is_read_from_the_view_the_request_chose_with_its_exact_figures(workload, orderings, table) -> None:
+@pytest.mark.parametrize(
+    ("workload", "orderings", "table"),
+    READS,
+    ids=["native", "calibrated", "combined", "combined-calibrated"],
+)
+def test_each_answer_is_read_from_the_view_the_request_chose_with_its_exact_figures(
+    workload, orderings, table
+) -> None:
     built = plan(workload, orderings)
     views = [view(key, orderings != "none") for key in ("u", "d", "f")]
     results = [{"input_tokens": 50}, {"input_tokens": 60}, {"input_tokens": 70}]
@@ -120,11 +182,17 @@ def test_each_answer_is_read_from_the_view_the_request_chose_with_its_exact_figu
     noul, choice, choice_confidence, score, score_confidence = expected
     u, d, f = body["answers"]["u"], body["answers"]["d"], body["answers"]["f"]
     assert u == {"type": "noul", "noul": noul, "semif": views[0]}
-    assert set(d) == {"type", "choice", "probabilities", "confidence", "semif"} and d["semif"] is views[1]
+    assert (
+        set(d) == {"type", "choice", "probabilities", "confidence", "semif"}
+        and d["semif"] is views[1]
+    )
     assert (d["type"], d["choice"]) == ("choice", choice)
     assert d["probabilities"] == dict(zip(["a", "b", "c"], table["d"]))
     assert d["confidence"] == pytest.approx(choice_confidence)
-    assert set(f) == {"type", "score", "legend", "probabilities", "confidence", "semif"} and f["semif"] is views[2]
+    assert (
+        set(f) == {"type", "score", "legend", "probabilities", "confidence", "semif"}
+        and f["semif"] is views[2]
+    )
     assert f["type"] == "score" and f["score"] == pytest.approx(score)
     assert f["legend"] == {"0": "Calm", "1": "Tense", "2": "Angry", "3": "Furious"}
     assert f["probabilities"] == dict(zip(["0", "1", "2", "3"], table["f"]))
@@ -134,7 +202,9 @@ def test_each_answer_is_read_from_the_view_the_request_chose_with_its_exact_figu
 def test_a_response_refuses_fewer_views_than_questions() -> None:
     """Assembly pairs each question with its view: a missing view is the service's bug, never a shorter answer."""
     with pytest.raises(ValueError):
-        assemble.response(plan(None, "none"), "served", [view("u", False), view("d", False)], [], "shared", None)
+        assemble.response(
+            plan(None, "none"), "served", [view("u", False), view("d", False)], [], "shared", None
+        )
 
 
 def test_confidence_never_exceeds_one_even_when_a_distribution_overshoots() -> None:
@@ -152,26 +222,57 @@ def prior_view(key: str, tempered: bool) -> dict[str, object]:
     combined: dict[str, object] = {"method": "prior", "probabilities": DEBIASED[key]}
     if tempered:
         combined["calibrated"] = {"probabilities": DEBIASED_TEMPERED[key]}
-    return {"option_ids": IDS[key], "combined": combined, "orderings": [{"probabilities": NATIVE[key]}]}
+    return {
+        "option_ids": IDS[key],
+        "combined": combined,
+        "orderings": [{"probabilities": NATIVE[key]}],
+    }
 
 
 def prior_plan() -> translate.Plan:
-    limits = translate.request_model.Limits(max_decisions=64, workloads=frozenset({"sorting"}), methods={"sorting": frozenset()},
-                                            priors={"sorting": frozenset({2, 3, 4})})
-    body = {"model": "served", "state": "s", "semif": {"orderings": "prior", "workload": "sorting"},
-            "questions": {"u": {"type": "noul"}, "d": {"type": "choice", "criteria": {"a": None, "b": None, "c": None}},
-                          "f": {"type": "score", "criteria": ["Calm", "Tense", "Angry", "Furious"]}}}
-    return translate.translate(json.dumps(body).encode(), translate.Policy(limits, frozenset({"served"}), "none", None))
+    limits = translate.request_model.Limits(
+        max_decisions=64,
+        workloads=frozenset({"sorting"}),
+        methods={"sorting": frozenset()},
+        priors={"sorting": frozenset({2, 3, 4})},
+    )
+    body = {
+        "model": "served",
+        "state": "s",
+        "semif": {"orderings": "prior", "workload": "sorting"},
+        "questions": {
+            "u": {"type": "noul"},
+            "d": {"type": "choice", "criteria": {"a": None, "b": None, "c": None}},
+            "f": {"type": "score", "criteria": ["Calm", "Tense", "Angry", "Furious"]},
+        },
+    }
+    return translate.translate(
+        json.dumps(body).encode(), translate.Policy(limits, frozenset({"served"}), "none", None)
+    )
 
 
-@pytest.mark.parametrize(("tempered", "table"), [(False, DEBIASED), (True, DEBIASED_TEMPERED)], ids=["debiased", "calibrated"])
-def test_a_prior_answer_reads_the_debiased_view_or_its_calibrated_view(tempered: bool, table: dict[str, list[float]]) -> None:
+@pytest.mark.parametrize(
+    ("tempered", "table"),
+    [(False, DEBIASED), (True, DEBIASED_TEMPERED)],
+    ids=["debiased", "calibrated"],
+)
+def test_a_prior_answer_reads_the_debiased_view_or_its_calibrated_view(
+    tempered: bool, table: dict[str, list[float]]
+) -> None:
     """Worked by hand: debiased d argmax a, confidence (3*0.5-1)/2; f 0.1+0.2+0.3, (4*0.7-1)/3.
     Calibrated: d argmax c, (3*0.6-1)/2; f 0.1+0.2+2.1, (4*0.7-1)/3."""
     views = [prior_view(key, tempered) for key in ("u", "d", "f")]
-    body = assemble.response(prior_plan(), "served", views, [{"input_tokens": 5}] * 3, "shared", None)
+    body = assemble.response(
+        prior_plan(), "served", views, [{"input_tokens": 5}] * 3, "shared", None
+    )
     u, d, f = body["answers"]["u"], body["answers"]["d"], body["answers"]["f"]
     assert u == {"type": "noul", "noul": table["u"][0], "semif": views[0]}
-    assert (d["choice"], d["probabilities"], d["semif"]) == ("c" if tempered else "a", dict(zip("abc", table["d"])), views[1])
+    assert (d["choice"], d["probabilities"], d["semif"]) == (
+        "c" if tempered else "a",
+        dict(zip("abc", table["d"])),
+        views[1],
+    )
     assert d["confidence"] == pytest.approx(0.4 if tempered else 0.25)
-    assert f["score"] == pytest.approx(2.4 if tempered else 0.6) and f["confidence"] == pytest.approx(0.6)
+    assert f["score"] == pytest.approx(2.4 if tempered else 0.6) and f[
+        "confidence"
+    ] == pytest.approx(0.6)

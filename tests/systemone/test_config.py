@@ -27,15 +27,24 @@ def test_the_defaults_accept_semifs_own_names_without_averaging(tmp_path: Path) 
     assert (settings.systemone_orderings, settings.systemone_workload) == ("none", None)
 
 
-@pytest.mark.parametrize(("env", "field", "value"), [
-    ({"SEMIF_MODEL_ALIASES": "jev-latest, semif-latest"}, "model_aliases", ("jev-latest", "semif-latest")),
-    ({"SEMIF_MODEL_ALIASES": ""}, "model_aliases", ()),
-    ({"SEMIF_SYSTEMONE_ORDERINGS": "rotations"}, "systemone_orderings", "rotations"),
-    ({"SEMIF_SYSTEMONE_ORDERINGS": "all"}, "systemone_orderings", "all"),
-    ({"SEMIF_SYSTEMONE_WORKLOAD": "triage"}, "systemone_workload", "triage"),
-    ({"SEMIF_SYSTEMONE_WORKLOAD": ""}, "systemone_workload", None),
-])
-def test_each_allowed_form_is_accepted(tmp_path: Path, env: dict[str, str], field: str, value: object) -> None:
+@pytest.mark.parametrize(
+    ("env", "field", "value"),
+    [
+        (
+            {"SEMIF_MODEL_ALIASES": "jev-latest, semif-latest"},
+            "model_aliases",
+            ("jev-latest", "semif-latest"),
+        ),
+        ({"SEMIF_MODEL_ALIASES": ""}, "model_aliases", ()),
+        ({"SEMIF_SYSTEMONE_ORDERINGS": "rotations"}, "systemone_orderings", "rotations"),
+        ({"SEMIF_SYSTEMONE_ORDERINGS": "all"}, "systemone_orderings", "all"),
+        ({"SEMIF_SYSTEMONE_WORKLOAD": "triage"}, "systemone_workload", "triage"),
+        ({"SEMIF_SYSTEMONE_WORKLOAD": ""}, "systemone_workload", None),
+    ],
+)
+def test_each_allowed_form_is_accepted(
+    tmp_path: Path, env: dict[str, str], field: str, value: object
+) -> None:
     assert getattr(load(tmp_path, **env), field) == value
 
 
@@ -59,7 +68,10 @@ def test_a_bad_value_is_refused_naming_its_variable(tmp_path: Path, name: str, v
 
 def test_a_default_workload_needs_a_temperature_for_the_default_orderings(tmp_path: Path) -> None:
     """The plain table holds only `none` temperatures: averaging by default could never be calibrated."""
-    with pytest.raises(ValueError, match="SEMIF_SYSTEMONE_WORKLOAD 'triage' has no temperature for SEMIF_SYSTEMONE_ORDERINGS='rotations'"):
+    with pytest.raises(
+        ValueError,
+        match="SEMIF_SYSTEMONE_WORKLOAD 'triage' has no temperature for SEMIF_SYSTEMONE_ORDERINGS='rotations'",
+    ):
         load(tmp_path, SEMIF_SYSTEMONE_WORKLOAD="triage", SEMIF_SYSTEMONE_ORDERINGS="rotations")
 
 
@@ -68,8 +80,13 @@ def test_a_default_workload_without_a_calibration_file_is_refused() -> None:
         config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_SYSTEMONE_WORKLOAD": "triage"})
 
 
-ENTRY_CASES = [({"SEMIF_API_TOKEN": TOKEN, name: value}, name) for name, value in BAD[:1] + BAD[5:6] + BAD[7:]] + [
-    ({"SEMIF_API_KEY": "short"}, "SEMIF_API_KEY"),  # SemIf's names (issue 30): the refusal names what was written
+ENTRY_CASES = [
+    ({"SEMIF_API_TOKEN": TOKEN, name: value}, name) for name, value in BAD[:1] + BAD[5:6] + BAD[7:]
+] + [
+    (
+        {"SEMIF_API_KEY": "short"},
+        "SEMIF_API_KEY",
+    ),  # SemIf's names (issue 30): the refusal names what was written
     ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MAX_INPUT_TOKENS": "x"}, "SEMIF_MAX_INPUT_TOKENS"),
     ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_DEVICE": "auto"}, "SEMIF_DEVICE"),
     ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MODE": "shared"}, "SEMIF_MODE"),
@@ -77,8 +94,12 @@ ENTRY_CASES = [({"SEMIF_API_TOKEN": TOKEN, name: value}, name) for name, value i
 
 
 @pytest.mark.parametrize(("env", "name"), ENTRY_CASES, ids=lambda item: str(item))
-def test_the_entry_point_exits_2_naming_the_variable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                                     env: dict[str, str], name: str) -> None:
+def test_the_entry_point_exits_2_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    name: str,
+) -> None:
     async def must_not_serve(settings: config.Settings) -> int:
         raise AssertionError(f"configuration accepted {settings!r}")
 
@@ -92,16 +113,27 @@ def test_the_entry_point_exits_2_naming_the_variable(monkeypatch: pytest.MonkeyP
     assert err.startswith(f"semif-serve: {name}") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize(("aliases", "names"), [
-    ("!" + "a" * 98 + "~", ("!" + "a" * 98 + "~",)),  # the visible-ASCII ends ('!' 33, '~' 126) at the 100-character cap
-])
-def test_an_alias_at_each_bound_is_accepted(tmp_path: Path, aliases: str, names: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("aliases", "names"),
+    [
+        (
+            "!" + "a" * 98 + "~",
+            ("!" + "a" * 98 + "~",),
+        ),  # the visible-ASCII ends ('!' 33, '~' 126) at the 100-character cap
+    ],
+)
+def test_an_alias_at_each_bound_is_accepted(
+    tmp_path: Path, aliases: str, names: tuple[str, ...]
+) -> None:
     assert load(tmp_path, SEMIF_MODEL_ALIASES=aliases).model_aliases == names
 
 
 def test_an_alias_with_a_delete_character_is_refused(tmp_path: Path) -> None:
     """DEL (127) is just past the visible ASCII range."""
-    with pytest.raises(ValueError, match="SEMIF_MODEL_ALIASES must be comma-separated names of 1..100 visible ASCII characters"):
+    with pytest.raises(
+        ValueError,
+        match="SEMIF_MODEL_ALIASES must be comma-separated names of 1..100 visible ASCII characters",
+    ):
         load(tmp_path, SEMIF_MODEL_ALIASES="jev\x7flatest")
 
 
@@ -109,11 +141,23 @@ def test_an_unknown_default_workload_is_told_what_the_table_holds(tmp_path: Path
     table = tmp_path / "two.json"
     table.write_text(json.dumps({"triage": 1.5, "billing": 2.0}))
     with pytest.raises(ValueError) as caught:
-        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": str(table), "SEMIF_SYSTEMONE_WORKLOAD": "other"})
-    assert str(caught.value) == "SEMIF_SYSTEMONE_WORKLOAD names 'other', which SEMIF_CALIBRATION does not hold (it holds: billing, triage)"
+        config.load(
+            {
+                "SEMIF_API_TOKEN": TOKEN,
+                "SEMIF_CALIBRATION": str(table),
+                "SEMIF_SYSTEMONE_WORKLOAD": "other",
+            }
+        )
+    assert (
+        str(caught.value)
+        == "SEMIF_SYSTEMONE_WORKLOAD names 'other', which SEMIF_CALIBRATION does not hold (it holds: billing, triage)"
+    )
     with pytest.raises(ValueError) as caught:
         config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_SYSTEMONE_WORKLOAD": "other"})
-    assert str(caught.value) == "SEMIF_SYSTEMONE_WORKLOAD names 'other', which SEMIF_CALIBRATION does not hold (it holds: none)"
+    assert (
+        str(caught.value)
+        == "SEMIF_SYSTEMONE_WORKLOAD names 'other', which SEMIF_CALIBRATION does not hold (it holds: none)"
+    )
 
 
 # -- SemIf's own server's settings (issue 30) ---------------------------------------------------
@@ -121,37 +165,76 @@ def test_an_unknown_default_workload_is_told_what_the_table_holds(tmp_path: Path
 KEY = "k" * 40  # a valid token that is not TOKEN
 
 
-@pytest.mark.parametrize(("env", "field", "value"), [
-    ({"SEMIF_API_KEY": KEY}, "api_token", KEY),
-    ({"SEMIF_API_KEY": KEY, "SEMIF_API_TOKEN": KEY}, "api_token", KEY),
-    ({"SEMIF_API_TOKEN": KEY}, "api_token", KEY),
-    ({"SEMIF_API_KEY": KEY, "SEMIF_MAX_INPUT_TOKENS": "512"}, "max_tokens", 512),
-    ({"SEMIF_API_KEY": KEY, "SEMIF_MAX_INPUT_TOKENS": "512", "SEMIF_MAX_TOKENS": "512"}, "max_tokens", 512),
-    ({"SEMIF_API_KEY": KEY, "SEMIF_BACKEND": "torch", "SEMIF_MODE": "auto"}, "scorer", "semif_phase1"),
-], ids=lambda item: str(item))
-def test_semifs_name_for_one_of_our_settings_is_read_as_ours(env: dict[str, str], field: str, value: object) -> None:
+@pytest.mark.parametrize(
+    ("env", "field", "value"),
+    [
+        ({"SEMIF_API_KEY": KEY}, "api_token", KEY),
+        ({"SEMIF_API_KEY": KEY, "SEMIF_API_TOKEN": KEY}, "api_token", KEY),
+        ({"SEMIF_API_TOKEN": KEY}, "api_token", KEY),
+        ({"SEMIF_API_KEY": KEY, "SEMIF_MAX_INPUT_TOKENS": "512"}, "max_tokens", 512),
+        (
+            {"SEMIF_API_KEY": KEY, "SEMIF_MAX_INPUT_TOKENS": "512", "SEMIF_MAX_TOKENS": "512"},
+            "max_tokens",
+            512,
+        ),
+        (
+            {"SEMIF_API_KEY": KEY, "SEMIF_BACKEND": "torch", "SEMIF_MODE": "auto"},
+            "scorer",
+            "semif_phase1",
+        ),
+    ],
+    ids=lambda item: str(item),
+)
+def test_semifs_name_for_one_of_our_settings_is_read_as_ours(
+    env: dict[str, str], field: str, value: object
+) -> None:
     assert getattr(config.load(env), field) == value
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"SEMIF_API_KEY": "short"}, "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126)"),
-    ({"SEMIF_API_KEY": ""}, "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126)"),
-    ({"SEMIF_API_KEY": KEY, "SEMIF_API_TOKEN": TOKEN},
-     "SEMIF_API_TOKEN and SEMIF_API_KEY (SemIf's name for it) are set to different values; set one"),
-    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MAX_INPUT_TOKENS": "0"}, "SEMIF_MAX_INPUT_TOKENS must be an integer >= 1, got '0'"),
-    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MAX_INPUT_TOKENS": "512", "SEMIF_MAX_TOKENS": "1024"},
-     "SEMIF_MAX_TOKENS and SEMIF_MAX_INPUT_TOKENS (SemIf's name for it) are set to different values; set one"),
-    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_DEVICE": "auto"},
-     "SEMIF_DEVICE=auto (SemIf's default) is refused: INV-3 wants the device said explicitly, "
-     "so a missing GPU never falls back to CPU; set SEMIF_DEVICE to cuda, cuda:N or cpu"),
-    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MODE": "serial"},
-     "SEMIF_MODE='serial' is SemIf's setting and is not read here: routing is always auto: one question direct, "
-     "several shared (no serial fallback)"),
-    ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_ACCEPT_JEV_ALIASES": "0"},
-     "SEMIF_ACCEPT_JEV_ALIASES='0' is SemIf's setting and is not read here: SEMIF_MODEL_ALIASES lists the names "
-     "accepted (empty: none)"),
-], ids=lambda item: str(item))
-def test_semifs_settings_are_refused_naming_ours_when_they_cannot_mean_the_same(env: dict[str, str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"SEMIF_API_KEY": "short"},
+            "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126)",
+        ),
+        (
+            {"SEMIF_API_KEY": ""},
+            "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126)",
+        ),
+        (
+            {"SEMIF_API_KEY": KEY, "SEMIF_API_TOKEN": TOKEN},
+            "SEMIF_API_TOKEN and SEMIF_API_KEY (SemIf's name for it) are set to different values; set one",
+        ),
+        (
+            {"SEMIF_API_TOKEN": TOKEN, "SEMIF_MAX_INPUT_TOKENS": "0"},
+            "SEMIF_MAX_INPUT_TOKENS must be an integer >= 1, got '0'",
+        ),
+        (
+            {"SEMIF_API_TOKEN": TOKEN, "SEMIF_MAX_INPUT_TOKENS": "512", "SEMIF_MAX_TOKENS": "1024"},
+            "SEMIF_MAX_TOKENS and SEMIF_MAX_INPUT_TOKENS (SemIf's name for it) are set to different values; set one",
+        ),
+        (
+            {"SEMIF_API_TOKEN": TOKEN, "SEMIF_DEVICE": "auto"},
+            "SEMIF_DEVICE=auto (SemIf's default) is refused: INV-3 wants the device said explicitly, "
+            "so a missing GPU never falls back to CPU; set SEMIF_DEVICE to cuda, cuda:N or cpu",
+        ),
+        (
+            {"SEMIF_API_TOKEN": TOKEN, "SEMIF_MODE": "serial"},
+            "SEMIF_MODE='serial' is SemIf's setting and is not read here: routing is always auto: one question direct, "
+            "several shared (no serial fallback)",
+        ),
+        (
+            {"SEMIF_API_TOKEN": TOKEN, "SEMIF_ACCEPT_JEV_ALIASES": "0"},
+            "SEMIF_ACCEPT_JEV_ALIASES='0' is SemIf's setting and is not read here: SEMIF_MODEL_ALIASES lists the names "
+            "accepted (empty: none)",
+        ),
+    ],
+    ids=lambda item: str(item),
+)
+def test_semifs_settings_are_refused_naming_ours_when_they_cannot_mean_the_same(
+    env: dict[str, str], message: str
+) -> None:
     with pytest.raises(ValueError) as refused:
         config.load(env)
     assert str(refused.value) == message
@@ -174,36 +257,56 @@ def with_priors(tmp_path: Path, **env: str) -> config.Settings:
     return config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": prior_path(tmp_path), **env})
 
 
-@pytest.mark.parametrize("workload", ["triage", "sorting"])  # sorting has priors and no temperature at all
+@pytest.mark.parametrize(
+    "workload", ["triage", "sorting"]
+)  # sorting has priors and no temperature at all
 def test_the_prior_by_default_needs_a_workload_with_priors(tmp_path: Path, workload: str) -> None:
-    settings = with_priors(tmp_path, SEMIF_SYSTEMONE_ORDERINGS="prior", SEMIF_SYSTEMONE_WORKLOAD=workload)
+    settings = with_priors(
+        tmp_path, SEMIF_SYSTEMONE_ORDERINGS="prior", SEMIF_SYSTEMONE_WORKLOAD=workload
+    )
     assert (settings.systemone_orderings, settings.systemone_workload) == ("prior", workload)
 
 
 def test_the_prior_by_default_without_a_workload_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as caught:
         with_priors(tmp_path, SEMIF_SYSTEMONE_ORDERINGS="prior")
-    assert str(caught.value) == ("SEMIF_SYSTEMONE_ORDERINGS=prior needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
-                                 "with priors in SEMIF_CALIBRATION")
+    assert str(caught.value) == (
+        "SEMIF_SYSTEMONE_ORDERINGS=prior needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
+        "with priors in SEMIF_CALIBRATION"
+    )
 
 
 def test_the_prior_by_default_with_a_workload_without_priors_is_refused(tmp_path: Path) -> None:
     """A temperature alone does not make a prior: the plain table's workload has none."""
     with pytest.raises(ValueError) as caught:
         load(tmp_path, SEMIF_SYSTEMONE_ORDERINGS="prior", SEMIF_SYSTEMONE_WORKLOAD="triage")
-    assert str(caught.value) == ("SEMIF_SYSTEMONE_WORKLOAD 'triage' has no priors for SEMIF_SYSTEMONE_ORDERINGS='prior'; "
-                                 "workloads with priors: none")
+    assert str(caught.value) == (
+        "SEMIF_SYSTEMONE_WORKLOAD 'triage' has no priors for SEMIF_SYSTEMONE_ORDERINGS='prior'; "
+        "workloads with priors: none"
+    )
     bound = tmp_path / "both.json"
-    bound.write_text(json.dumps({**MATCHING, "workloads": {"billing": {"none": 1.0}}, "priors": PRIORS}))
+    bound.write_text(
+        json.dumps({**MATCHING, "workloads": {"billing": {"none": 1.0}}, "priors": PRIORS})
+    )
     with pytest.raises(ValueError) as caught:
-        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": str(bound),
-                     "SEMIF_SYSTEMONE_ORDERINGS": "prior", "SEMIF_SYSTEMONE_WORKLOAD": "billing"})
-    assert str(caught.value) == ("SEMIF_SYSTEMONE_WORKLOAD 'billing' has no priors for SEMIF_SYSTEMONE_ORDERINGS='prior'; "
-                                 "workloads with priors: sorting, triage")
+        config.load(
+            {
+                "SEMIF_API_TOKEN": TOKEN,
+                "SEMIF_CALIBRATION": str(bound),
+                "SEMIF_SYSTEMONE_ORDERINGS": "prior",
+                "SEMIF_SYSTEMONE_WORKLOAD": "billing",
+            }
+        )
+    assert str(caught.value) == (
+        "SEMIF_SYSTEMONE_WORKLOAD 'billing' has no priors for SEMIF_SYSTEMONE_ORDERINGS='prior'; "
+        "workloads with priors: sorting, triage"
+    )
 
 
 def test_a_workload_with_priors_only_has_no_temperature_for_another_default(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as caught:
         with_priors(tmp_path, SEMIF_SYSTEMONE_WORKLOAD="sorting")
-    assert str(caught.value) == ("SEMIF_SYSTEMONE_WORKLOAD 'sorting' has no temperature for "
-                                 "SEMIF_SYSTEMONE_ORDERINGS='none'; it has: none at all")
+    assert str(caught.value) == (
+        "SEMIF_SYSTEMONE_WORKLOAD 'sorting' has no temperature for "
+        "SEMIF_SYSTEMONE_ORDERINGS='none'; it has: none at all"
+    )

@@ -7,14 +7,28 @@ one score_shared call each way) or /decide (one question: direct.score each way)
 from __future__ import annotations
 
 from semif_serve.torch_engine import TorchScorer
-from tests.systemone_cases import QUESTIONS, ROWS, STATE, async_sdk, both_clients_on_a_model, check_answers, native_hashes
+from tests.systemone_cases import (
+    QUESTIONS,
+    ROWS,
+    STATE,
+    async_sdk,
+    both_clients_on_a_model,
+    check_answers,
+    native_hashes,
+)
 from tests.wire_client import request
 
 
-async def test_every_type_through_both_clients_equals_decide_shared_and_models_lists_it(start_server, tiny_settings) -> None:
+async def test_every_type_through_both_clients_equals_decide_shared_and_models_lists_it(
+    start_server, tiny_settings
+) -> None:
     server = await start_server(TorchScorer(tiny_settings))
-    result, views = await both_clients_on_a_model(server.port, tiny_settings.model, tiny_settings.revision)
-    assert result.usage.input_tokens < sum(v["input_tokens"] for v in views)  # the state prefilled once
+    result, views = await both_clients_on_a_model(
+        server.port, tiny_settings.model, tiny_settings.revision
+    )
+    assert result.usage.input_tokens < sum(
+        v["input_tokens"] for v in views
+    )  # the state prefilled once
 
 
 async def test_one_question_equals_decide(start_server, tiny_settings) -> None:

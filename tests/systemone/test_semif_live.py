@@ -24,8 +24,11 @@ from tests.systemone_cases import semif_id
 from tests.wire_client import Connection, request
 
 STATE = "Customer cannot access an account after a password reset."
-QUEUE = {"type": "choice", "instructions": "Which queue should handle this request?",
-         "criteria": {"access": "Account access support.", "billing": "Billing support."}}
+QUEUE = {
+    "type": "choice",
+    "instructions": "Which queue should handle this request?",
+    "criteria": {"access": "Account access support.", "billing": "Billing support."},
+}
 
 
 async def ask(port: int, questions: dict[str, Any], **fields: Any) -> Any:
@@ -39,14 +42,22 @@ async def ask(port: int, questions: dict[str, Any], **fields: Any) -> Any:
         await connection.close()
 
 
-async def test_each_type_gives_a_usable_answer_from_the_named_snapshot(start_server, tiny_settings) -> None:
+async def test_each_type_gives_a_usable_answer_from_the_named_snapshot(
+    start_server, tiny_settings
+) -> None:
     server = await start_server(TorchScorer(tiny_settings))
-    answered = await ask(server.port, {
-        "is_access": {"type": "noul", "instructions": "Is this an account access problem?"},
-        "queue": QUEUE,
-        "urgency": {"type": "score", "instructions": "How urgent is this request?",
-                    "criteria": ["Not urgent", "Somewhat urgent", "Very urgent"]},
-    })
+    answered = await ask(
+        server.port,
+        {
+            "is_access": {"type": "noul", "instructions": "Is this an account access problem?"},
+            "queue": QUEUE,
+            "urgency": {
+                "type": "score",
+                "instructions": "How urgent is this request?",
+                "criteria": ["Not urgent", "Somewhat urgent", "Very urgent"],
+            },
+        },
+    )
     assert answered.status == 200, answered.body
     body = answered.json
     assert 0.0 <= body["answers"]["is_access"]["noul"] <= 1.0
@@ -57,36 +68,74 @@ async def test_each_type_gives_a_usable_answer_from_the_named_snapshot(start_ser
     assert body["model"] == named
     healthz = (await request(server.port, "GET", "/healthz", headers=[])).json
     assert (healthz["model"], healthz["backend"], healthz["status"]) == (named, "torch", "ready")
-    assert healthz["prompt_version"] == (await request(server.port, "GET", "/health", headers=[])).json["prompt_version"]
+    assert (
+        healthz["prompt_version"]
+        == (await request(server.port, "GET", "/health", headers=[])).json["prompt_version"]
+    )
     assert (await request(server.port, "GET", "/v1/models")).json["models"][0]["name"] == named
 
 
-async def test_an_answer_is_what_decide_gives_for_the_same_decision(start_server, tiny_settings) -> None:
+async def test_an_answer_is_what_decide_gives_for_the_same_decision(
+    start_server, tiny_settings
+) -> None:
     """The API is a translation of the scorer, not a second one: same prompt, same probabilities."""
     server = await start_server(TorchScorer(tiny_settings))
     answer = (await ask(server.port, {"route-1": QUEUE})).json["answers"]["route-1"]
-    decided = (await request(server.port, "POST", "/decide", {
-        "id": "route-1", "state": STATE, "question": QUEUE["instructions"],
-        "options": [{"id": key, "description": text} for key, text in QUEUE["criteria"].items()]})).json
+    decided = (
+        await request(
+            server.port,
+            "POST",
+            "/decide",
+            {
+                "id": "route-1",
+                "state": STATE,
+                "question": QUEUE["instructions"],
+                "options": [
+                    {"id": key, "description": text} for key, text in QUEUE["criteria"].items()
+                ],
+            },
+        )
+    ).json
     assert answer["semif"]["prompt_sha256"] == decided["prompt_sha256"]
-    assert answer["probabilities"] == dict(zip(decided["option_ids"], decided["probabilities"]))  # INV-1: exactly
+    assert answer["probabilities"] == dict(
+        zip(decided["option_ids"], decided["probabilities"])
+    )  # INV-1: exactly
 
 
-async def test_several_questions_take_the_shared_path_and_count_the_state_once(start_server, tiny_settings) -> None:
+async def test_several_questions_take_the_shared_path_and_count_the_state_once(
+    start_server, tiny_settings
+) -> None:
     server = await start_server(TorchScorer(tiny_settings))
-    answered = await ask(server.port, {f"q{i}": {"type": "noul", "instructions": f"Is criterion {i} met?"} for i in range(4)})
-    assert answered.headers[b"x-semif-mode"] == b"shared"  # never serial here: there is no fallback path
+    answered = await ask(
+        server.port,
+        {f"q{i}": {"type": "noul", "instructions": f"Is criterion {i} met?"} for i in range(4)},
+    )
+    assert (
+        answered.headers[b"x-semif-mode"] == b"shared"
+    )  # never serial here: there is no fallback path
     body = answered.json
-    assert body["usage"]["input_tokens"] < sum(a["semif"]["input_tokens"] for a in body["answers"].values())
+    assert body["usage"]["input_tokens"] < sum(
+        a["semif"]["input_tokens"] for a in body["answers"].values()
+    )
     assert body["usage"]["output_tokens"] == 0
 
 
-async def test_an_over_budget_question_is_refused_not_truncated(start_server, tiny_settings) -> None:
+async def test_an_over_budget_question_is_refused_not_truncated(
+    start_server, tiny_settings
+) -> None:
     server = await start_server(TorchScorer(tiny_settings))
-    refused = await ask(server.port, {"q": {"type": "noul", "instructions": "Is this long?"}},
-                        state="word " * (2 * tiny_settings.max_tokens))
-    assert refused.status == 422  # SemIf: 422 or 500; ours is always the 422 of input the scorer refuses
-    assert "exceed" in refused.json["error"]["message"] and "no truncation" in refused.json["error"]["message"]
+    refused = await ask(
+        server.port,
+        {"q": {"type": "noul", "instructions": "Is this long?"}},
+        state="word " * (2 * tiny_settings.max_tokens),
+    )
+    assert (
+        refused.status == 422
+    )  # SemIf: 422 or 500; ours is always the 422 of input the scorer refuses
+    assert (
+        "exceed" in refused.json["error"]["message"]
+        and "no truncation" in refused.json["error"]["message"]
+    )
 
 
 async def test_a_calibration_file_bound_as_today_still_loads(tmp_path: Path) -> None:
@@ -96,26 +145,45 @@ async def test_a_calibration_file_bound_as_today_still_loads(tmp_path: Path) -> 
     try:
         health = (await request(process.port, "GET", "/health", headers=[])).json
         assert health["model"] == "stub"  # what the stub reports, as before
-        assert health["calibration"]["binding"]["model"] == DEFAULT_MODEL  # SEMIF_MODEL, checked at startup
+        assert (
+            health["calibration"]["binding"]["model"] == DEFAULT_MODEL
+        )  # SEMIF_MODEL, checked at startup
         assert health["calibration"]["binding"]["revision"] == DEFAULT_REVISION
         assert list(health["calibration"]["workloads"]) == ["triage"]
-        listed = [entry["name"] for entry in (await request(process.port, "GET", "/v1/models")).json["models"]]
+        listed = [
+            entry["name"]
+            for entry in (await request(process.port, "GET", "/v1/models")).json["models"]
+        ]
         assert listed[:2] == ["semif/stub@000000000000+stub-none", "stub"]
     finally:
         process.proc.terminate()
         assert await process.exit_code(30) == 0
 
 
-def test_a_file_bound_to_the_real_snapshot_binds_what_health_reports(tmp_path: Path, tiny_settings) -> None:
+def test_a_file_bound_to_the_real_snapshot_binds_what_health_reports(
+    tmp_path: Path, tiny_settings
+) -> None:
     """The tiny snapshot's binding is its SEMIF_MODEL, SEMIF_REVISION and prompt version, as today: the
     check startup runs accepts a file bound so, and refuses one bound to the System One id."""
     facts = TorchScorer(tiny_settings).health()
     loaded = (tiny_settings.model, tiny_settings.revision, facts["prompt_version"])
-    today = calibration.load(bound_path(tmp_path, model=tiny_settings.model, revision=tiny_settings.revision,
-                                        prompt_version=facts["prompt_version"]))
+    today = calibration.load(
+        bound_path(
+            tmp_path,
+            model=tiny_settings.model,
+            revision=tiny_settings.revision,
+            prompt_version=facts["prompt_version"],
+        )
+    )
     calibration.check_binding(today, *loaded)
-    renamed = calibration.load(bound_path(tmp_path, model=semif_id(tiny_settings.model, tiny_settings.revision),
-                                          revision=tiny_settings.revision, prompt_version=facts["prompt_version"]))
+    renamed = calibration.load(
+        bound_path(
+            tmp_path,
+            model=semif_id(tiny_settings.model, tiny_settings.revision),
+            revision=tiny_settings.revision,
+            prompt_version=facts["prompt_version"],
+        )
+    )
     with pytest.raises(calibration.BindingMismatch):
         calibration.check_binding(renamed, *loaded)
 
@@ -123,11 +191,22 @@ def test_a_file_bound_to_the_real_snapshot_binds_what_health_reports(tmp_path: P
 async def test_semifs_names_for_the_token_and_the_token_limit_configure_the_real_process() -> None:
     """An environment written for SemIf's server: SEMIF_API_KEY is the bearer, SEMIF_MAX_INPUT_TOKENS the limit."""
     key = "semif-key-" + "k" * 30
-    process = await Process.start(without=("SEMIF_API_TOKEN",), SEMIF_API_KEY=key, SEMIF_MAX_INPUT_TOKENS="512")
+    process = await Process.start(
+        without=("SEMIF_API_TOKEN",), SEMIF_API_KEY=key, SEMIF_MAX_INPUT_TOKENS="512"
+    )
     try:
         assert (await request(process.port, "GET", "/health", headers=[])).json["max_tokens"] == 512
-        assert (await request(process.port, "GET", "/v1/models", headers=[(b"authorization", b"Bearer " + key.encode())])).status == 200
-        assert (await request(process.port, "GET", "/v1/models")).status == 401  # the tests' usual token is not it
+        assert (
+            await request(
+                process.port,
+                "GET",
+                "/v1/models",
+                headers=[(b"authorization", b"Bearer " + key.encode())],
+            )
+        ).status == 200
+        assert (
+            await request(process.port, "GET", "/v1/models")
+        ).status == 401  # the tests' usual token is not it
     finally:
         process.proc.terminate()
         assert await process.exit_code(30) == 0

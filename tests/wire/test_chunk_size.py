@@ -25,19 +25,27 @@ HUGE = b"%x" % (2**64 + 10)  # 17 hex digits: within h11's 20
 CHUNKED = b"transfer-encoding: chunked\r\n"
 
 
-async def test_a_huge_declared_chunk_is_413_as_soon_as_the_limit_is_passed_not_at_the_deadline(start_server, fake) -> None:
+async def test_a_huge_declared_chunk_is_413_as_soon_as_the_limit_is_passed_not_at_the_deadline(
+    start_server, fake
+) -> None:
     server = await start_server(fake, max_body_bytes=LIMIT, body_timeout=30.0)
     data = raw_request(fields=CHUNKED, body=HUGE + b"\r\n" + b"x" * (LIMIT + 1))
-    exchange = await raw_responses(server.port, data, 1, timeout=5.0)  # far inside the 30 s body deadline
+    exchange = await raw_responses(
+        server.port, data, 1, timeout=5.0
+    )  # far inside the 30 s body deadline
     (response,) = parse_responses(exchange.data)
     assert response.status == 413 and response.code == "request_too_large" and exchange.closed
     assert fake.calls == []
 
 
-async def test_a_huge_declared_chunk_with_nothing_after_it_is_408_at_the_body_deadline(start_server, fake) -> None:
+async def test_a_huge_declared_chunk_with_nothing_after_it_is_408_at_the_body_deadline(
+    start_server, fake
+) -> None:
     server = await start_server(fake, max_body_bytes=LIMIT, body_timeout=1.0)
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    writer.write(raw_request(fields=CHUNKED, body=HUGE + b"\r\n" + b"x" * (LIMIT // 2)))  # under the limit, then silence
+    writer.write(
+        raw_request(fields=CHUNKED, body=HUGE + b"\r\n" + b"x" * (LIMIT // 2))
+    )  # under the limit, then silence
     began = asyncio.get_running_loop().time()
     data = await asyncio.wait_for(reader.read(), 10)
     waited = asyncio.get_running_loop().time() - began

@@ -15,10 +15,10 @@ import asyncio
 import pytest
 
 from tests.bodies import BODY, POST, ROW
-from tests.wire_client import assert_serving
 from tests.wire_client import (
     HEALTH,
     Connection,
+    assert_serving,
     connections_closed,
     no_error_logs,  # noqa: F401 - fixture
     raw_request,
@@ -41,7 +41,10 @@ def now() -> float:
 
 
 async def start(start_server, fake, **overrides):
-    return await start_server(fake, **{"header_timeout": HEADER, "body_timeout": BODY_T, "idle_timeout": IDLE, **overrides})
+    return await start_server(
+        fake,
+        **{"header_timeout": HEADER, "body_timeout": BODY_T, "idle_timeout": IDLE, **overrides},
+    )
 
 
 async def assert_timed_out(connection: Connection, since: float, after: float) -> None:
@@ -63,6 +66,7 @@ async def assert_closed_silently(connection: Connection, since: float, after: fl
 
 # -- the first request ------------------------------------------------------------------------
 
+
 async def test_a_partial_first_head_gets_408_at_the_header_timeout(start_server, fake) -> None:
     server = await start(start_server, fake)
     began = now()
@@ -81,17 +85,20 @@ DEADLINE = 1.5
 
 def dribbling(connection: Connection, data: bytes, until: float) -> asyncio.Future[None]:
     """Write `data` a byte every 40 ms in the background, stopping at loop time `until`."""
+
     async def dribble() -> None:
         for index in range(len(data)):
             if now() >= until:
                 return
-            connection.writer.write(data[index:index + 1])
+            connection.writer.write(data[index : index + 1])
             await asyncio.sleep(0.04)
 
     return asyncio.ensure_future(dribble())
 
 
-async def test_a_head_dribbled_byte_by_byte_is_cut_off_at_the_header_timeout(start_server, fake) -> None:
+async def test_a_head_dribbled_byte_by_byte_is_cut_off_at_the_header_timeout(
+    start_server, fake
+) -> None:
     """The deadline is for the whole head, not per read: a steady trickle does not extend it."""
     server = await start(start_server, fake, header_timeout=DEADLINE, body_timeout=DEADLINE * 2)
     began = now()
@@ -104,7 +111,9 @@ async def test_a_head_dribbled_byte_by_byte_is_cut_off_at_the_header_timeout(sta
         trickle.cancel()
 
 
-async def test_a_connection_that_sends_nothing_is_closed_without_a_response(start_server, fake) -> None:
+async def test_a_connection_that_sends_nothing_is_closed_without_a_response(
+    start_server, fake
+) -> None:
     server = await start(start_server, fake)
     began = now()
     connection = await Connection.open(server.port)
@@ -113,7 +122,10 @@ async def test_a_connection_that_sends_nothing_is_closed_without_a_response(star
 
 # -- keep-alive ---------------------------------------------------------------------------------
 
-async def test_a_kept_alive_connection_may_wait_past_the_header_timeout_for_its_next_request(start_server, fake) -> None:
+
+async def test_a_kept_alive_connection_may_wait_past_the_header_timeout_for_its_next_request(
+    start_server, fake
+) -> None:
     server = await start(start_server, fake)
     connection = await Connection.open(server.port)
     assert (await connection.request("POST", "/decide", ROW)).status == 200
@@ -122,10 +134,14 @@ async def test_a_kept_alive_connection_may_wait_past_the_header_timeout_for_its_
     await connection.close()
 
 
-async def test_an_idle_kept_alive_connection_is_closed_at_the_idle_timeout(start_server, fake) -> None:
+async def test_an_idle_kept_alive_connection_is_closed_at_the_idle_timeout(
+    start_server, fake
+) -> None:
     server = await start(start_server, fake)
     connection = await Connection.open(server.port)
-    began = now()  # before the request, so before the end of its response, where the idle clock starts
+    began = (
+        now()
+    )  # before the request, so before the end of its response, where the idle clock starts
     assert (await connection.request("GET", "/health", headers=[])).status == 200
     await assert_closed_silently(connection, began, IDLE)
 
@@ -140,7 +156,9 @@ async def test_the_next_head_has_the_header_timeout_from_its_first_byte(start_se
     await assert_timed_out(connection, began, HEADER)
 
 
-async def test_a_pipelined_partial_head_is_timed_from_the_end_of_the_previous_response(start_server, fake) -> None:
+async def test_a_pipelined_partial_head_is_timed_from_the_end_of_the_previous_response(
+    start_server, fake
+) -> None:
     """Its bytes arrived with the first request, but the clock starts when that response is sent."""
     header = 1.0
     server = await start(start_server, fake, header_timeout=header)
@@ -148,7 +166,9 @@ async def test_a_pipelined_partial_head_is_timed_from_the_end_of_the_previous_re
     connection = await Connection.open(server.port)
     connection.writer.write(POST + HEALTH[:10])
     assert (await connection.read_response(timeout=5)).status == 200
-    connection.writer.write(HEALTH[10:])  # in time by ~1 s counted from the response; 1 s late counted from arrival
+    connection.writer.write(
+        HEALTH[10:]
+    )  # in time by ~1 s counted from the response; 1 s late counted from arrival
     assert (await connection.read_response(timeout=5)).status == 200
     await connection.close()
 
@@ -164,8 +184,11 @@ async def test_a_pipelined_head_never_completed_gets_408(start_server, fake) -> 
 
 # -- the body -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("sent", [0, 10])
-async def test_a_stalled_body_gets_408_and_never_reaches_the_scorer(start_server, fake, sent) -> None:
+async def test_a_stalled_body_gets_408_and_never_reaches_the_scorer(
+    start_server, fake, sent
+) -> None:
     server = await start(start_server, fake)
     connection = await Connection.open(server.port)
     head = POST[: len(POST) - len(BODY)]
@@ -176,7 +199,9 @@ async def test_a_stalled_body_gets_408_and_never_reaches_the_scorer(start_server
     await assert_serving(server.port)
 
 
-async def test_a_body_dribbled_too_slowly_is_cut_off_at_the_body_timeout(start_server, fake) -> None:
+async def test_a_body_dribbled_too_slowly_is_cut_off_at_the_body_timeout(
+    start_server, fake
+) -> None:
     server = await start(start_server, fake, body_timeout=DEADLINE, idle_timeout=DEADLINE * 2)
     connection = await Connection.open(server.port)
     head = POST[: len(POST) - len(BODY)]
@@ -196,6 +221,8 @@ async def test_a_chunked_body_that_stalls_mid_chunk_gets_408(start_server, fake)
     server = await start(start_server, fake)
     connection = await Connection.open(server.port)
     began = now()
-    connection.writer.write(raw_request(fields=b"transfer-encoding: chunked\r\n", body=b"%x\r\n" % len(BODY) + BODY[:5]))
+    connection.writer.write(
+        raw_request(fields=b"transfer-encoding: chunked\r\n", body=b"%x\r\n" % len(BODY) + BODY[:5])
+    )
     await assert_timed_out(connection, began, BODY_T)
     assert fake.calls == []

@@ -38,7 +38,9 @@ async def closed_without_a_response(balancer: Connection) -> None:
     assert await asyncio.wait_for(balancer.reader.read(), 5) == b""
 
 
-async def test_the_balancers_kept_connection_is_closed_and_its_next_one_refused(start_server, fake) -> None:
+async def test_the_balancers_kept_connection_is_closed_and_its_next_one_refused(
+    start_server, fake
+) -> None:
     server = await start_server(fake, shutdown_grace=5.0)
     fake.gate = threading.Event()
     busy = await Connection.open(server.port)

@@ -17,10 +17,10 @@ import threading
 import pytest
 
 from tests.bodies import BODY, POST, ROW
-from tests.wire_client import assert_serving
 from tests.wire_client import (
     HEALTH,
     Connection,
+    assert_serving,
     connections_closed,
     eventually,
     no_error_logs,  # noqa: F401 - fixture
@@ -33,7 +33,6 @@ from tests.wire_client import (
 pytestmark = pytest.mark.usefixtures("no_error_logs")
 
 
-
 async def held(port: int, count: int) -> list[Connection]:
     """`count` kept-alive connections, each proven registered by one answered request."""
     connections = [await Connection.open(port) for _ in range(count)]
@@ -44,13 +43,18 @@ async def held(port: int, count: int) -> list[Connection]:
 
 # -- the connection cap ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("sent", [b"", HEALTH, POST])
-async def test_over_the_cap_a_connection_gets_a_canned_503_and_is_closed_at_once(start_server, fake, sent) -> None:
+async def test_over_the_cap_a_connection_gets_a_canned_503_and_is_closed_at_once(
+    start_server, fake, sent
+) -> None:
     server = await start_server(fake, max_connections=3, header_timeout=5.0)
     connections = await held(server.port, 3)
     began = asyncio.get_running_loop().time()
     exchange = await raw_session(server.port, sent, timeout=4.0)
-    assert exchange.closed and asyncio.get_running_loop().time() - began < 2.5  # well before the 5 s head deadline
+    assert (
+        exchange.closed and asyncio.get_running_loop().time() - began < 2.5
+    )  # well before the 5 s head deadline
     (response,) = parse_responses(exchange.data, strict=True)
     assert response.status == 503 and response.code == "too_many_connections"
     assert response.headers[b"connection"] == b"close"
@@ -72,7 +76,9 @@ async def test_a_freed_slot_serves_the_next_connection(start_server, fake) -> No
     await second.close()
 
 
-async def test_idle_sockets_over_the_cap_hold_it_only_until_the_header_timeout(start_server, fake) -> None:
+async def test_idle_sockets_over_the_cap_hold_it_only_until_the_header_timeout(
+    start_server, fake
+) -> None:
     server = await start_server(fake, max_connections=50, header_timeout=0.5)
     sockets = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(200)]
     refused = await request(server.port, "GET", "/health", headers=[])
@@ -84,6 +90,7 @@ async def test_idle_sockets_over_the_cap_hold_it_only_until_the_header_timeout(s
 
 
 # -- slow clients ---------------------------------------------------------------------------------
+
 
 async def test_hundreds_of_slow_sockets_do_not_starve_health(start_server, fake) -> None:
     """100 heads dribbled a byte at a time and 100 stalled bodies; /health answers throughout.
@@ -118,7 +125,9 @@ async def test_hundreds_of_slow_sockets_do_not_starve_health(start_server, fake)
     until = loop.time() + 2.0
     while loop.time() < until:
         began = loop.time()
-        assert (await asyncio.wait_for(request(server.port, "GET", "/health", headers=[]), 2.5)).status == 200
+        assert (
+            await asyncio.wait_for(request(server.port, "GET", "/health", headers=[]), 2.5)
+        ).status == 200
         latencies.append(loop.time() - began)
         await asyncio.sleep(0.1)
     stop.set()
@@ -130,17 +139,27 @@ async def test_hundreds_of_slow_sockets_do_not_starve_health(start_server, fake)
 
 # -- admission ------------------------------------------------------------------------------------
 
-async def test_429_accounting_admits_exactly_max_queue_and_returns_to_zero(start_server, fake) -> None:
+
+async def test_429_accounting_admits_exactly_max_queue_and_returns_to_zero(
+    start_server, fake
+) -> None:
     server = await start_server(fake, max_queue=2)
     fake.gate = threading.Event()
     for _ in range(2):  # twice: a leaked slot would show on the second round
         fake.calls.clear()
         fake.entered.clear()
-        admitted = [asyncio.ensure_future(request(server.port, "POST", "/decide", ROW)) for _ in range(2)]
+        admitted = [
+            asyncio.ensure_future(request(server.port, "POST", "/decide", ROW)) for _ in range(2)
+        ]
         await fake.wait_entered()
         await eventually(lambda: server.service.admission.in_progress == 2)
-        refused = await asyncio.gather(*(request(server.port, "POST", path, body) for path, body in
-                                         [("/decide", ROW)] * 3 + [("/decide/shared", {"state": "s", "decisions": [ROW]})]))
+        refused = await asyncio.gather(
+            *(
+                request(server.port, "POST", path, body)
+                for path, body in [("/decide", ROW)] * 3
+                + [("/decide/shared", {"state": "s", "decisions": [ROW]})]
+            )
+        )
         assert [(r.status, r.code) for r in refused] == [(429, "busy")] * 4
         health = await request(server.port, "GET", "/health", headers=[])
         assert health.status == 200 and health.json["in_progress"] == 2
@@ -150,20 +169,31 @@ async def test_429_accounting_admits_exactly_max_queue_and_returns_to_zero(start
         assert len(fake.calls) == 2 and server.service.admission.in_progress == 0
 
 
-@pytest.mark.parametrize("fields", [b"content-encoding: gzip\r\ncontent-length: 0\r\n", b"content-length: 2000000\r\n"],
-                         ids=["415-no-body", "413-declared"])
-async def test_a_refusal_after_admission_frees_its_slot_and_closes(start_server, fake, fields) -> None:
+@pytest.mark.parametrize(
+    "fields",
+    [b"content-encoding: gzip\r\ncontent-length: 0\r\n", b"content-length: 2000000\r\n"],
+    ids=["415-no-body", "413-declared"],
+)
+async def test_a_refusal_after_admission_frees_its_slot_and_closes(
+    start_server, fake, fields
+) -> None:
     """The checks after the slot is taken (declared length, coding) give it back, and close even with no body."""
     server = await start_server(fake, max_queue=1)
     for _ in range(2):  # a leaked slot would make the second one a 429
         exchange = await raw_session(server.port, raw_request(fields=fields))
         (response,) = parse_responses(exchange.data)
-        assert response.status in (413, 415) and response.headers[b"connection"] == b"close" and exchange.closed
+        assert (
+            response.status in (413, 415)
+            and response.headers[b"connection"] == b"close"
+            and exchange.closed
+        )
     assert server.service.admission.in_progress == 0 and fake.calls == []
     assert (await request(server.port, "POST", "/decide", ROW)).status == 200
 
 
-async def test_a_client_that_leaves_while_queued_never_reaches_the_scorer(start_server, fake) -> None:
+async def test_a_client_that_leaves_while_queued_never_reaches_the_scorer(
+    start_server, fake
+) -> None:
     server = await start_server(fake)
     fake.gate = threading.Event()
     first = asyncio.ensure_future(request(server.port, "POST", "/decide", {**ROW, "id": "first"}))
@@ -175,7 +205,9 @@ async def test_a_client_that_leaves_while_queued_never_reaches_the_scorer(start_
     (queued_task,) = set(server.connections) - {first_task}
     await queued.close()
     await asyncio.wait({queued_task}, timeout=2)
-    assert queued_task.done() and server.service.admission.in_progress == 1  # freed while the first still scores
+    assert (
+        queued_task.done() and server.service.admission.in_progress == 1
+    )  # freed while the first still scores
     fake.gate.set()
     assert (await first).status == 200
     assert (await request(server.port, "POST", "/decide", {**ROW, "id": "after"})).status == 200
@@ -183,11 +215,16 @@ async def test_a_client_that_leaves_while_queued_never_reaches_the_scorer(start_
     assert server.service.admission.in_progress == 0
 
 
-@pytest.mark.parametrize("outcome", [
-    None,
-    RuntimeError("the scorer failed after its caller left"),
-])
-async def test_a_client_that_leaves_while_scoring_frees_its_slot_when_the_call_returns(start_server, fake, caplog, outcome) -> None:
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        None,
+        RuntimeError("the scorer failed after its caller left"),
+    ],
+)
+async def test_a_client_that_leaves_while_scoring_frees_its_slot_when_the_call_returns(
+    start_server, fake, caplog, outcome
+) -> None:
     server = await start_server(fake, max_queue=1)
     fake.gate = threading.Event()
     fake.raise_ = outcome
@@ -209,12 +246,16 @@ async def test_a_client_that_leaves_while_scoring_frees_its_slot_when_the_call_r
     assert noise == []
 
 
-async def test_a_client_that_never_reads_its_responses_cannot_hold_a_connection(start_server, fake) -> None:
+async def test_a_client_that_never_reads_its_responses_cannot_hold_a_connection(
+    start_server, fake
+) -> None:
     """Pipelined requests whose answers fill the socket buffers: the send deadline ends the connection."""
     server = await start_server(fake, idle_timeout=0.5)
     loop = asyncio.get_running_loop()
     sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect, so the window stays small
+    sock.setsockopt(
+        socket.SOL_SOCKET, socket.SO_RCVBUF, 4096
+    )  # before connect, so the window stays small
     sock.setblocking(False)
     await loop.sock_connect(sock, ("127.0.0.1", server.port))
     flood = asyncio.ensure_future(loop.sock_sendall(sock, HEALTH * 20_000))  # never reads a byte

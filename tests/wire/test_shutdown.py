@@ -28,7 +28,6 @@ from tests.wire_client import (
 pytestmark = pytest.mark.usefixtures("no_error_logs")
 
 
-
 async def begin_shutdown(server) -> asyncio.Future:
     """Start draining and return once it has stopped accepting (its first step runs synchronously)."""
     stopping = asyncio.ensure_future(server.shutdown())
@@ -62,6 +61,7 @@ async def refused_soon(port: int, timeout: float = 2.0) -> None:
 
 # -- in process -----------------------------------------------------------------------------------
 
+
 async def scoring(server, fake) -> Connection:
     """A connection whose POST is inside the scorer, held there until `fake.gate` is set."""
     fake.gate = threading.Event()
@@ -77,19 +77,27 @@ async def test_in_flight_calls_finish_and_idle_connections_close(start_server, f
     idle = await Connection.open(server.port)
     assert (await idle.request("GET", "/health", headers=[])).status == 200
     stopping = await begin_shutdown(server)
-    assert await idle.closed_by_peer(timeout=1.0)  # nothing in progress there: closed at once, no response
+    assert await idle.closed_by_peer(
+        timeout=1.0
+    )  # nothing in progress there: closed at once, no response
     await assert_refused(server.port)
     fake.gate.set()
     response = await busy.read_response()
     assert response.status == 200 and response.json["id"] == ROW["id"]
-    assert response.headers[b"connection"] == b"close"  # the client learns nothing more is answered here
+    assert (
+        response.headers[b"connection"] == b"close"
+    )  # the client learns nothing more is answered here
     assert await busy.closed_by_peer()
     await asyncio.wait_for(stopping, 2)
     assert not server.connections and server.service.admission.in_progress == 0
 
 
-@pytest.mark.parametrize("sent", [POST, raw_request(b"GET", b"/v1/models")], ids=["POST /decide", "GET /v1/models"])
-async def test_a_request_begun_before_the_drain_and_finished_after_gets_503(start_server, fake, sent) -> None:
+@pytest.mark.parametrize(
+    "sent", [POST, raw_request(b"GET", b"/v1/models")], ids=["POST /decide", "GET /v1/models"]
+)
+async def test_a_request_begun_before_the_drain_and_finished_after_gets_503(
+    start_server, fake, sent
+) -> None:
     """Every route behind the bearer: a POST, and the System One model list."""
     server = await start_server(fake, shutdown_grace=5.0)
     connection = await Connection.open(server.port)
@@ -104,11 +112,15 @@ async def test_a_request_begun_before_the_drain_and_finished_after_gets_503(star
     await asyncio.wait_for(stopping, 2)
 
 
-async def test_health_reports_draining_503_while_an_in_flight_request_still_gets_its_200(start_server, fake) -> None:
+async def test_health_reports_draining_503_while_an_in_flight_request_still_gets_its_200(
+    start_server, fake
+) -> None:
     server = await start_server(fake, shutdown_grace=5.0)
     busy = await scoring(server, fake)
     probe = await Connection.open(server.port)
-    probe.writer.write(HEALTH[:10])  # a probe whose head is in progress keeps its connection through the drain
+    probe.writer.write(
+        HEALTH[:10]
+    )  # a probe whose head is in progress keeps its connection through the drain
     await eventually(lambda: sum(not c.closable for c in server.connections.values()) == 2)
     stopping = await begin_shutdown(server)
     probe.writer.write(HEALTH[10:])
@@ -121,7 +133,9 @@ async def test_health_reports_draining_503_while_an_in_flight_request_still_gets
     await asyncio.wait_for(stopping, 2)
 
 
-async def test_requests_pipelined_behind_an_in_flight_one_are_not_answered_after_close(start_server, fake) -> None:
+async def test_requests_pipelined_behind_an_in_flight_one_are_not_answered_after_close(
+    start_server, fake
+) -> None:
     server = await start_server(fake, shutdown_grace=5.0)
     fake.gate = threading.Event()
     connection = await Connection.open(server.port)
@@ -136,7 +150,9 @@ async def test_requests_pipelined_behind_an_in_flight_one_are_not_answered_after
 
 
 @pytest.mark.parametrize("stage", ["scoring", "reading the body", "reading the head"])
-async def test_when_the_grace_runs_out_work_in_progress_gets_503_not_silence(start_server, fake, stage) -> None:
+async def test_when_the_grace_runs_out_work_in_progress_gets_503_not_silence(
+    start_server, fake, stage
+) -> None:
     server = await start_server(fake, shutdown_grace=0.3, header_timeout=10.0, body_timeout=10.0)
     fake.gate = threading.Event()
     connection = await Connection.open(server.port)
@@ -159,6 +175,7 @@ async def test_when_the_grace_runs_out_work_in_progress_gets_503_not_silence(sta
 
 
 # -- the real process -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_a_signal_drains_the_process_and_it_exits_0(sig) -> None:

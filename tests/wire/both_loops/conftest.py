@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import pytest
 
 
-def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
     try:
         import uvloop
     except ImportError:  # the test extra brings it: in CI its absence is a failure

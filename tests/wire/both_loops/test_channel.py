@@ -18,23 +18,32 @@ import socket
 import threading
 
 from semif_serve.wire import MAX_BUFFERED
-
 from tests.bodies import BODY, ROW
-from tests.wire_client import assert_serving
-from tests.wire_client import HEALTH, eventually, parse_responses, raw_request, request
+from tests.wire_client import (
+    HEALTH,
+    assert_serving,
+    eventually,
+    parse_responses,
+    raw_request,
+    request,
+)
 
 FLOOD = HEALTH * 200_000  # 6.6 MB of pipelined requests, far past the bound
 METRICS = b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n"
 
 
-async def test_pipelined_bytes_while_scoring_are_bounded_and_the_sender_is_pushed_back(start_server, fake) -> None:
+async def test_pipelined_bytes_while_scoring_are_bounded_and_the_sender_is_pushed_back(
+    start_server, fake
+) -> None:
     server = await start_server(fake)
     fake.gate = threading.Event()
     loop = asyncio.get_running_loop()
     sock = socket.socket()
     sock.setblocking(False)
     await loop.sock_connect(sock, ("127.0.0.1", server.port))
-    await loop.sock_sendall(sock, raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY))
+    await loop.sock_sendall(
+        sock, raw_request(fields=b"content-length: %d\r\n" % len(BODY), body=BODY)
+    )
     await fake.wait_entered()
     flood = asyncio.ensure_future(loop.sock_sendall(sock, FLOOD))
     try:
@@ -51,13 +60,17 @@ async def test_pipelined_bytes_while_scoring_are_bounded_and_the_sender_is_pushe
     finally:
         fake.gate.set()
         flood.cancel()
-        await asyncio.wait([flood])  # its selector callback goes before the fd does, or a new socket inherits it
+        await asyncio.wait(
+            [flood]
+        )  # its selector callback goes before the fd does, or a new socket inherits it
         sock.close()
     assert [kind for kind, _ in fake.calls] == ["direct"]
     await assert_serving(server.port)
 
 
-async def test_a_client_that_sent_its_request_and_closed_never_reaches_the_scorer(start_server, fake) -> None:
+async def test_a_client_that_sent_its_request_and_closed_never_reaches_the_scorer(
+    start_server, fake
+) -> None:
     server = await start_server(fake, max_queue=2)
     fake.gate = threading.Event()
     first = asyncio.ensure_future(request(server.port, "POST", "/decide", {**ROW, "id": "first"}))
@@ -66,7 +79,9 @@ async def test_a_client_that_sent_its_request_and_closed_never_reaches_the_score
     # Blocking calls, no await: the server finds the request and the EOF waiting together.
     with socket.create_connection(("127.0.0.1", server.port)) as leaving:
         leaving.sendall(raw_request(fields=b"content-length: %d\r\n" % len(body), body=body))
-        leaving.shutdown(socket.SHUT_WR)  # half-closed: a request, then EOF, while the scorer is busy
+        leaving.shutdown(
+            socket.SHUT_WR
+        )  # half-closed: a request, then EOF, while the scorer is busy
         leaving.setblocking(False)
         closed = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(leaving, 65536), 5)
         assert closed == b""  # closed without an answer: nobody is left to read one
@@ -76,22 +91,30 @@ async def test_a_client_that_sent_its_request_and_closed_never_reaches_the_score
     assert server.service.admission.in_progress == 0
 
 
-async def test_a_request_read_after_the_client_sent_eof_never_reaches_the_scorer(start_server, fake) -> None:
+async def test_a_request_read_after_the_client_sent_eof_never_reaches_the_scorer(
+    start_server, fake
+) -> None:
     """The EOF arrives while earlier answers wait on a slow reader; the POST behind them is then never scored."""
     server = await start_server(fake)
     loop = asyncio.get_running_loop()
     sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect, so the window stays small
+    sock.setsockopt(
+        socket.SOL_SOCKET, socket.SO_RCVBUF, 4096
+    )  # before connect, so the window stays small
     sock.setblocking(False)
     await loop.sock_connect(sock, ("127.0.0.1", server.port))
     await eventually(lambda: len(server.connections) == 1)
     (connection,) = server.connections.values()
     body = json.dumps({**ROW, "id": "after-eof"}).encode()
     # About 6 MB of answers: more than loopback's socket buffers hold, so the server must wait on us.
-    await loop.sock_sendall(sock, METRICS * 3000 + raw_request(fields=b"content-length: %d\r\n" % len(body), body=body))
+    await loop.sock_sendall(
+        sock, METRICS * 3000 + raw_request(fields=b"content-length: %d\r\n" % len(body), body=body)
+    )
     sock.shutdown(socket.SHUT_WR)
     await eventually(lambda: connection.channel.gone, timeout=5)
-    assert connection.channel.write_buffer_size() > 0  # the EOF came while the server waited to write
+    assert (
+        connection.channel.write_buffer_size() > 0
+    )  # the EOF came while the server waited to write
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)  # now read it all quickly
     received = b""
     while chunk := await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), 5):
@@ -102,7 +125,9 @@ async def test_a_request_read_after_the_client_sent_eof_never_reaches_the_scorer
     assert fake.calls == []
 
 
-async def test_a_connection_that_fails_on_a_bug_is_logged_and_the_server_keeps_serving(start_server, fake, caplog) -> None:
+async def test_a_connection_that_fails_on_a_bug_is_logged_and_the_server_keeps_serving(
+    start_server, fake, caplog
+) -> None:
     server = await start_server(fake)
     real_health = server.service.health
 
@@ -115,10 +140,14 @@ async def test_a_connection_that_fails_on_a_bug_is_logged_and_the_server_keeps_s
     assert await asyncio.wait_for(reader.read(), 5) == b""  # closed without an answer
     writer.close()
     await eventually(lambda: not server.connections)
-    failed = [r for r in caplog.records if r.getMessage() == "connection failed" and r.levelno == logging.ERROR]
+    failed = [
+        r
+        for r in caplog.records
+        if r.getMessage() == "connection failed" and r.levelno == logging.ERROR
+    ]
     assert len(failed) == 1 and "a bug in the health handler" in str(failed[0].exc_info[1])
     server.service.health = real_health  # type: ignore[method-assign]
-    (response,) = parse_responses((await asyncio.wait_for(_one_health(server.port), 5)))
+    (response,) = parse_responses(await asyncio.wait_for(_one_health(server.port), 5))
     assert response.status == 200
 
 
@@ -130,7 +159,9 @@ async def _one_health(port: int) -> bytes:
     return data
 
 
-async def test_a_body_refused_mid_stream_gets_its_413_and_a_clean_close_not_a_reset(start_server, fake) -> None:
+async def test_a_body_refused_mid_stream_gets_its_413_and_a_clean_close_not_a_reset(
+    start_server, fake
+) -> None:
     """Rule 5: the client is still sending when the 413 goes out; it reads the answer, then EOF."""
     server = await start_server(fake, max_body_bytes=1000)
     head = raw_request(fields=b"transfer-encoding: chunked\r\n")
@@ -139,7 +170,9 @@ async def test_a_body_refused_mid_stream_gets_its_413_and_a_clean_close_not_a_re
     sock = socket.socket()
     sock.setblocking(False)
     await loop.sock_connect(sock, ("127.0.0.1", server.port))
-    sending = asyncio.ensure_future(loop.sock_sendall(sock, head + chunk * 100))  # 6 MB, far past the limit
+    sending = asyncio.ensure_future(
+        loop.sock_sendall(sock, head + chunk * 100)
+    )  # 6 MB, far past the limit
     received, ended = b"", None
     try:
         while data := await asyncio.wait_for(loop.sock_recv(sock, 65536), 10):
