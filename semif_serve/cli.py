@@ -17,7 +17,8 @@ import logging  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
-from . import calibration, config  # noqa: E402
+from . import config  # noqa: E402
+from .decisions import calibration  # noqa: E402
 
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
        semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings

@@ -18,13 +18,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import averaging, calibration, prior
+from .decisions import averaging, calibration, prior
 from .errors import excerpt
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
 DEFAULT_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
 SCORERS = ("semif_phase1", "fastjev", "stub")
-# How much of the pinned snapshot is proved before the weights load (snapshot_verify.py).
+# How much of the pinned snapshot is proved before the weights load (engine/snapshot_verify.py).
 VERIFY_MODES = ("hash", "presence")
 LOG_FORMATS = ("text", "json")  # SEMIF_LOG_FORMAT: ops/logs.py formats each
 MIN_TOKEN_LENGTH = 32

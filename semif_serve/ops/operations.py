@@ -19,11 +19,11 @@ from typing import Any
 
 import h11
 
-from .. import request_target
 from ..config import Settings
-from ..engine import CallTiming
+from ..engine.worker import CallTiming
 from ..errors import ApiError, excerpt
-from ..routes import Reply, Route
+from ..http import request_target
+from ..http.exchange import Reply, Route
 from . import access_log, request_ids
 from .retry_after import RetryAfter
 

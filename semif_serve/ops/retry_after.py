@@ -4,7 +4,7 @@ Rules: always a whole number of seconds, at least 1 (RFC 9110 10.2.3 allows no
 fraction, and 0 invites a retry storm) and at most MAX_SECONDS. A 429 `busy` is
 estimated from the queue: the calls in progress are served one at a time, so a
 slot frees after about (in progress x recent mean scorer-call time); a 429 from the wait
-budget is that budget's own estimate (wait_budget.py), held to the same range by `clamp`. A 503 says
+budget is that budget's own estimate (service/wait_budget.py), held to the same range by `clamp`. A 503 says
 "not here, not now" and gets the floor.
 """
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration
 from semif_serve.client import (
     ApiError,
     AsyncClient,
@@ -28,8 +27,9 @@ from semif_serve.client import (
     Shared,
     TransportError,
 )
+from semif_serve.decisions import calibration
+from semif_serve.engine.stub import StubScorer
 from semif_serve.errors import ApiError as ServerApiError
-from semif_serve.stub import StubScorer
 from tests.bodies import ROW, SHARED
 from tests.fakes import settings as server_settings
 from tests.timing import timeless

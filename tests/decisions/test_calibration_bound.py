@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semif_serve import averaging, calibration, config
-from semif_serve.calibration import T_MAX, T_MIN, BindingMismatch, check_binding
+from semif_serve import config
+from semif_serve.decisions import averaging, calibration
+from semif_serve.decisions.calibration import T_MAX, T_MIN, BindingMismatch, check_binding
 from tests.wire_client import TOKEN
 
 BINDING = {

@@ -19,7 +19,7 @@ import pytest
 
 from bench.common import procs
 from bench.common.loadgen import call
-from semif_serve import calibration
+from semif_serve.decisions import calibration
 from tests.bodies import FOUR, ROW
 from tests.calibration_file import MATCHING, bound_path
 from tests.fake_scorer import biased

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration
+from semif_serve.decisions import calibration
 
 BINDING = {"model": "m", "revision": "r", "prompt_version": "p"}
 

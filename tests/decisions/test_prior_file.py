@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration
+from semif_serve.decisions import calibration
 from tests.calibration_file import PRIORS, WITH_PRIORS, prior_path
 
 BINDING = {"model": "m", "revision": "r", "prompt_version": "p"}

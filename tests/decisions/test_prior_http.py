@@ -3,7 +3,7 @@
 The scripted scorer's logits are each option's description length plus a known additive
 bias per position (tests/fake_scorer.py `biased`): exactly the bias PriDe models. The prior
 is fitted here through the server itself (each decision under its rotations, then
-semif_serve.prior), then served; a second server with that prior answers each decision from
+semif_serve.decisions.prior), then served; a second server with that prior answers each decision from
 one row with the rotations' top, and the scorer's own record counts the rows it was given.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration, prior
+from semif_serve.decisions import calibration, prior
 from tests.bodies import FOUR, ROW
 from tests.calibration_file import MATCHING, prior_path
 from tests.fake_scorer import BIAS, biased

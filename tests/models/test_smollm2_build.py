@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration, scorer_package
 from semif_serve.builders import smollm2, snapshot
+from semif_serve.decisions import calibration
+from semif_serve.engine import scorer_package
 from tests.smollm2_wheel import require_gguf
 
 EVIDENCE = (

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.labelled import rows as labelled
-from semif_serve import calibration
 from semif_serve.config import Settings
-from semif_serve.torch_engine import TorchScorer
+from semif_serve.decisions import calibration
+from semif_serve.engine.torch_scorer import TorchScorer
 from tests.wire_client import request
 
 ROOT = Path(__file__).resolve().parents[2]

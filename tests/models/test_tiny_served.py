@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from fastjev._runtime import direct, shared
 
-from semif_serve import averaging, calibration, prefix, prior
-from semif_serve.torch_engine import TorchScorer
+from semif_serve.decisions import averaging, calibration, prior
+from semif_serve.engine import prefix
+from semif_serve.engine.torch_scorer import TorchScorer
 from tests.timing import timeless
 from tests.wire_client import request
 

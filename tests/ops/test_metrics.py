@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration
-from semif_serve.scorer import OutOfMemory
+from semif_serve.decisions import calibration
+from semif_serve.engine.scorer import OutOfMemory
 from tests.bodies import ROW, SHARED
 from tests.metrics_samples import Samples, scrape, value
 from tests.wire_client import TOKEN, Connection, eventually, request

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from semif_serve.engine.scorer import OutOfMemory
 from semif_serve.ops.retry_after import MAX_SECONDS, RetryAfter
-from semif_serve.scorer import OutOfMemory
 from tests.bodies import ROW
 from tests.wire_client import (
     AUTH,

@@ -11,10 +11,10 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from semif_serve import calibration
-from semif_serve.engine import Engine
+from semif_serve.decisions import calibration
+from semif_serve.engine.stub import StubScorer
+from semif_serve.engine.worker import Engine
 from semif_serve.server import Server
-from semif_serve.stub import StubScorer
 from tests.fakes import settings as server_settings
 from tests.wire_client import TOKEN
 

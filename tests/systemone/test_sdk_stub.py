@@ -26,8 +26,8 @@ from typesafe_sdk import (
     TypeSafeUnprocessableEntityError,
 )
 
-from semif_serve import calibration
-from semif_serve.stub import StubScorer
+from semif_serve.decisions import calibration
+from semif_serve.engine.stub import StubScorer
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
 from tests.systemone_cases import (

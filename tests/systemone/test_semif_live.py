@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration
 from semif_serve.config import DEFAULT_MODEL, DEFAULT_REVISION
-from semif_serve.torch_engine import TorchScorer
+from semif_serve.decisions import calibration
+from semif_serve.engine.torch_scorer import TorchScorer
 from tests.calibration_file import bound_path
 from tests.served_process import Process
 from tests.systemone_cases import semif_id

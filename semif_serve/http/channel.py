@@ -1,7 +1,7 @@
 """The socket side of one connection: an asyncio.Protocol that holds what arrives until the wire asks.
 
 Rule 1: bytes only. This module knows nothing of HTTP, h11, the service or the
-log; wire.py turns bytes into events and decisions.
+log; http/connection.py turns bytes into events and decisions.
 Rule 2: one reader. Only the connection's task reads, and it waits on at most one
 future at a time. A peer that sends EOF or goes away wakes that reader and calls
 `on_gone` at once, so a client that leaves while its request is scored is noticed

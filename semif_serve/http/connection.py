@@ -21,7 +21,7 @@ what a deadline answers are read from the phase alone:
 
 `closable` (shutdown may close it at once) is WAITING with no byte held unread by
 the channel: bytes that arrive while the task sleeps are a head begun
-(`_caught_up`). A close lingers (channel.py Rule 5) from HEAD, BODY and REFUSING.
+(`_caught_up`). A close lingers (http/channel.py Rule 5) from HEAD, BODY and REFUSING.
 A deadline in HEAD answers 408, in WAITING closes silently, in BODY answers 408.
 Rule 2: one question per request head. The wire frames the head and runs the
 framing checks (loose bytes, size, both framings, a repeated SINGLETON), then asks
@@ -54,11 +54,11 @@ from typing import ClassVar
 
 import h11
 
+from ..config import Settings
+from ..errors import ApiError, excerpt
+from ..ops.operations import Exchange, Operations, peer_of
 from .channel import Channel
-from .config import Settings
-from .errors import ApiError, excerpt
-from .ops.operations import Exchange, Operations, peer_of
-from .routes import Answer, Head, Reply, Ticket
+from .exchange import Answer, Head, Reply, Ticket
 
 # How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
 LINGER_S = 1.0

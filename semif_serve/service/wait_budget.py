@@ -33,9 +33,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .engine import KINDS
-from .errors import ApiError
-from .ops.retry_after import clamp
+from ..engine.worker import KINDS
+from ..errors import ApiError
+from ..ops.retry_after import clamp
 
 WINDOW = 64  # recent scorer calls of a kind the per-row time averages over
 

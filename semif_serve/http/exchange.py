@@ -6,8 +6,8 @@ answer is, the Ticket an accepted request becomes, and `route`, which finds a
 request line's route in a listener's table or refuses it; it runs no handler, reads
 no body and knows no socket. The table itself is the application's (service.ROUTES),
 beside the handlers, so that adding an endpoint touches that one module.
-Rule 2: both sides read it, neither is imported here. service.py (and ops, for
-/metrics) decide what a route answers; wire.py frames and writes; this module
+Rule 2: both sides read it, neither is imported here. service/routes.py (and ops, for
+/metrics) decide what a route answers; http/connection.py frames and writes; this module
 imports neither.
 
 Theory of operation: one question per request head. The wire frames a head, runs
@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from ..engine.worker import CallTiming
+from ..errors import ApiError, envelope, excerpt
 from . import request_target
-from .engine import CallTiming
-from .errors import ApiError, envelope, excerpt
 
 
 @dataclass(frozen=True)

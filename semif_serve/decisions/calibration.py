@@ -3,7 +3,7 @@
 Rules: this module owns the calibration file (both its forms), the binding of a
 fitted file to the model it was fitted on, and the arithmetic of the calibrated
 views. It knows nothing of HTTP, the engine or torch; the request model refuses
-a workload or method the table lacks before scoring, and service.py only asks
+a workload or method the table lacks before scoring, and service/routes.py only asks
 this module for views.
 
 Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
@@ -18,7 +18,7 @@ Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
 
 *Extension (issue 29):* the bound form may also hold `"priors": {workload: {"<n>":
 {"prior": [p_0..p_{n-1}], "decisions": k}}}`, PriDe's position prior per workload and
-option count (prior.py fits and applies it), under the same binding. A workload may have
+option count (decisions/prior.py fits and applies it), under the same binding. A workload may have
 priors and no temperatures, so a bound file needs "workloads" or "priors" (or both); a
 workload's temperature for method "prior" needs its priors. Every file that loaded before
 loads unchanged: a plain file's values are numbers, so neither key can hold an object there.
