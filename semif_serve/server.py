@@ -28,18 +28,19 @@ import signal
 from collections.abc import Mapping
 
 from .config import Settings
-from .decisions import calibration
+from .decisions import calibration_file
 from .engine.scorer import Scorer
 from .engine.worker import Engine
 from .errors import ApiError, envelope
-from .http.channel import Channel
+from .http.channel import Channel, peer_of
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
 from .http.exchange import Answer, Head, Reply, Route, Ticket
 from .ops import logs
 from .ops.logs import log_settings
-from .ops.operations import Operations, peer_of
+from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
-from .service.routes import METRICS_ROUTES, ROUTES, Admission, Service
+from .service.admission import Admission
+from .service.routes import METRICS_ROUTES, ROUTES, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
 
 log = logging.getLogger("semif_serve.server")
@@ -210,7 +211,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
     scorer = scorer if scorer is not None else build_scorer(settings)
     # Before the model loads: a table fitted on another model or prompt refuses startup.
-    calibration.check_binding(
+    calibration_file.check_binding(
         settings.calibration,
         settings.model,
         settings.revision,

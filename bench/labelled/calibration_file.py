@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.report import write_json
-from semif_serve.decisions.calibration import BINDING_KEYS, is_bound
+from semif_serve.decisions.calibration_file import BINDING_KEYS, is_bound
 
 PRIORS = "priors"
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 
 def _settle(waiter: asyncio.Future[None] | None) -> None:
@@ -200,3 +201,12 @@ class Channel(asyncio.Protocol):
         self._take(self._size)  # drop what is held, and read again if we had paused
         with contextlib.suppress(TimeoutError):
             await self.read(seconds, 1)  # wakes at the EOF (or a lost peer), never for data
+
+
+def peer_of(writer: Any) -> str:
+    """host:port of a stream's client ([host]:port for IPv6), for the access log."""
+    address = writer.get_extra_info("peername")
+    if not isinstance(address, tuple) or len(address) < 2:
+        return "-"
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..config import Settings
-from ..decisions import averaging, calibration, request_model
+from ..decisions import averaging, calibration, calibration_file, request_model
 from ..decisions.prior import METHOD as PRIOR
 from ..decisions.request_model import DecideRequest, Decision
 from ..engine.scorer import OutOfMemory, ScoringFailed
@@ -42,6 +42,7 @@ from ..engine.worker import CallTiming, Engine
 from ..errors import ApiError, excerpt
 from ..http.exchange import Handler, Head, Reply, Route, Ticket, route
 from ..systemone import assemble, catalogue, translate
+from .admission import Admission
 from .wait_budget import WaitBudget
 
 log = logging.getLogger("semif_serve.service")
@@ -70,24 +71,6 @@ Built = tuple[Any, tuple[tuple[bytes, bytes], ...]]
 Respond = Callable[[Scored, str], Built]
 # A body coding the service does not decode (the SDK may send zstd); a JSON parser must never see it.
 IDENTITY = (None, b"identity")
-
-
-class Admission:
-    """Counts POSTs in progress (queued or scoring); the next one past the limit is refused."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.in_progress = 0
-        self.refused = 0  # read at scrape time: semif_busy_refusals_total{reason="queue"}
-
-    def enter(self) -> None:
-        if self.in_progress >= self.limit:
-            self.refused += 1
-            raise ApiError("busy", f"{self.limit} requests already in progress; retry later")
-        self.in_progress += 1
-
-    def leave(self) -> None:
-        self.in_progress -= 1
 
 
 def render(payload: Any) -> bytes:
@@ -384,7 +367,7 @@ class Service:
         (result,) = results
         if workload is None:
             return result
-        temperature = self.settings.calibration[workload][calibration.PLAIN_METHOD]
+        temperature = self.settings.calibration[workload][calibration_file.PLAIN_METHOD]
         return {**result, "calibrated": calibration.calibrated_view(result, workload, temperature)}
 
     def _averaged(

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from bench.labelled import fit, metrics
-from semif_serve.decisions.calibration import T_MAX, T_MIN
+from semif_serve.decisions.calibration_file import T_MAX, T_MIN
 from semif_serve.decisions.numerics import softmax
 
 # Two rows worked by hand: p = (0.7, 0.2, 0.1) with label 0 (right, confidence 0.7),

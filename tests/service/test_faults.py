@@ -23,7 +23,8 @@ from semif_serve.engine.worker import Engine
 from semif_serve.errors import CODES, ApiError, excerpt
 from semif_serve.http.exchange import Head, Reply, route
 from semif_serve.service import routes as service_routes
-from semif_serve.service.routes import Admission, Service, render
+from semif_serve.service.admission import Admission
+from semif_serve.service.routes import Service, render
 from tests.bodies import BODY, ROW, SHARED
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
