@@ -1,10 +1,8 @@
-"""Calibrated views: per-workload, per-method temperatures applied beside SemIf's native scores.
+"""The calibration file (SEMIF_CALIBRATION) read into a `Table`, and a fitted file's binding to its model.
 
-Rules: this module owns the calibration file (both its forms), the binding of a
-fitted file to the model it was fitted on, and the arithmetic of the calibrated
-views. It knows nothing of HTTP, the engine or torch; the request model refuses
-a workload or method the table lacks before scoring, and service/routes.py only asks
-this module for views.
+Rules: this module owns the file (both its forms) and the binding; calibration.py applies a
+table's temperatures. It knows nothing of HTTP, the engine or torch; the request model refuses
+a workload or method the table lacks before scoring.
 
 Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
 
