@@ -107,6 +107,7 @@ class Server:
         engine.observers.append(self.ops.scorer_call)
         if budget is not None and ops.metrics is not None:
             budget.estimator.observers.append(ops.metrics.wait_error)
+            ops.metrics.calls_over_budget(lambda: budget.over)
         self._listener: asyncio.base_events.Server | None = None
         self._metrics_listener: asyncio.base_events.Server | None = None
         self.port = 0
