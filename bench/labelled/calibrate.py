@@ -25,7 +25,6 @@ prompt version, are kept (calibration_file.py says who owns which key).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -186,8 +185,7 @@ def draw(fitted: dict[str, dict[str, dict[str, Any]]], path: Path, model: Any) -
 
 def _scored(args: argparse.Namespace) -> dict[str, Any]:
     if args.results is not None:
-        with open(args.results, encoding="utf-8") as handle:
-            return json.load(handle)
+        return scoring.load_results(args.results)
     scored = scoring.score_from(args)
     if args.save_results is not None:
         write_json(
@@ -221,7 +219,7 @@ def main(argv: Sequence[str]) -> int:
         fitted = fit_all(scored, args.workload)
         bound = kept_priors(
             calibration_file.read(args.out),
-            bound_file(scored, fitted, str(args.data or args.results)),
+            bound_file(scored, fitted, args.data or " ".join(map(str, args.results))),
             args.out,
         )
     except (ValueError, OSError, TimeoutError, KeyError, scoring.ScoringError) as error:

@@ -20,14 +20,13 @@ probabilities per method, which `calibrate --results` reuses) to --out;
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.common.report import fmt, machine, markdown_table, note, now, write_json
-from semif_serve.decisions.averaging import METHODS
+from semif_serve.decisions.averaging import MAX_ALL_OPTIONS, METHODS
 
 from . import metrics, plots, scoring
 from . import rows as labelled
@@ -37,6 +36,7 @@ SCORED_KEYS = (
     "methods",
     "derived",
     "workload",
+    "all_max_options",
     "split",
     "rows",
     "skipped",
@@ -130,7 +130,11 @@ def not_asked(scored: dict[str, Any]) -> dict[str, str]:
     for method, ids in scored["skipped"].items():
         if not ids:
             continue
-        why = scoring.NOT_ASKED.get(method, "not asked")
+        why = (
+            scoring.all_not_asked(scored.get("all_max_options", MAX_ALL_OPTIONS))
+            if method == "all"
+            else scoring.NOT_ASKED.get(method, "not asked")
+        )
         if method == scoring.PRIOR:
             groups = sorted(
                 {(labelled.workload_of(by_id[i], default), by_id[i]["options"]) for i in ids}
@@ -309,9 +313,9 @@ def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
     try:
         if args.results is not None:
-            saved = json.loads(Path(args.results).read_text(encoding="utf-8"))
+            saved = scoring.load_results(args.results)
             scored = {key: saved[key] for key in SCORED_KEYS if key in saved}
-            data = saved.get("data", str(args.results))
+            data = saved["data"]
         else:
             scored, data = {**scoring.score_from(args, args.split), "split": args.split}, args.data
     except (ValueError, OSError, TimeoutError, scoring.ScoringError) as error:

@@ -17,7 +17,8 @@ own order, `agreement`, the number of orderings and the prompt_version the
 scorer reported (a calibration file is bound to it).
 
 "all" is not sent for rows with more than MAX_ALL_OPTIONS options (the contract
-refuses it with a 422), nor "prior" for a row whose (workload, option count) has
+refuses it with a 422; `--all-max-options` lowers the cap, since n! rows per decision
+cost more than they tell on a slow model), nor "prior" for a row whose (workload, option count) has
 no prior on the server (/health's `calibration.priors`, where the server would
 answer 422); those rows are listed under `skipped`. "prior" is the only method
 that sends a `workload` (the row's own, else --workload): it selects the prior,
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,10 +58,14 @@ DEFAULT_TIMEOUT = (
     600.0  # one "all" request over 4 options is 24 rows in one call: seconds on a loaded CPU
 )
 DEFAULT_WORKLOAD = "default"
-NOT_ASKED = {
-    "all": f"more than {MAX_ALL_OPTIONS} options; the contract refuses 'all' there",
-    PRIOR: "no prior on the server for its (workload, option count)",
-}
+NOT_ASKED = {PRIOR: "no prior on the server for its (workload, option count)"}
+
+
+def all_not_asked(max_options: int) -> str:
+    """Why "all" skipped a row: the contract's cap, or the lower one the run chose."""
+    if max_options >= MAX_ALL_OPTIONS:
+        return f"more than {MAX_ALL_OPTIONS} options; the contract refuses 'all' there"
+    return f"more than {max_options} options (--all-max-options)"
 
 
 class ScoringError(RuntimeError):
@@ -73,12 +79,17 @@ class Served:
 
     priors: frozenset[tuple[str, int]] = frozenset()
     workload: str = DEFAULT_WORKLOAD
+    all_max_options: int = MAX_ALL_OPTIONS
 
     @classmethod
-    def from_health(cls, health: dict[str, Any], workload: str) -> Served:
+    def from_health(
+        cls, health: dict[str, Any], workload: str, all_max_options: int = MAX_ALL_OPTIONS
+    ) -> Served:
         listed = (health.get("calibration") or {}).get("priors") or {}
         return cls(
-            frozenset((name, int(n)) for name, counts in listed.items() for n in counts), workload
+            frozenset((name, int(n)) for name, counts in listed.items() for n in counts),
+            workload,
+            min(all_max_options, MAX_ALL_OPTIONS),
         )
 
     def workload_of(self, row: labelled.Row) -> str:
@@ -86,7 +97,7 @@ class Served:
 
     def applicable(self, row: labelled.Row, method: str) -> bool:
         if method == "all":
-            return len(row["options"]) <= MAX_ALL_OPTIONS
+            return len(row["options"]) <= self.all_max_options
         if method == PRIOR:
             return (self.workload_of(row), len(row["options"])) in self.priors
         return True
@@ -248,10 +259,11 @@ async def score(
     timeout: float = DEFAULT_TIMEOUT,
     derive_smaller: bool = False,
     workload: str = DEFAULT_WORKLOAD,
+    all_max_options: int = MAX_ALL_OPTIONS,
 ) -> dict[str, Any]:
     """Every applicable (row, method), method by method; the server's /health and the per-row records."""
     facts = await health(target)
-    served = Served.from_health(facts, workload)
+    served = Served.from_health(facts, workload, all_max_options)
     skipped = {
         method: [row["id"] for row in items if not served.applicable(row, method)]
         for method in methods
@@ -304,8 +316,42 @@ async def score(
         "methods": list(methods),
         "derived": derive_smaller,
         "workload": workload,
+        "all_max_options": served.all_max_options,
         "rows": scored,
         "skipped": skipped,
+    }
+
+
+def load_results(paths: Sequence[Path]) -> dict[str, Any]:
+    """Saved runs (`evaluate --out`) as one: the rows of each, in order, so that runs over disjoint rows
+    (one per split, say) are reported and fitted together. They must come from the same model, revision,
+    methods and options, and share no row (ValueError otherwise)."""
+    runs = [json.loads(Path(path).read_text(encoding="utf-8")) for path in paths]
+    first, path0 = runs[0], paths[0]
+    same = ("methods", "derived", "workload", "all_max_options")
+    for run, path in zip(runs[1:], paths[1:]):
+        for key in same:
+            if run.get(key) != first.get(key):
+                raise ValueError(f"{path}: {key} {run.get(key)!r}, {path0} has {first.get(key)!r}")
+        for key in ("model", "revision"):
+            if run["health"].get(key) != first["health"].get(key):
+                raise ValueError(
+                    f"{path}: {key} {run['health'].get(key)!r}, {path0} has {first['health'].get(key)!r}"
+                )
+    ids = [row["id"] for run in runs for row in run["rows"]]
+    doubled = sorted({i for i in ids if ids.count(i) > 1})
+    if doubled:
+        raise ValueError(f"rows saved in more than one of the runs: {', '.join(doubled)}")
+    splits = {run.get("split") for run in runs}
+    return {
+        **{key: first[key] for key in ("health", *same) if key in first},
+        "split": splits.pop() if len(splits) == 1 else None,
+        "rows": [row for run in runs for row in run["rows"]],
+        "skipped": {
+            method: [i for run in runs for i in run["skipped"].get(method, [])]
+            for method in first["skipped"]
+        },
+        "data": first.get("data", str(path0)),
     }
 
 
@@ -316,7 +362,12 @@ def add_arguments(parser: argparse.ArgumentParser, results_help: str) -> None:
         "--url",
         help="http://127.0.0.1:PORT of a running server (token from SEMIF_API_TOKEN); needs --data",
     )
-    source.add_argument("--results", type=Path, help=results_help)
+    source.add_argument(
+        "--results",
+        type=Path,
+        nargs="+",
+        help=f"{results_help}; several runs over disjoint rows are read as one",
+    )
     parser.add_argument(
         "--data", help="labelled JSONL {id, state, question, options, label[, split, workload]}"
     )
@@ -332,6 +383,13 @@ def add_arguments(parser: argparse.ArgumentParser, results_help: str) -> None:
         "--workload",
         default=DEFAULT_WORKLOAD,
         help="workload of rows that name none (default: default)",
+    )
+    parser.add_argument(
+        "--all-max-options",
+        type=int,
+        default=MAX_ALL_OPTIONS,
+        help=f"ask 'all' only on rows with at most this many options (default and most: "
+        f"{MAX_ALL_OPTIONS}, the contract's cap)",
     )
     parser.add_argument("--concurrency", type=int, default=2, help="requests in flight (default 2)")
     parser.add_argument(
@@ -361,5 +419,6 @@ def score_from(args: argparse.Namespace, split: str | None = None) -> dict[str, 
             args.timeout,
             args.derive,
             args.workload,
+            args.all_max_options,
         )
     )

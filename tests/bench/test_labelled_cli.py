@@ -255,3 +255,64 @@ def test_evaluate_re_reports_saved_results_without_a_server(
         == evaluated["results"]["summary"]
     )
     assert done.stdout == evaluated["done"].stdout
+
+
+def test_all_max_options_asks_all_only_up_to_that_many_options(
+    evaluated: dict[str, Any], server: procs.Running, subset: Path, tmp_path: Path
+) -> None:
+    """A lower cap skips 'all' on the larger rows (listed, with the cap) and changes nothing else."""
+    done = bench(
+        "evaluate",
+        "--url",
+        server.url,
+        "--data",
+        str(subset),
+        "--all-max-options",
+        "3",
+        "--derive",
+        "--out",
+        str(tmp_path / "capped.json"),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    capped = json.loads((tmp_path / "capped.json").read_text())
+    asked = {row["id"]: row["methods"] for row in evaluated["results"]["rows"]}
+    for row in capped["rows"]:
+        assert ("all" in row["methods"]) == (row["options"] <= 3), row["id"]
+        for method, kept in row["methods"].items():
+            assert kept == asked[row["id"]][method], (row["id"], method)
+    assert len(capped["skipped"]["all"]) == 12 and capped["all_max_options"] == 3
+    assert "all: 12 rows not scored (more than 3 options (--all-max-options))" in done.stdout
+    again = bench("evaluate", "--results", str(tmp_path / "capped.json"))
+    assert again.stdout == done.stdout
+
+
+def test_saved_runs_over_disjoint_rows_are_reported_and_fitted_as_one(
+    evaluated: dict[str, Any], tmp_path: Path
+) -> None:
+    """One run per split, read together, gives the figures and the fit of the run over both."""
+    whole = evaluated["results"]
+    paths = []
+    for split in ("fit", "test"):
+        part = {**whole, "rows": [r for r in whole["rows"] if r["split"] == split], "split": split}
+        ids = {r["id"] for r in part["rows"]}
+        part["skipped"] = {m: [i for i in s if i in ids] for m, s in whole["skipped"].items()}
+        paths.append(tmp_path / f"{split}.json")
+        paths[-1].write_text(json.dumps(part))
+    whole_path = evaluated["dir"] / "results.json"
+    one = bench("evaluate", "--results", *map(str, paths))
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert one.stdout == evaluated["done"].stdout
+    fits = [
+        bench("calibrate", "--results", *sources, "--out", str(tmp_path / f"cal{k}.json"))
+        for k, sources in enumerate(([str(whole_path)], list(map(str, paths))))
+    ]
+    assert fits[0].returncode == fits[1].returncode == 0, fits[1].stderr[-2000:]
+    a, b = (json.loads((tmp_path / f"cal{k}.json").read_text()) for k in range(2))
+    assert a["workloads"] == b["workloads"] and a["fitted"]["nll_after"] == b["fitted"]["nll_after"]
+    twice = bench("evaluate", "--results", str(paths[0]), str(paths[0]))
+    assert twice.returncode == 1 and "rows saved in more than one of the runs" in twice.stderr
+    other = {**json.loads(paths[1].read_text())}
+    other["health"] = {**other["health"], "revision": "elsewhere"}
+    paths[1].write_text(json.dumps(other))
+    mixed = bench("evaluate", "--results", *map(str, paths))
+    assert mixed.returncode == 1 and "revision 'elsewhere'" in mixed.stderr
