@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import averaging, calibration, prior
+from . import averaging, calibration, callers, prior
 from .errors import excerpt
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
@@ -27,7 +27,7 @@ SCORERS = ("semif_phase1", "fastjev", "stub")
 # How much of the pinned snapshot is proved before the weights load (snapshot_verify.py).
 VERIFY_MODES = ("hash", "presence")
 LOG_FORMATS = ("text", "json")  # SEMIF_LOG_FORMAT: ops/logs.py formats each
-MIN_TOKEN_LENGTH = 32
+MIN_TOKEN_LENGTH = callers.MIN_TOKEN_LENGTH
 # The names /v1/systemone accepts in `model` by default: SemIf's server's own (its Jev aliases and its alias).
 DEFAULT_ALIASES = ("jev-latest", "jev-preview", "jev-1.13.0", "semif-latest")
 # Our setting -> SemIf's name for the same thing; either is read (a value set under both must agree).
@@ -71,7 +71,13 @@ SEMIF_ONLY: dict[str, tuple[str | None, str]] = {
 class Settings:
     """The validated settings of one server process."""
 
-    api_token: str = field(repr=False)  # never printed with the settings
+    api_token: str = field(
+        repr=False
+    )  # never printed with the settings; "" with SEMIF_API_TOKENS_FILE
+    # Extension (issue 39): SEMIF_API_TOKENS_FILE, named callers and their tokens (None: the one caller
+    # `default` of api_token). `callers` is the table either gives; a table with no names admits no one.
+    api_tokens_file: str | None = None
+    callers: callers.Callers = field(default_factory=callers.Callers.none, repr=False)
     model: str = DEFAULT_MODEL
     revision: str = DEFAULT_REVISION
     device: str = "cuda"
@@ -80,10 +86,15 @@ class Settings:
     max_decisions: int = 64
     max_body_bytes: int = 1 << 20
     max_queue: int = 32
+    # Extension (issue 39): the most in-progress POSTs one caller may hold (None: max_queue).
+    max_queue_per_caller: int | None = None
     # Extension (issue 31): admission by a wait budget, checked once the body's rows are known (None: off).
     max_wait_s: float | None = None
     # workload -> {method: T}; a plain {workload: T} mapping is accepted and validated.
     calibration: calibration.Table = field(default_factory=calibration.Table)
+    calibration_path: str | None = (
+        None  # SEMIF_CALIBRATION, re-read on SIGHUP (extension, issue 39)
+    )
     verify_weights: str = "hash"
     scorer: str = "semif_phase1"
     stub_delay_ms: int = 0
@@ -115,6 +126,12 @@ class Settings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calibration", calibration.as_table(self.calibration))
+        if not self.callers.names and self.api_token:
+            object.__setattr__(
+                self, "callers", callers.Callers.of([(callers.DEFAULT, self.api_token)])
+            )
+        if self.max_queue_per_caller is None:
+            object.__setattr__(self, "max_queue_per_caller", self.max_queue)
 
 
 def _named(env: Mapping[str, str], ours: str) -> str:
@@ -140,17 +157,33 @@ def _semif_only(env: Mapping[str, str]) -> None:
             )
 
 
-def _token(env: Mapping[str, str]) -> str:
+def _callers(env: Mapping[str, str]) -> dict[str, object]:
+    """The bearer form: SEMIF_API_TOKEN (or SEMIF_API_KEY), the one caller `default`, or
+    SEMIF_API_TOKENS_FILE, named callers; exactly one of them."""
     name = _named(env, "SEMIF_API_TOKEN")
-    token = env.get(name)
+    token, path = env.get(name), env.get("SEMIF_API_TOKENS_FILE")
+    if token is not None and path is not None:
+        raise ValueError(
+            f"{name} and SEMIF_API_TOKENS_FILE are both set; set one (the file's callers replace the one token)"
+        )
+    if path is not None:
+        return {"api_token": "", "api_tokens_file": path, "callers": callers.load(path)}
     if token is None:
         raise ValueError("SEMIF_API_TOKEN is required")
-    # A CR, LF or NUL can never arrive in a header, so such a token locks everyone out (S2).
-    if len(token) < MIN_TOKEN_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in token):
+    if callers.token_problem(token) is not None:
+        raise ValueError(f"{name} must be {callers.TOKEN_RULE}")
+    return {"api_token": token}
+
+
+def _per_caller(env: Mapping[str, str], max_queue: int) -> int:
+    """SEMIF_MAX_QUEUE_PER_CALLER: 1..SEMIF_MAX_QUEUE (default), since a larger share never applies."""
+    share = _positive_int(env, "SEMIF_MAX_QUEUE_PER_CALLER", max_queue)
+    if share > max_queue:
         raise ValueError(
-            f"{name} must be at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
+            f"SEMIF_MAX_QUEUE_PER_CALLER must be at most SEMIF_MAX_QUEUE ({max_queue}), got {share}: "
+            "a larger share never applies"
         )
-    return token
+    return share
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -238,8 +271,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     path = env.get("SEMIF_CALIBRATION")
     calibration_table = calibration.load(path) if path is not None else calibration.Table()
     port, metrics = _port(env), _metrics(env)
+    max_queue = _positive_int(env, "SEMIF_MAX_QUEUE", 32)
     return Settings(
-        api_token=_token(env),
+        **_callers(env),
         model=_nonempty(env, "SEMIF_MODEL", DEFAULT_MODEL),
         revision=_nonempty(env, "SEMIF_REVISION", DEFAULT_REVISION),
         device=_device(env),
@@ -247,9 +281,11 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         max_tokens=_positive_int(env, _named(env, "SEMIF_MAX_TOKENS"), 4096),
         max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", 64),
         max_body_bytes=_positive_int(env, "SEMIF_MAX_BODY_BYTES", 1 << 20),
-        max_queue=_positive_int(env, "SEMIF_MAX_QUEUE", 32),
+        max_queue=max_queue,
+        max_queue_per_caller=_per_caller(env, max_queue),
         max_wait_s=_positive_float(env, "SEMIF_MAX_WAIT_S", None),
         calibration=calibration_table,
+        calibration_path=path,
         verify_weights=_choice(env, "SEMIF_VERIFY_WEIGHTS", "hash", VERIFY_MODES),
         scorer=_choice(env, "SEMIF_SCORER", "semif_phase1", SCORERS),
         stub_delay_ms=_non_negative_int(env, "SEMIF_STUB_DELAY_MS", 0),

@@ -224,6 +224,7 @@ def test_the_boundary_values_are_accepted(tmp_path: Path) -> None:
         idle_timeout=7.0,
         shutdown_grace=2.5,
         calibration={"triage": 2.5},
+        calibration_path=str(path),
     )
     assert type(loaded.port) is int and type(loaded.header_timeout) is float
 
@@ -293,3 +294,62 @@ def test_the_entry_point_exits_2_without_a_token(entry_env, capsys) -> None:
 def test_the_entry_point_usage(entry_env, capsys, argv: list[str], status: int) -> None:
     assert cli.main(argv) == status
     assert capsys.readouterr().err.startswith("usage: semif-serve")
+
+
+# -- the callers (extension, issue 39) ----------------------------------------------------------
+
+
+def tokens_file(tmp_path: Path, text: str = f"alice {'a' * 32}\nbob {'b' * 32}\n") -> str:
+    path = tmp_path / "tokens"
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_a_tokens_file_names_the_callers_and_the_one_token_is_the_caller_default(
+    tmp_path: Path,
+) -> None:
+    path = tokens_file(tmp_path)
+    named = config.load({"SEMIF_API_TOKENS_FILE": path})
+    assert named.callers.names == ("alice", "bob") and named.api_tokens_file == path
+    assert named.callers.identify(b"b" * 32) == "bob" and named.api_token == ""
+    one = config.load(valid_env())
+    assert one.callers.names == ("default",) and one.api_tokens_file is None
+    assert one.api_token == TOKEN and one.callers.identify(TOKEN.encode()) == "default"
+    assert Settings(api_token="").callers.identify(b"") is None  # no token: no caller at all
+
+
+@pytest.mark.parametrize("name", ["SEMIF_API_TOKEN", "SEMIF_API_KEY"])
+def test_both_bearer_forms_stop_startup(tmp_path: Path, name: str) -> None:
+    env = {name: TOKEN, "SEMIF_API_TOKENS_FILE": tokens_file(tmp_path)}
+    with pytest.raises(ValueError) as refused:
+        config.load(env)
+    assert str(refused.value) == (
+        f"{name} and SEMIF_API_TOKENS_FILE are both set; set one (the file's callers replace the one token)"
+    )
+
+
+def test_a_bad_tokens_file_stops_startup_naming_it(tmp_path: Path) -> None:
+    path = tokens_file(tmp_path, "alice short\n")
+    with pytest.raises(ValueError) as refused:
+        config.load({"SEMIF_API_TOKENS_FILE": path})
+    assert str(refused.value) == (
+        f"SEMIF_API_TOKENS_FILE {path} line 1: caller 'alice''s token must be at least 32 characters "
+        "of visible ASCII (33-126)"
+    )
+
+
+def test_the_share_per_caller_defaults_to_the_queue_and_never_exceeds_it() -> None:
+    assert config.load(valid_env()).max_queue_per_caller == 32
+    assert config.load(valid_env(SEMIF_MAX_QUEUE="8")).max_queue_per_caller == 8
+    assert config.load(valid_env(SEMIF_MAX_QUEUE_PER_CALLER="3")).max_queue_per_caller == 3
+    assert Settings(api_token=TOKEN, max_queue=5).max_queue_per_caller == 5
+    with pytest.raises(ValueError) as refused:
+        config.load(valid_env(SEMIF_MAX_QUEUE="8", SEMIF_MAX_QUEUE_PER_CALLER="9"))
+    assert str(refused.value) == (
+        "SEMIF_MAX_QUEUE_PER_CALLER must be at most SEMIF_MAX_QUEUE (8), got 9: a larger share never applies"
+    )
+    with pytest.raises(
+        ValueError, match="^SEMIF_MAX_QUEUE_PER_CALLER must be an integer >= 1, got '0'$"
+    ):
+        config.load(valid_env(SEMIF_MAX_QUEUE_PER_CALLER="0"))
