@@ -18,16 +18,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import averaging, calibration, callers, prior
+from .decisions import averaging, calibration_file, prior
 from .errors import excerpt
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
 DEFAULT_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
 SCORERS = ("semif_phase1", "fastjev", "stub")
-# How much of the pinned snapshot is proved before the weights load (snapshot_verify.py).
+# How much of the pinned snapshot is proved before the weights load (engine/snapshot_verify.py).
 VERIFY_MODES = ("hash", "presence")
 LOG_FORMATS = ("text", "json")  # SEMIF_LOG_FORMAT: ops/logs.py formats each
-MIN_TOKEN_LENGTH = callers.MIN_TOKEN_LENGTH
+MIN_TOKEN_LENGTH = 32
 # The names /v1/systemone accepts in `model` by default: SemIf's server's own (its Jev aliases and its alias).
 DEFAULT_ALIASES = ("jev-latest", "jev-preview", "jev-1.13.0", "semif-latest")
 # Our setting -> SemIf's name for the same thing; either is read (a value set under both must agree).
@@ -71,13 +71,10 @@ SEMIF_ONLY: dict[str, tuple[str | None, str]] = {
 class Settings:
     """The validated settings of one server process."""
 
-    api_token: str = field(
-        repr=False
-    )  # never printed with the settings; "" with SEMIF_API_TOKENS_FILE
-    # Extension (issue 39): SEMIF_API_TOKENS_FILE, named callers and their tokens (None: the one caller
-    # `default` of api_token). `callers` is the table either gives; a table with no names admits no one.
+    api_token: str = field(repr=False)  # never printed with the settings; "" with a tokens file
+    # Extension (issue 39): SEMIF_API_TOKENS_FILE, named callers and their tokens, read (and on SIGHUP
+    # re-read) by service/callers.py; None: the one caller `default` of api_token.
     api_tokens_file: str | None = None
-    callers: callers.Callers = field(default_factory=callers.Callers.none, repr=False)
     model: str = DEFAULT_MODEL
     revision: str = DEFAULT_REVISION
     device: str = "cuda"
@@ -91,10 +88,8 @@ class Settings:
     # Extension (issue 31): admission by a wait budget, checked once the body's rows are known (None: off).
     max_wait_s: float | None = None
     # workload -> {method: T}; a plain {workload: T} mapping is accepted and validated.
-    calibration: calibration.Table = field(default_factory=calibration.Table)
-    calibration_path: str | None = (
-        None  # SEMIF_CALIBRATION, re-read on SIGHUP (extension, issue 39)
-    )
+    calibration: calibration_file.Table = field(default_factory=calibration_file.Table)
+    calibration_path: str | None = None  # SEMIF_CALIBRATION, re-read on SIGHUP (extension, issue 39)
     verify_weights: str = "hash"
     scorer: str = "semif_phase1"
     stub_delay_ms: int = 0
@@ -125,11 +120,7 @@ class Settings:
     systemone_workload: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "calibration", calibration.as_table(self.calibration))
-        if not self.callers.names and self.api_token:
-            object.__setattr__(
-                self, "callers", callers.Callers.of([(callers.DEFAULT, self.api_token)])
-            )
+        object.__setattr__(self, "calibration", calibration_file.as_table(self.calibration))
         if self.max_queue_per_caller is None:
             object.__setattr__(self, "max_queue_per_caller", self.max_queue)
 
@@ -157,9 +148,10 @@ def _semif_only(env: Mapping[str, str]) -> None:
             )
 
 
-def _callers(env: Mapping[str, str]) -> dict[str, object]:
+def _bearer(env: Mapping[str, str]) -> dict[str, str | None]:
     """The bearer form: SEMIF_API_TOKEN (or SEMIF_API_KEY), the one caller `default`, or
-    SEMIF_API_TOKENS_FILE, named callers; exactly one of them."""
+    SEMIF_API_TOKENS_FILE, named callers (its file is read and checked by the server before the model
+    loads: service/callers.py); exactly one of them."""
     name = _named(env, "SEMIF_API_TOKEN")
     token, path = env.get(name), env.get("SEMIF_API_TOKENS_FILE")
     if token is not None and path is not None:
@@ -167,16 +159,19 @@ def _callers(env: Mapping[str, str]) -> dict[str, object]:
             f"{name} and SEMIF_API_TOKENS_FILE are both set; set one (the file's callers replace the one token)"
         )
     if path is not None:
-        return {"api_token": "", "api_tokens_file": path, "callers": callers.load(path)}
+        return {"api_token": "", "api_tokens_file": path}
     if token is None:
         raise ValueError("SEMIF_API_TOKEN is required")
-    if callers.token_problem(token) is not None:
-        raise ValueError(f"{name} must be {callers.TOKEN_RULE}")
+    # A CR, LF or NUL can never arrive in a header, so such a token locks everyone out (S2).
+    if len(token) < MIN_TOKEN_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in token):
+        raise ValueError(
+            f"{name} must be at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
+        )
     return {"api_token": token}
 
 
 def _per_caller(env: Mapping[str, str], max_queue: int) -> int:
-    """SEMIF_MAX_QUEUE_PER_CALLER: 1..SEMIF_MAX_QUEUE (default), since a larger share never applies."""
+    """SEMIF_MAX_QUEUE_PER_CALLER: 1..SEMIF_MAX_QUEUE (its default), since a larger share never applies."""
     share = _positive_int(env, "SEMIF_MAX_QUEUE_PER_CALLER", max_queue)
     if share > max_queue:
         raise ValueError(
@@ -269,11 +264,13 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     _semif_only(env)
     path = env.get("SEMIF_CALIBRATION")
-    calibration_table = calibration.load(path) if path is not None else calibration.Table()
+    calibration_table = (
+        calibration_file.load(path) if path is not None else calibration_file.Table()
+    )
     port, metrics = _port(env), _metrics(env)
     max_queue = _positive_int(env, "SEMIF_MAX_QUEUE", 32)
     return Settings(
-        **_callers(env),
+        **_bearer(env),  # type: ignore[arg-type]
         model=_nonempty(env, "SEMIF_MODEL", DEFAULT_MODEL),
         revision=_nonempty(env, "SEMIF_REVISION", DEFAULT_REVISION),
         device=_device(env),
@@ -372,7 +369,7 @@ def _aliases(env: Mapping[str, str]) -> tuple[str, ...]:
     return names
 
 
-def _systemone(env: Mapping[str, str], table: calibration.Table) -> dict[str, object]:
+def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> dict[str, object]:
     """The /v1/systemone defaults: an orderings method, and a workload that has a temperature for it
     (for "prior", a workload is required and needs priors; its temperature is optional)."""
     orderings = _choice(env, "SEMIF_SYSTEMONE_ORDERINGS", "none", averaging.ORDERINGS)
