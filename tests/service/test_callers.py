@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from semif_serve import callers
-from semif_serve.callers import MAX_CALLERS, Callers
+from semif_serve.service import callers
+from semif_serve.service.callers import MAX_CALLERS, Callers
 
 ALICE = "a" * 31 + "-alice-token"
 BOB = "B" * 32 + "~!bob"
