@@ -89,7 +89,9 @@ class Settings:
     max_wait_s: float | None = None
     # workload -> {method: T}; a plain {workload: T} mapping is accepted and validated.
     calibration: calibration_file.Table = field(default_factory=calibration_file.Table)
-    calibration_path: str | None = None  # SEMIF_CALIBRATION, re-read on SIGHUP (extension, issue 39)
+    calibration_path: str | None = (
+        None  # SEMIF_CALIBRATION, re-read on SIGHUP (extension, issue 39)
+    )
     verify_weights: str = "hash"
     scorer: str = "semif_phase1"
     stub_delay_ms: int = 0

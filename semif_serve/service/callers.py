@@ -17,6 +17,8 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..config import Settings
+
 MIN_TOKEN_LENGTH = 32
 MAX_CALLERS = 64  # bounds the `caller` label's cardinality, and the slots every check compares
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -47,15 +49,10 @@ class Callers:
     _slots: tuple[tuple[str | None, bytes], ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
-    def none(cls) -> Callers:
-        """A table that admits no one."""
-        return cls.of([])
-
-    @classmethod
     def of(cls, pairs: Sequence[tuple[str, str]], source: str | None = None) -> Callers:
         """From checked (name, token) pairs: at most MAX_CALLERS, names and tokens each unique."""
         if len(pairs) > MAX_CALLERS:
-            raise ValueError(f"at most {MAX_CALLERS} callers")
+            raise TokensFileError(f"at most {MAX_CALLERS} callers")
         slots = [(name, _digest(token.encode())) for name, token in pairs]
         slots += [(None, os.urandom(32)) for _ in range(MAX_CALLERS - len(slots))]
         return cls(tuple(name for name, _ in pairs), source, tuple(slots))
@@ -70,17 +67,28 @@ class Callers:
         return found
 
 
+class TokensFileError(ValueError):
+    """SEMIF_API_TOKENS_FILE cannot be used: at startup the process stops (exit 2), on reload the old table stays."""
+
+
+def for_settings(settings: Settings) -> Callers:
+    """The callers the settings name: the tokens file's, or SEMIF_API_TOKEN's one caller `default`."""
+    if settings.api_tokens_file is not None:
+        return load(settings.api_tokens_file)
+    return Callers.of([(DEFAULT, settings.api_token)])
+
+
 def load(path: str) -> Callers:
-    """Read and check a tokens file; a ValueError names the setting, the file and the line."""
+    """Read and check a tokens file; a TokensFileError names the setting, the file and the line."""
     where = f"SEMIF_API_TOKENS_FILE {path}"
     try:
         mode = os.stat(path).st_mode  # follows symlinks: a Kubernetes Secret's files are links
         with open(path, encoding="utf-8", errors="replace") as file:
             text = file.read()
     except OSError as error:
-        raise ValueError(f"{where} is unreadable: {error.strerror or error}") from None
+        raise TokensFileError(f"{where} is unreadable: {error.strerror or error}") from None
     if mode & (stat.S_IROTH | stat.S_IWOTH):
-        raise ValueError(
+        raise TokensFileError(
             f"{where} is readable or writable by other users (mode {stat.S_IMODE(mode):04o}): "
             "chmod o-rw it (in Kubernetes, set the Secret volume's defaultMode: 0440)"
         )
@@ -98,24 +106,28 @@ def parse(text: str, where: str) -> list[tuple[str, str]]:
             continue
         at = f"{where} line {number}"
         if len(fields) != 2:
-            raise ValueError(
+            raise TokensFileError(
                 f"{at}: {len(fields)} field(s); each line is one `name token` pair"
                 if len(fields) > 2
                 else f"{at}: a name without a token; each line is one `name token` pair"
             )
         name, token = fields
         if not NAME.fullmatch(name) or name == UNAUTHENTICATED:
-            raise ValueError(f"{at}: {NAME_RULE}")
+            raise TokensFileError(f"{at}: {NAME_RULE}")
         if name in names:
-            raise ValueError(f"{at}: caller {name!r} is named twice (first on line {names[name]})")
+            raise TokensFileError(
+                f"{at}: caller {name!r} is named twice (first on line {names[name]})"
+            )
         if (problem := token_problem(token)) is not None:
-            raise ValueError(f"{at}: caller {name!r}'s token {problem}")
+            raise TokensFileError(f"{at}: caller {name!r}'s token {problem}")
         if token in tokens:
-            raise ValueError(f"{at}: caller {name!r} has the same token as line {tokens[token]}")
+            raise TokensFileError(
+                f"{at}: caller {name!r} has the same token as line {tokens[token]}"
+            )
         if len(pairs) == MAX_CALLERS:
-            raise ValueError(f"{where} holds more than {MAX_CALLERS} callers")
+            raise TokensFileError(f"{where} holds more than {MAX_CALLERS} callers")
         names[name], tokens[token] = number, number
         pairs.append((name, token))
     if not pairs:
-        raise ValueError(f"{where} holds no caller (only blank lines and # comments)")
+        raise TokensFileError(f"{where} holds no caller (only blank lines and # comments)")
     return pairs
