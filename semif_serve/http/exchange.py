@@ -50,7 +50,7 @@ class Route:
 
 @dataclass(frozen=True)
 class Reply:
-    """A status and a rendered body; an error's code, a scorer call's timing and (extension, issue 29) the
+    """A status and a rendered body; an error's code, a scorer call's timing and (extension) the
     orderings method of each decision answered, for the access log and metrics."""
 
     status: int
@@ -63,7 +63,7 @@ class Reply:
     orderings: tuple[
         str, ...
     ] = ()  # each decision's orderings method, in order (Route.methods are HTTP methods)
-    # Extension (issue 39): the caller's name for the access log and metrics; "-": not authenticated.
+    # Extension: the caller's name for the access log and metrics; "-": not authenticated.
     caller: str = "-"
 
     @classmethod

@@ -30,7 +30,7 @@ class AccessRecord:
 
     request_id: str
     peer: str
-    caller: str  # the caller's name (extension, issue 39), never its token; "-": not authenticated
+    caller: str  # the caller's name (extension), never its token; "-": not authenticated
     method: str
     path: str
     status: int

@@ -53,7 +53,9 @@ class Callers:
         """From checked (name, token) pairs: at most MAX_CALLERS, names and tokens each unique."""
         if len(pairs) > MAX_CALLERS:
             raise TokensFileError(f"at most {MAX_CALLERS} callers")
-        slots = [(name, _digest(token.encode())) for name, token in pairs]
+        slots: list[tuple[str | None, bytes]] = [
+            (name, _digest(token.encode())) for name, token in pairs
+        ]
         slots += [(None, os.urandom(32)) for _ in range(MAX_CALLERS - len(slots))]
         return cls(tuple(name for name, _ in pairs), source, tuple(slots))
 
