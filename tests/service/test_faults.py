@@ -366,6 +366,7 @@ async def test_health_reports_the_engine_facts_and_the_limits(service: Service) 
             "workloads": {"a": {"none": 2.0}, "b": {"none": 1.0}},
             "priors": {},
         },
+        "calibration_sha256": None,  # no SEMIF_CALIBRATION file: the table came from the settings
     }
 
 
