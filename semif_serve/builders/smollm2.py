@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import snapshot_verify
+from ..engine import snapshot_verify
 from . import snapshot
 
 REPO_ID = "semif-serve/smollm2-135m-instruct"

@@ -33,8 +33,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..averaging import ORDERINGS
-from ..engine import KINDS
+from ..decisions.averaging import ORDERINGS
+from ..engine.worker import KINDS
 from ..errors import STATUS
 
 # Sub-millisecond HTTP answers up to multi-second scorer calls on a loaded card.

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from semif_serve.errors import ApiError
-from semif_serve.wait_budget import WaitBudget, WaitEstimator, retry_after
+from semif_serve.http.exchange import retry_after
+from semif_serve.service.wait_budget import WaitBudget, WaitEstimator
 
 
 class Clock:

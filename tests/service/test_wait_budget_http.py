@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from semif_serve.stub import StubScorer
+from semif_serve.engine.stub import StubScorer
 from tests.bodies import ROW, SHARED
 from tests.fakes import settings
 from tests.metrics_samples import sample, scrape

@@ -15,7 +15,7 @@ Rule 3: a refused request never enters: only `admit` adds rows ahead, only the
 `Admitted` it returns takes them away (`leave`, once, whatever the outcome).
 Rule 4: pure bookkeeping: no I/O, no asyncio, no metrics. Its refusal is data, an
 ApiError whose one header is its own Retry-After, held to the contract's 1..60 by
-ops/retry_after's `clamp` (ops then adds none). The clock is injected (tests pass a
+http/exchange.py's `retry_after` (ops then adds none). The clock is injected (tests pass a
 fake one); observers of the estimate's error are callables.
 
 Theory of operation: the service asks `WaitBudget.admit(kind, rows)` once the body is
@@ -38,9 +38,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .engine import KINDS
-from .errors import ApiError
-from .ops.retry_after import clamp
+from ..engine.worker import KINDS
+from ..errors import ApiError
+from ..http.exchange import retry_after
 
 WINDOW = 64  # recent scorer calls of a kind the per-row time averages over
 
@@ -152,11 +152,6 @@ class WaitBudget:
                 ((b"retry-after", b"%d" % retry_after(estimate.seconds)),),
             )
         return self.estimator.enter(estimate)
-
-
-def retry_after(seconds: float) -> int:
-    """The estimated drain of the rows ahead in whole seconds, rounded up, within the contract's 1..60."""
-    return clamp(math.ceil(seconds))
 
 
 def refusal_message(estimate: Estimate, budget: float) -> str:
