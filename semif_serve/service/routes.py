@@ -39,7 +39,7 @@ from ..decisions.prior import METHOD as PRIOR
 from ..decisions.request_model import DecideRequest, Decision
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
-from ..errors import ApiError, excerpt
+from ..errors import ApiError, excerpt, unauthorized
 from ..http.exchange import Handler, Head, Reply, Route, Ticket, route
 from ..systemone import assemble, catalogue, translate
 from .admission import Admission
@@ -188,11 +188,14 @@ class Service:
 
     def authorize(self, header: bytes | None) -> None:
         """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or
-        more spaces, the token (RFC 6750 2.1, `1*SP`); a tab is not a space there, so it stays in the token."""
+        more spaces, the token (RFC 6750 2.1, `1*SP`); a tab is not a space there, so it stays in the token.
+        Another scheme, or `Bearer` with nothing after it, presents no token (RFC 6750 3.1)."""
         scheme, _, spaced = (header or b"").partition(b" ")
-        valid = hmac.compare_digest(spaced.lstrip(b" "), self._token)
-        if scheme.lower() != b"bearer" or not valid:
-            raise ApiError("unauthorized", "missing or wrong bearer token")
+        token = spaced.lstrip(b" ")
+        valid = hmac.compare_digest(token, self._token)
+        bearer = scheme.lower() == b"bearer"
+        if not (bearer and valid):
+            raise unauthorized(presented=bearer and token != b"")
 
     def health(self, draining: bool = False) -> Reply:
         """The engine's facts and the limits; 503 `draining` once shutdown began, so a
