@@ -50,7 +50,7 @@ class Route:
 
 @dataclass(frozen=True)
 class Reply:
-    """A status and a rendered body; an error's code, a scorer call's timing and (extension, issue 29) the
+    """A status and a rendered body; an error's code, a scorer call's timing and (extension) the
     orderings method of each decision answered, for the access log and metrics."""
 
     status: int
