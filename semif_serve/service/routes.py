@@ -26,11 +26,11 @@ SemIf's own server they name the weights in SemIf's id form, send
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..config import Settings
@@ -42,6 +42,7 @@ from ..engine.worker import CallTiming, Engine
 from ..errors import ApiError, excerpt, unauthorized
 from ..http.exchange import Handler, Head, Reply, Route, Ticket, route
 from ..systemone import assemble, catalogue, translate
+from . import callers
 from .admission import Admission
 from .wait_budget import WaitBudget
 
@@ -86,19 +87,21 @@ def _rows(decision: Decision) -> list[dict[str, Any]]:
 
 
 class SlotTicket:
-    """The ticket of a POST that holds an admission slot: its body in, its reply out, the slot freed once."""
+    """The ticket of a POST that holds an admission slot: its body in, its reply (by its caller) out,
+    the slot freed once."""
 
-    __slots__ = ("_service", "_name")
+    __slots__ = ("_service", "_name", "_caller")
 
-    def __init__(self, service: Service, name: str) -> None:
+    def __init__(self, service: Service, name: str, caller: str) -> None:
         self._service = service
         self._name = name
+        self._caller = caller
 
-    def take(self, body: bytes) -> Awaitable[Reply]:
-        return self._service.post(self._name, body)
+    async def take(self, body: bytes) -> Reply:
+        return dataclasses.replace(await self._service.post(self._name, body), caller=self._caller)
 
     def release(self) -> None:
-        self._service.admission.leave()
+        self._service.admission.leave(self._caller)
 
 
 class Service:
@@ -111,12 +114,19 @@ class Service:
         admission: Admission | None = None,
         handlers: Mapping[str, Handler] | None = None,
         budget: WaitBudget | None = None,
+        known: callers.Callers | None = None,
     ) -> None:
         """`admission` and `budget` are shared with whoever reports them (ops); `handlers` are the GET
-        routes whose answer lives elsewhere, by route name (the server registers ops's /metrics)."""
+        routes whose answer lives elsewhere, by route name (the server registers ops's /metrics);
+        `known` is the callers (None: read from the settings), replaced whole on reload."""
         self.settings = settings
         self.engine = engine
-        self.admission = admission if admission is not None else Admission(settings.max_queue)
+        self.admission = (
+            admission
+            if admission is not None
+            else Admission(settings.max_queue, settings.max_queue_per_caller)
+        )
+        self.callers = known if known is not None else callers.for_settings(settings)
         # Extension: SEMIF_MAX_WAIT_S, built by the server beside admission; None: by count alone.
         self.budget = budget
         if budget is not None:
@@ -131,7 +141,6 @@ class Service:
         self.limits = request_model.Limits(
             settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
         )
-        self._token = settings.api_token.encode()
         facts = engine.health()
         # The System One routes name the weights in SemIf's form; SEMIF_MODEL, the id they named
         # before, stays accepted as the first alias. /health and the calibration binding keep SEMIF_MODEL.
@@ -148,6 +157,7 @@ class Service:
 
     def answer(self, head: Head, routes: Mapping[bytes, Route] = ROUTES) -> Reply | Ticket:
         """The one answer to a request head among a listener's `routes`: a Reply now, or a ticket for its body."""
+        caller = callers.UNAUTHENTICATED
         try:
             found = route(head.method, head.target, head.fields.get(b"host"), routes)
             if found.protected:
@@ -155,28 +165,30 @@ class Service:
                     raise ApiError(
                         "shutting_down", "the server is shutting down; retry on another instance"
                     )
-                self.authorize(head.fields.get(b"authorization"))
+                caller = self.authorize(head.fields.get(b"authorization"))
         except ApiError as error:
             return Reply.error(error)
         if found.method == b"GET":
-            return self.handlers[found.name](head)
-        return self._admit(head, found.name)
+            reply = self.handlers[found.name](head)
+            return reply if not found.protected else dataclasses.replace(reply, caller=caller)
+        return self._admit(head, found.name, caller)
 
-    def _admit(self, head: Head, name: str) -> Reply | Ticket:
-        """A POST's slot, then the checks on its body's head; a refusal after the slot closes the connection."""
+    def _admit(self, head: Head, name: str, caller: str) -> Reply | Ticket:
+        """A POST's slot (the queue's, then its caller's share), then the checks on its body's head; a
+        refusal after the slot closes the connection."""
         try:
-            self.admission.enter()
+            self.admission.enter(caller)
         except ApiError as error:
-            return Reply.error(error)
+            return Reply.error(error, caller=caller)
         try:
             self._check_length(head.fields.get(b"content-length"))
             self.check_content(
                 head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name
             )
         except ApiError as error:
-            self.admission.leave()
-            return Reply.error(error, close=True)
-        return SlotTicket(self, name)
+            self.admission.leave(caller)
+            return Reply.error(error, close=True, caller=caller)
+        return SlotTicket(self, name, caller)
 
     def _check_length(self, length: bytes | None) -> None:
         """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
@@ -186,16 +198,18 @@ class Service:
                 f"declared body over the {self.settings.max_body_bytes}-byte limit",
             )
 
-    def authorize(self, header: bytes | None) -> None:
-        """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or
-        more spaces, the token (RFC 6750 2.1, `1*SP`); a tab is not a space there, so it stays in the token.
-        Another scheme, or `Bearer` with nothing after it, presents no token (RFC 6750 3.1)."""
+    def authorize(self, header: bytes | None) -> str:
+        """The caller a bearer names, by a constant-time check over the token's bytes alone (INV-6,
+        service/callers.py). The field is `Bearer`, one or more spaces, the token (RFC 6750 2.1, `1*SP`);
+        a tab is not a space there, so it stays in the token. Another scheme, or `Bearer` with nothing
+        after it, presents no token (RFC 6750 3.1)."""
         scheme, _, spaced = (header or b"").partition(b" ")
         token = spaced.lstrip(b" ")
-        valid = hmac.compare_digest(token, self._token)
+        caller = self.callers.identify(token)
         bearer = scheme.lower() == b"bearer"
-        if not (bearer and valid):
+        if not bearer or caller is None:
             raise unauthorized(presented=bearer and token != b"")
+        return caller
 
     def health(self, draining: bool = False) -> Reply:
         """The engine's facts and the limits; 503 `draining` once shutdown began, so a
