@@ -74,7 +74,11 @@ async def test_a_token_is_rotated_with_no_failed_request(tmp_path: Path) -> None
         assert {status for _, status in statuses} == {200}, statuses
         assert {token for token, _ in statuses} == {OLD, NEW}
         old = await request(process.port, "POST", "/decide", ROW, bearer(OLD))
-        assert (old.status, old.json["error"]["message"]) == (401, "missing or wrong bearer token")
+        assert (old.status, old.json["error"]["message"], old.headers[b"www-authenticate"]) == (
+            401,
+            "the bearer token is not one this server accepts",
+            b'Bearer error="invalid_token"',
+        )
         assert (await request(process.port, "POST", "/decide", ROW, bearer(OTHER))).status == 200
         metrics = await scrape(process.port)
         assert sample(metrics, "semif_reloads_total", file="tokens", outcome="ok") == 2
