@@ -42,7 +42,7 @@ from ..decisions.prior import METHOD as PRIOR
 from ..decisions.request_model import DecideRequest, Decision
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
-from ..errors import ApiError, excerpt, unauthorized
+from ..errors import ApiError, excerpt, too_large, unauthorized
 from ..http.exchange import Handler, Head, Reply, Route, Ticket, route
 from ..systemone import assemble, catalogue, translate
 from . import callers
@@ -222,10 +222,7 @@ class Service:
     def _check_length(self, length: bytes | None) -> None:
         """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
         if length is not None and int(length) > self.settings.max_body_bytes:
-            raise ApiError(
-                "request_too_large",
-                f"declared body over the {self.settings.max_body_bytes}-byte limit",
-            )
+            raise too_large(self.settings.max_body_bytes, declared=True)
 
     def authorize(self, header: bytes | None) -> str:
         """The caller a bearer names, by a constant-time check over the token's bytes alone (INV-6,
