@@ -575,13 +575,14 @@ def verdicts(result: dict[str, Any]) -> list[str]:
         for c in cells
         if not c["loadgen"]["kept_up"]
     ]
-    worst_cpu = max((c["loadgen"]["cpu_share"] for c in cells), default=0.0)
-    worst_lag = max((c["loadgen"]["lag_p99_s"] for c in cells), default=0.0)
-    out.append(
-        f"loadgen: {'NOT the bottleneck' if not slow else 'MAY HAVE BEEN the bottleneck in ' + '; '.join(slow)} "
-        f"(its CPU at most {worst_cpu:.0%} of one core, sends at most {worst_lag * 1e3:.1f} ms behind "
-        f"schedule at p99; limits {LOADGEN_CPU_MAX:.0%}, {LOADGEN_LAG_P99_MAX_S * 1e3:.0f} ms)"
-    )
+    if cells:  # none when --two-callers ran alone: its table shows its own lag
+        worst_cpu = max((c["loadgen"]["cpu_share"] for c in cells), default=0.0)
+        worst_lag = max((c["loadgen"]["lag_p99_s"] for c in cells), default=0.0)
+        out.append(
+            f"loadgen: {'NOT the bottleneck' if not slow else 'MAY HAVE BEEN the bottleneck in ' + '; '.join(slow)} "
+            f"(its CPU at most {worst_cpu:.0%} of one core, sends at most {worst_lag * 1e3:.1f} ms behind "
+            f"schedule at p99; limits {LOADGEN_CPU_MAX:.0%}, {LOADGEN_LAG_P99_MAX_S * 1e3:.0f} ms)"
+        )
     for questions, shape in result["shapes"].items():
         call, budget = shape["capacity"]["call_p50_s"], shape["budget_s"]
         by = {(c["server"], c["rate_per_s"]): c for c in shape["cells"]}
@@ -732,8 +733,13 @@ def markdown(
         )
         + f"Each cell: {s['duration_s']:g} s of Poisson arrivals (seed {s['seed']}; the same "
         f"arrivals for every server of a shape), each request on its own connection, abandoned at "
-        f"{s['timeout_s']:g} s; health probed every {s['probe_every_s']:g} s on a fresh connection, failed past "
-        f"{s['probe_timeout_s']:g} s."
+        f"{s['timeout_s']:g} s"
+        + (
+            f"; health probed every {s['probe_every_s']:g} s on a fresh connection, failed past "
+            f"{s['probe_timeout_s']:g} s."
+            if result["shapes"]
+            else "."
+        )
         + (
             f" SEMIF_MAX_QUEUE={s['queue']}; `semif-wait`: SEMIF_MAX_WAIT_S={s['budget']} "
             "(`Nc`: N calls of the shape at its idle call time); "
@@ -784,7 +790,8 @@ def markdown(
     if plot is not None:
         where = os.path.relpath(plot, md_dir) if md_dir is not None else str(plot)
         lines += ["", f"![p99 and goodput against offered load]({where})"]
-    lines += ["", "Verdicts:", "", *[f"- {v}" for v in result["verdicts"]]]
+    if result["verdicts"]:
+        lines += ["", "Verdicts:", "", *[f"- {v}" for v in result["verdicts"]]]
     return "\n".join(lines) + "\n"
 
 
