@@ -50,7 +50,7 @@ class Route:
 
 @dataclass(frozen=True)
 class Reply:
-    """A status and a rendered body; an error's code, a scorer call's timing and (extension, issue 29) the
+    """A status and a rendered body; an error's code, a scorer call's timing and (extension) the
     orderings method of each decision answered, for the access log and metrics."""
 
     status: int
@@ -60,9 +60,8 @@ class Reply:
     timing: CallTiming | None = None
     content_type: bytes = b"application/json"
     close: bool = False  # the connection ends after this reply, whether or not the body was read
-    orderings: tuple[
-        str, ...
-    ] = ()  # each decision's orderings method, in order (Route.methods are HTTP methods)
+    # Each decision's orderings method, in order (metrics label them `orderings`).
+    decision_methods: tuple[str, ...] = ()
 
     @classmethod
     def error(cls, error: ApiError, timing: CallTiming | None = None, close: bool = False) -> Reply:

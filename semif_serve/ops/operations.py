@@ -110,7 +110,7 @@ class Operations:
         total = time.perf_counter() - exchange.started
         if self.metrics is not None:
             self.metrics.request(exchange.route, reply.status, reply.code, total)
-            self.metrics.decisions(reply.orderings)
+            self.metrics.decisions(reply.decision_methods)
         if self.access_log:
             timing = reply.timing
             access_log.write(

@@ -34,9 +34,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..config import Settings
-from ..decisions import averaging, calibration, calibration_file, request_model
-from ..decisions.prior import METHOD as PRIOR
-from ..decisions.request_model import DecideRequest, Decision
+from ..decisions import request_model, viewing
+from ..decisions.request_model import DecideRequest
+from ..decisions.views import View, as_json
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
 from ..errors import ApiError, excerpt
@@ -76,13 +76,6 @@ IDENTITY = (None, b"identity")
 def render(payload: Any) -> bytes:
     # allow_nan=False: a non-finite number would be invalid JSON on the wire.
     return json.dumps(payload, allow_nan=False, ensure_ascii=False).encode()
-
-
-def _rows(decision: Decision) -> list[dict[str, Any]]:
-    """The rows one decision sends: itself, or one per ordering."""
-    return (
-        averaging.expand(decision.row, decision.orderings) if decision.averaged else [decision.row]
-    )
 
 
 class SlotTicket:
@@ -271,7 +264,7 @@ class Service:
                 render(payload),
                 headers,
                 timing=call,
-                orderings=tuple(decision.orderings for decision in request.decisions),
+                decision_methods=tuple(decision.method for decision in request.decisions),
             )
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
@@ -285,7 +278,7 @@ class Service:
                 plan = translate.translate(body, self.systemone_policy)
                 return plan.request, functools.partial(self._answers, plan)
             request = PARSERS[name](body, self.limits)
-            return request, lambda scored, _kind: (self._build(request, scored), ())
+            return request, functools.partial(self._decided, request)
         except ApiError:
             raise
         except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
@@ -294,11 +287,9 @@ class Service:
 
     @staticmethod
     def _engine_call(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
-        """The one engine call a request makes: direct for a plain /decide, else shared over all rows."""
-        if not request.shared and not request.averaged:
-            return CallTiming("direct", 1), [request.decisions[0].row]
-        rows = [row for d in request.decisions for row in _rows(d)]
-        return CallTiming("shared", len(rows)), rows
+        """The one engine call a request makes, over its rows (request_model: direct or shared)."""
+        rows = request.rows()
+        return CallTiming(request.kind, len(rows)), rows
 
     async def _within_budget(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
         """The engine call, once the wait budget (if any) admits the request: refused, it never joins the queue."""
@@ -341,11 +332,10 @@ class Service:
             log.exception("scorer call failed")
             raise ApiError("scoring_failed", "scoring failed") from None
 
-    def _build(self, request: DecideRequest, scored: Scored) -> Any:
-        """A /decide or /decide/shared response: the views, and for shared SemIf's own timing beside them."""
+    def _decided(self, request: DecideRequest, scored: Scored, _kind: str) -> Built:
+        """A /decide or /decide/shared response from the request's views."""
         results, semif_timing = scored
-        built = self._views(request, results)
-        return {"results": built, "timing": semif_timing} if request.shared else built[0]
+        return decide_json(request, self._views(request, results), semif_timing), ()
 
     def _answers(self, plan: translate.Plan, scored: Scored, kind: str) -> Built:
         """A System One response from the same views /decide/shared would return for the rows, with SemIf's
@@ -356,58 +346,14 @@ class Service:
         )
         return body, ((b"x-semif-mode", kind.encode()), (b"x-semif-backend", self.backend.encode()))
 
-    def _views(self, request: DecideRequest, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Each decision's view of its results: native, calibrated, or combined over its orderings."""
-        built, offset = [], 0
-        for decision in request.decisions:
-            count = len(averaging.orderings(len(decision.row["options"]), decision.orderings))
-            built.append(self._one(decision, results[offset : offset + count], request.workload))
-            offset += count
-        if offset != len(results):
-            raise RuntimeError(f"scorer returned {len(results)} results for {offset} rows")
-        return built
+    def _views(self, request: DecideRequest, results: list[dict[str, Any]]) -> list[View]:
+        """Each decision's view of its slice of the results: native, calibrated, or combined over its orderings."""
+        return viewing.views(request, results, self.settings.calibration)
 
-    def _one(
-        self, decision: Decision, results: list[dict[str, Any]], workload: str | None
-    ) -> dict[str, Any]:
-        if decision.averaged:
-            return self._averaged(decision, results, workload)
-        (result,) = results
-        if workload is None:
-            return result
-        temperature = self.settings.calibration[workload][calibration_file.PLAIN_METHOD]
-        return {**result, "calibrated": calibration.calibrated_view(result, workload, temperature)}
 
-    def _averaged(
-        self, decision: Decision, results: list[dict[str, Any]], workload: str | None
-    ) -> dict[str, Any]:
-        """The combined view, plus `combined.calibrated` when a workload is named (the
-        request model already refused a workload without this method's temperature)."""
-        method = decision.orderings
-        if method == PRIOR:  # the request model refused a prior decision without a workload
-            return self._debiased(decision, results, workload or "")
-        if workload is None:
-            return averaging.combine(decision.row, method, results)
-        temperature = self.settings.calibration[workload][method]
-        return averaging.combine(
-            decision.row,
-            method,
-            results,
-            lambda mean: calibration.combined_view(workload, method, temperature, mean),
-        )
-
-    def _debiased(
-        self, decision: Decision, results: list[dict[str, Any]], workload: str
-    ) -> dict[str, Any]:
-        """The combined view under the workload's position prior for this option count (the request
-        model refused a decision without one), plus `combined.calibrated` only where the workload has
-        a temperature for "prior": for the prior a temperature is optional."""
-        table = self.settings.calibration
-        prior = table.priors[workload][len(decision.row["options"])].prior
-        temperature = table[workload].get(PRIOR)
-        temper = (
-            None
-            if temperature is None
-            else (lambda scores: calibration.combined_view(workload, PRIOR, temperature, scores))
-        )
-        return averaging.combine(decision.row, PRIOR, results, temper, prior)
+def decide_json(
+    request: DecideRequest, views: list[View], semif_timing: dict[str, Any] | None
+) -> Any:
+    """A /decide or /decide/shared response: the views, and for shared SemIf's own timing beside them."""
+    shown = [as_json(view) for view in views]
+    return {"results": shown, "timing": semif_timing} if request.shared else shown[0]
