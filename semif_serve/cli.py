@@ -12,13 +12,13 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-import asyncio  # noqa: E402 - after the offline switch on purpose
-import logging  # noqa: E402
-import sys  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
 
-from . import config  # noqa: E402
-from .decisions import calibration_file  # noqa: E402
+from . import config
+from .decisions import calibration_file
 
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
        semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings

@@ -83,7 +83,7 @@ class Server:
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
         admission = Admission(settings.max_queue)
-        # Extension (issue 31): admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
+        # Extension: admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
         budget = (
             None
             if settings.max_wait_s is None

@@ -52,7 +52,7 @@ def _log_through_root(transformers: ModuleType) -> None:
 
 def load_model(settings: Settings, device: str, dtype: str, torch: ModuleType) -> Loaded:
     """Load the pinned model from the local HF cache only, the way SemIf does (INV-5),
-    once the snapshot has proved itself (issue 10: never a half-loaded model)."""
+    once the snapshot has proved itself (never a half-loaded model)."""
     verified = snapshot_verify.verify(
         settings.model, settings.revision, hash_blobs=settings.verify_weights == "hash"
     )
@@ -171,7 +171,8 @@ class TorchScorer:
         name = self._settings.device
         text = name.partition(":")[2]
         if not text:
-            return self._torch.cuda.current_device()
+            current: int = self._torch.cuda.current_device()
+            return current
         if not (text.isascii() and text.isdigit()) or int(text) >= self._torch.cuda.device_count():
             raise RuntimeError(f"SEMIF_DEVICE={name} names no visible CUDA device")
         return int(text)
@@ -196,11 +197,13 @@ class TorchScorer:
 
     def score(self, row: Row) -> dict[str, Any]:
         loaded = self._require_loaded()
-        return self._call(self._package.direct.score, loaded, row)
+        result: dict[str, Any] = self._call(self._package.direct.score, loaded, row)
+        return result
 
     def score_shared(self, rows: list[Row]) -> SharedResult:
         loaded = self._require_loaded()
-        return self._call(self._package.shared.score_shared, loaded, rows)
+        results: SharedResult = self._call(self._package.shared.score_shared, loaded, rows)
+        return results
 
     def _require_loaded(self) -> _Model:
         if self._loaded is None:
@@ -272,7 +275,7 @@ class TorchScorer:
         facts: dict[str, Any] = {
             "scorer": self._package.name,
             "semif_commit": self._package.provenance,
-            # The package's prompt format: a bound calibration file must name it (issue 10).
+            # The package's prompt format: a bound calibration file must name it.
             "prompt_version": getattr(self._package.direct, "PROMPT_VERSION", None),
             "model": self._settings.model,
             "revision": self._settings.revision,

@@ -111,7 +111,7 @@ class _CudaMemory(Collector):
 
 
 class _BusyRefusals(Collector):
-    """429 `busy` by reason, read at scrape time from the counts admission keeps (extension, issue 31)."""
+    """429 `busy` by reason, read at scrape time from the counts admission keeps (extension)."""
 
     def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
         self._counts = counts

@@ -20,7 +20,7 @@ the order-averaged `combined` view (under orderings "prior", the debiased one).
 *Extension:* /v1/systemone and /v1/models speak TypeSafe's System One API through
 the pure `systemone` package; its requests take
 the same request model, engine call and views as /decide and /decide/shared. Like
-SemIf's own server (issue 30) they name the weights in SemIf's id form, send
+SemIf's own server they name the weights in SemIf's id form, send
 `x-semif-mode` and `x-semif-backend`, and /healthz answers SemIf's probe.
 """
 
@@ -57,7 +57,7 @@ ROUTES = {
     # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
     b"/v1/systemone": Route("systemone", b"POST", protected=True, typesafe=True),
     b"/v1/models": Route("models", b"GET", protected=True, typesafe=True),
-    # Extension (issue 30): SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
+    # Extension: SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
     b"/healthz": Route("healthz", b"GET", protected=False, typesafe=True),
 }
 # Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
@@ -110,7 +110,7 @@ class Service:
         self.settings = settings
         self.engine = engine
         self.admission = admission if admission is not None else Admission(settings.max_queue)
-        # Extension (issue 31): SEMIF_MAX_WAIT_S, built by the server beside admission; None: by count alone.
+        # Extension: SEMIF_MAX_WAIT_S, built by the server beside admission; None: by count alone.
         self.budget = budget
         if budget is not None:
             engine.observers.append(self._scorer_call)
@@ -126,7 +126,7 @@ class Service:
         )
         self._token = settings.api_token.encode()
         facts = engine.health()
-        # The System One routes name the weights in SemIf's form (issue 30); SEMIF_MODEL, the id they named
+        # The System One routes name the weights in SemIf's form; SEMIF_MODEL, the id they named
         # before, stays accepted as the first alias. /health and the calibration binding keep SEMIF_MODEL.
         self.backend = catalogue.backend(facts)
         self.served_model = catalogue.model_id(facts)
@@ -200,7 +200,7 @@ class Service:
             "max_queue": self.settings.max_queue,
             "in_progress": self.admission.in_progress,
             "workloads": sorted(self.settings.calibration),
-            # Extension (issue 10): each workload's methods and temperatures, and the file's binding.
+            # Extension: each workload's methods and temperatures, and the file's binding.
             "calibration": self.settings.calibration.describe(),
         }
         return Reply(503 if draining else 200, render(payload))
@@ -210,7 +210,7 @@ class Service:
         return Reply(200, render(catalogue.listing(self.served_model, self.aliases)))
 
     def healthz(self, draining: bool = False) -> Reply:
-        """GET /healthz (extension, issue 30): SemIf's server's probe, its fields with its meanings, and our
+        """GET /healthz (extension): SemIf's server's probe, its fields with its meanings, and our
         queue beside them; 503 `draining` once shutdown began, as /health. Never the scorer, never a slot."""
         payload = {
             "status": "draining" if draining else "ready",
@@ -230,8 +230,7 @@ class Service:
     ) -> None:
         """Head checks on a POST's body before a byte of it is read: a coding we do not
         decode is a 415; System One's multipart asset upload is refused (text only)."""
-        coding = None if content_encoding is None else content_encoding.strip().lower()
-        if coding not in IDENTITY:
+        if content_encoding is not None and content_encoding.strip().lower() not in IDENTITY:
             raise ApiError(
                 "unsupported_media_type",
                 f"Content-Encoding {excerpt(content_encoding.decode('latin-1'), 40)!r} is not supported; "

@@ -9,6 +9,7 @@ exactly its cases. The process-level exit status is in test_entry_point.py.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -144,6 +145,34 @@ def test_a_bad_calibration_file_is_refused(tmp_path: Path, text: str, problem: s
         config.load(valid_env(SEMIF_CALIBRATION=str(path)))
 
 
+@pytest.mark.parametrize("installed", [True, False], ids=["extras-installed", "extras-missing"])
+def test_settings_and_load_agree_on_every_default(
+    monkeypatch: pytest.MonkeyPatch, installed: bool
+) -> None:
+    """`Settings(api_token=t)` is `config.load({"SEMIF_API_TOKEN": t})`, field by field, whether or not
+    the packages the `auto` choices look for are installed and whatever the process environment says."""
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name in ("uvloop", "prometheus_client"):
+            return real(name, *args, **kwargs) if installed else None
+        return real(name, *args, **kwargs)
+
+    if installed and not all(real(name) for name in ("uvloop", "prometheus_client")):
+        pytest.skip("needs uvloop and prometheus_client installed (the test extra has both)")
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    for name, value in (
+        ("SEMIF_PORT", "9999"),
+        ("SEMIF_METRICS", "off"),
+        ("SEMIF_EVENT_LOOP", "asyncio"),
+    ):
+        monkeypatch.setenv(name, value)
+    built, loaded = Settings(api_token=TOKEN), config.load({"SEMIF_API_TOKEN": TOKEN})
+    for field in dataclasses.fields(Settings):
+        assert getattr(loaded, field.name) == getattr(built, field.name), field.name
+    assert (built.metrics, built.event_loop) == (installed, "uvloop" if installed else "asyncio")
+
+
 def test_the_defaults_are_the_contracts() -> None:
     loaded = config.load(valid_env())
     # SEMIF_EVENT_LOOP=auto resolves to uvloop exactly when the `fast` extra is installed.
@@ -224,6 +253,7 @@ def test_the_boundary_values_are_accepted(tmp_path: Path) -> None:
         idle_timeout=7.0,
         shutdown_grace=2.5,
         calibration={"triage": 2.5},
+        event_loop="asyncio",
     )
     assert type(loaded.port) is int and type(loaded.header_timeout) is float
 
