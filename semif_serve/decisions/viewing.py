@@ -34,14 +34,14 @@ def view(
         (result,) = results
         if workload is None:
             return Native(result)
-        temperature = table[workload][PLAIN_METHOD]
-        return Native(result, calibration.calibrated_view(result, workload, temperature))
+        plain = table[workload][PLAIN_METHOD]
+        return Native(result, calibration.calibrated_view(result, workload, plain))
     method = decision.method
     if workload is None:
         return averaging.combine(decision.row, method, results)
     temperatures = table[workload]
     # Under the prior the temperature is optional; for any other method the request model refused one without.
-    temperature = temperatures.get(PRIOR) if method == PRIOR else temperatures[method]
+    temperature: float | None = temperatures.get(PRIOR) if method == PRIOR else temperatures[method]
     temper = (
         None
         if temperature is None
