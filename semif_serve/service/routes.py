@@ -9,10 +9,11 @@ the admission slot (429), the declared length (413) and the content (415, 422),
 and only then a ticket, which holds the slot until the wire releases it. What the
 ticket's body holds may still be refused: a 422, or with SEMIF_MAX_WAIT_S a 429 for
 the estimated wait (`_within_budget`), both before anything reaches the scorer.
-Rule 2: every endpoint is declared here (`ROUTES`: path, method, bearer) beside
-its handler, so adding one touches this module alone; its answer is decided here
-(or, for /metrics, by the ops handler the server registers by route name). The
-wire names no route; ops is handed the table for its labels.
+Rule 2: every endpoint is declared here (`ROUTES`: path, method, bearer, and what it
+does: a GET's handler, or a POST's reader and content rule), so adding one touches this
+module alone and `answer` dispatches on the route itself; its answer is decided here (or,
+for /metrics, by the ops handler the server hands over). The wire names no route; ops is
+handed the table for its labels.
 Rule 3: the scorer's failures (engine/scorer.py) become envelopes in one place, `_score`.
 
 Scores pass through untouched (INV-1): the only things added are `calibrated` and
@@ -31,6 +32,7 @@ import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
@@ -40,37 +42,20 @@ from ..decisions.views import View, as_json
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
 from ..errors import ApiError, excerpt
-from ..http.exchange import Handler, Head, Reply, Route, Ticket, route
+from ..http.exchange import Handler, Head, Reply, Route, Ticket, retry_after, route
 from ..systemone import assemble, catalogue, translate
 from .admission import Admission
-from .wait_budget import WaitBudget
+from .wait_budget import OverBudget, WaitBudget
 
 log = logging.getLogger("semif_serve.service")
-# Every endpoint: path -> its handler's name (a GET's in `Service.handlers`, a POST's in `_read`), method and
-# bearer. A GET route answers HEAD too and takes no admission slot; a POST takes one.
-ROUTES = {
-    b"/health": Route("health", b"GET", protected=False),
-    b"/decide": Route("decide", b"POST", protected=True),
-    b"/decide/shared": Route("shared", b"POST", protected=True),
-    # Extension: Prometheus metrics, answered by ops (the server registers its handler). No token, no slot.
-    b"/metrics": Route("metrics", b"GET", protected=False),
-    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
-    b"/v1/systemone": Route("systemone", b"POST", protected=True, typesafe=True),
-    b"/v1/models": Route("models", b"GET", protected=True, typesafe=True),
-    # Extension: SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
-    b"/healthz": Route("healthz", b"GET", protected=False, typesafe=True),
-}
-# Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
-METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
-PARSERS = {"decide": request_model.parse_decide, "shared": request_model.parse_shared}
 # What one engine call gives back: SemIf's results, and SemIf's own timing dict (None for a direct call).
 Scored = tuple[list[dict[str, Any]], dict[str, Any] | None]
 # A response body, and the headers of the route's own that go with it.
 Built = tuple[Any, tuple[tuple[bytes, bytes], ...]]
 # How a route's response is built from the scores and the engine call's kind (direct or shared).
 Respond = Callable[[Scored, str], Built]
-# A body coding the service does not decode (the SDK may send zstd); a JSON parser must never see it.
-IDENTITY = (None, b"identity")
+# The one body coding the service decodes (the SDK may send zstd); a JSON parser must never see another.
+IDENTITY = (b"identity",)
 
 
 def render(payload: Any) -> bytes:
@@ -78,17 +63,96 @@ def render(payload: Any) -> bytes:
     return json.dumps(payload, allow_nan=False, ensure_ascii=False).encode()
 
 
+def any_content(content_type: bytes | None) -> None:
+    """The content rule of a JSON route: the parser judges the body, whatever its declared type."""
+
+
+def text_only(content_type: bytes | None) -> None:
+    """System One's content rule: its multipart asset upload is refused before a byte is read (text only)."""
+    if content_type is not None and content_type.lower().startswith(b"multipart/"):
+        raise ApiError(
+            "invalid_request",
+            "image assets are refused: this service scores text only",
+            param="assets",
+        )
+
+
+@dataclass(frozen=True)
+class Endpoint(Route):
+    """A route and what it does: a GET's handler (its whole reply from the head), or a POST's reader (its
+    body as a request, and how the response is built from that request's scores) and content rule."""
+
+    get: Callable[[Service, Head], Reply] | None = None
+    read: Callable[[Service, bytes], tuple[DecideRequest, Respond]] | None = None
+    content: Callable[[bytes | None], None] = any_content
+
+
+def _read_decide(service: Service, body: bytes) -> tuple[DecideRequest, Respond]:
+    request = request_model.parse_decide(body, service.limits)
+    return request, functools.partial(service.decided, request)
+
+
+def _read_shared(service: Service, body: bytes) -> tuple[DecideRequest, Respond]:
+    request = request_model.parse_shared(body, service.limits)
+    return request, functools.partial(service.decided, request)
+
+
+def _read_systemone(service: Service, body: bytes) -> tuple[DecideRequest, Respond]:
+    plan = translate.translate(body, service.systemone_policy)
+    return plan.request, functools.partial(service.answers, plan)
+
+
+# Every endpoint: path -> name, method, bearer, and what it does. A GET route answers HEAD too and takes
+# no admission slot; a POST takes one. Adding an endpoint is one entry here and its handler.
+ROUTES = {
+    b"/health": Endpoint(
+        "health", b"GET", protected=False, get=lambda s, head: s.health(head.draining)
+    ),
+    b"/decide": Endpoint("decide", b"POST", protected=True, read=_read_decide),
+    b"/decide/shared": Endpoint("shared", b"POST", protected=True, read=_read_shared),
+    # Extension: Prometheus metrics, answered by ops (the server hands its handler over). No token, no slot.
+    b"/metrics": Endpoint("metrics", b"GET", protected=False, get=lambda s, head: s.metrics(head)),
+    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
+    b"/v1/systemone": Endpoint(
+        "systemone",
+        b"POST",
+        protected=True,
+        typesafe=True,
+        read=_read_systemone,
+        content=text_only,
+    ),
+    b"/v1/models": Endpoint(
+        "models", b"GET", protected=True, typesafe=True, get=lambda s, head: s.models()
+    ),
+    # Extension: SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
+    b"/healthz": Endpoint(
+        "healthz",
+        b"GET",
+        protected=False,
+        typesafe=True,
+        get=lambda s, head: s.healthz(head.draining),
+    ),
+}
+# Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
+METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
+
+
+def no_metrics(head: Head) -> Reply:
+    """/metrics where no ops handler was handed over (a service built without a server)."""
+    return Reply.error(ApiError("not_found", "metrics are off (SEMIF_METRICS)"))
+
+
 class SlotTicket:
     """The ticket of a POST that holds an admission slot: its body in, its reply out, the slot freed once."""
 
-    __slots__ = ("_service", "_name")
+    __slots__ = ("_service", "_endpoint")
 
-    def __init__(self, service: Service, name: str) -> None:
+    def __init__(self, service: Service, endpoint: Endpoint) -> None:
         self._service = service
-        self._name = name
+        self._endpoint = endpoint
 
     def take(self, body: bytes) -> Awaitable[Reply]:
-        return self._service.post(self._name, body)
+        return self._service.post(self._endpoint, body)
 
     def release(self) -> None:
         self._service.admission.leave()
@@ -102,24 +166,17 @@ class Service:
         settings: Settings,
         engine: Engine,
         admission: Admission | None = None,
-        handlers: Mapping[str, Handler] | None = None,
+        metrics: Handler = no_metrics,
         budget: WaitBudget | None = None,
     ) -> None:
-        """`admission` and `budget` are shared with whoever reports them (ops); `handlers` are the GET
-        routes whose answer lives elsewhere, by route name (the server registers ops's /metrics)."""
+        """`admission` and `budget` are shared with whoever reports them (ops); `metrics` answers
+        /metrics, whose answer lives in ops (the server hands it over)."""
         self.settings = settings
         self.engine = engine
         self.admission = admission if admission is not None else Admission(settings.max_queue)
         # Extension: SEMIF_MAX_WAIT_S, built by the server beside admission; None: by count alone.
         self.budget = budget
-        if budget is not None:
-            engine.observers.append(self._scorer_call)
-        self.handlers: dict[str, Handler] = {
-            "health": lambda head: self.health(draining=head.draining),
-            "models": lambda head: self.models(),
-            "healthz": lambda head: self.healthz(draining=head.draining),
-            **(handlers or {}),
-        }
+        self.metrics: Handler = metrics
         table = settings.calibration
         self.limits = request_model.Limits(
             settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
@@ -139,7 +196,7 @@ class Service:
             settings.systemone_workload,
         )
 
-    def answer(self, head: Head, routes: Mapping[bytes, Route] = ROUTES) -> Reply | Ticket:
+    def answer(self, head: Head, routes: Mapping[bytes, Endpoint] = ROUTES) -> Reply | Ticket:
         """The one answer to a request head among a listener's `routes`: a Reply now, or a ticket for its body."""
         try:
             found = route(head.method, head.target, head.fields.get(b"host"), routes)
@@ -151,11 +208,11 @@ class Service:
                 self.authorize(head.fields.get(b"authorization"))
         except ApiError as error:
             return Reply.error(error)
-        if found.method == b"GET":
-            return self.handlers[found.name](head)
-        return self._admit(head, found.name)
+        if found.get is not None:
+            return found.get(self, head)
+        return self._admit(head, found)
 
-    def _admit(self, head: Head, name: str) -> Reply | Ticket:
+    def _admit(self, head: Head, endpoint: Endpoint) -> Reply | Ticket:
         """A POST's slot, then the checks on its body's head; a refusal after the slot closes the connection."""
         try:
             self.admission.enter()
@@ -163,13 +220,12 @@ class Service:
             return Reply.error(error)
         try:
             self._check_length(head.fields.get(b"content-length"))
-            self.check_content(
-                head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name
-            )
+            check_encoding(head.fields.get(b"content-encoding"))
+            endpoint.content(head.fields.get(b"content-type"))
         except ApiError as error:
             self.admission.leave()
             return Reply.error(error, close=True)
-        return SlotTicket(self, name)
+        return SlotTicket(self, endpoint)
 
     def _check_length(self, length: bytes | None) -> None:
         """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
@@ -224,34 +280,11 @@ class Service:
         }
         return Reply(503 if draining else 200, render(payload))
 
-    @staticmethod
-    def check_content(
-        content_encoding: bytes | None, content_type: bytes | None, name: str
-    ) -> None:
-        """Head checks on a POST's body before a byte of it is read: a coding we do not
-        decode is a 415; System One's multipart asset upload is refused (text only)."""
-        if content_encoding is not None and content_encoding.strip().lower() not in IDENTITY:
-            raise ApiError(
-                "unsupported_media_type",
-                f"Content-Encoding {excerpt(content_encoding.decode('latin-1'), 40)!r} is not supported; "
-                "send the body uncompressed (identity)",
-            )
-        if (
-            name == "systemone"
-            and content_type is not None
-            and content_type.lower().startswith(b"multipart/")
-        ):
-            raise ApiError(
-                "invalid_request",
-                "image assets are refused: this service scores text only",
-                param="assets",
-            )
-
-    async def post(self, name: str, body: bytes) -> Reply:
-        """Parse, score and build the reply for /decide, /decide/shared or /v1/systemone."""
+    async def post(self, endpoint: Endpoint, body: bytes) -> Reply:
+        """Parse, score and build a POST route's reply (/decide, /decide/shared or /v1/systemone)."""
         call = None
         try:
-            request, respond = self._read(name, body)
+            request, respond = self._read(endpoint, body)
             call, rows = self._engine_call(request)
             scored = await self._within_budget(rows, call)
         except ApiError as error:
@@ -269,15 +302,13 @@ class Service:
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
 
-    def _read(self, name: str, body: bytes) -> tuple[DecideRequest, Respond]:
+    def _read(self, endpoint: Endpoint, body: bytes) -> tuple[DecideRequest, Respond]:
         """The body as a request, and how this route's response is built from its scores. A parser's
         own bug is a 500 in the envelope (C3), never a dropped connection with no answer and no access line."""
+        if endpoint.read is None:
+            raise RuntimeError(f"{endpoint.name} is not a POST route")
         try:
-            if name == "systemone":
-                plan = translate.translate(body, self.systemone_policy)
-                return plan.request, functools.partial(self._answers, plan)
-            request = PARSERS[name](body, self.limits)
-            return request, functools.partial(self._decided, request)
+            return endpoint.read(self, body)
         except ApiError:
             raise
         except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
@@ -294,13 +325,16 @@ class Service:
         """The engine call, once the wait budget (if any) admits the request: refused, it never joins the queue."""
         if self.budget is None:
             return await self._score(rows, call)
-        admitted = self.budget.admit(call.kind, len(rows))
+        try:
+            admitted = self.budget.admit(call.kind, len(rows))
+        except OverBudget as over:
+            raise busy(over) from None
         try:
             return await self._score(rows, call)
         finally:
             self.budget.estimator.leave(admitted, call.started)
 
-    def _scorer_call(self, call: CallTiming) -> None:
+    def scorer_call(self, call: CallTiming) -> None:
         """A scorer call ended (on the loop): a successful one updates the per-row time the budget reads,
         and one kind's calls coming to take longer than the whole budget is logged once per crossing."""
         if call.outcome == "ok" and call.scoring is not None and self.budget is not None:
@@ -331,12 +365,12 @@ class Service:
             log.exception("scorer call failed")
             raise ApiError("scoring_failed", "scoring failed") from None
 
-    def _decided(self, request: DecideRequest, scored: Scored, _kind: str) -> Built:
+    def decided(self, request: DecideRequest, scored: Scored, _kind: str) -> Built:
         """A /decide or /decide/shared response from the request's views."""
         results, semif_timing = scored
         return decide_json(request, self._views(request, results), semif_timing), ()
 
-    def _answers(self, plan: translate.Plan, scored: Scored, kind: str) -> Built:
+    def answers(self, plan: translate.Plan, scored: Scored, kind: str) -> Built:
         """A System One response from the same views /decide/shared would return for the rows, with SemIf's
         server's headers: the engine call made (direct or shared) and the backend that made it."""
         results, semif_timing = scored
@@ -348,6 +382,23 @@ class Service:
     def _views(self, request: DecideRequest, results: list[dict[str, Any]]) -> list[View]:
         """Each decision's view of its slice of the results: native, calibrated, or combined over its orderings."""
         return viewing.views(request, results, self.settings.calibration)
+
+
+def busy(over: OverBudget) -> ApiError:
+    """The wait budget's refusal as 429 busy, Retry-After the drain of the rows ahead (1..60 s)."""
+    return ApiError(
+        "busy", str(over), ((b"retry-after", b"%d" % retry_after(over.estimate.seconds)),)
+    )
+
+
+def check_encoding(content_encoding: bytes | None) -> None:
+    """A body coding we do not decode is a 415, before a byte of the body is read."""
+    if content_encoding is not None and content_encoding.strip().lower() not in IDENTITY:
+        raise ApiError(
+            "unsupported_media_type",
+            f"Content-Encoding {excerpt(content_encoding.decode('latin-1'), 40)!r} is not supported; "
+            "send the body uncompressed (identity)",
+        )
 
 
 def decide_json(
