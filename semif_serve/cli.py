@@ -37,13 +37,15 @@ def _serve() -> int:
 
     configure(settings.log_format, settings.log_flush_s)
     from .server import serve
+    from .service.callers import TokensFileError
 
     try:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             code = runner.run(serve(settings))
     except (
-        calibration_file.BindingMismatch
-    ) as error:  # an invalid setting, found once the scorer is known
+        calibration_file.BindingMismatch,
+        TokensFileError,
+    ) as error:  # an invalid setting, found once the scorer is known or the tokens file read
         _refusal(settings, str(error))
         return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam

@@ -63,9 +63,17 @@ class Reply:
     close: bool = False  # the connection ends after this reply, whether or not the body was read
     # Each decision's orderings method, in order (metrics label them `orderings`).
     decision_methods: tuple[str, ...] = ()
+    # Extension: the caller's name for the access log and metrics; "-": not authenticated.
+    caller: str = "-"
 
     @classmethod
-    def error(cls, error: ApiError, timing: CallTiming | None = None, close: bool = False) -> Reply:
+    def error(
+        cls,
+        error: ApiError,
+        timing: CallTiming | None = None,
+        close: bool = False,
+        caller: str = "-",
+    ) -> Reply:
         return cls(
             error.status,
             envelope(error.code, error.message, error.param),
@@ -73,6 +81,7 @@ class Reply:
             error.code,
             timing,
             close=close,
+            caller=caller,
         )
 
 
@@ -114,7 +123,11 @@ def route(method: bytes, target: bytes, host: bytes | None, routes: Mapping[byte
         raise ApiError("bad_request", str(error)) from None
     found = routes.get(path)
     if found is None:
-        raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
+        here = ", ".join(f"{each.method.decode()} {name.decode()}" for name, each in routes.items())
+        raise ApiError(
+            "not_found",
+            f"no endpoint at {excerpt(path.decode('latin-1'), 60)}; the endpoints: {here}",
+        )
     if method not in found.methods:
         allow = b", ".join(found.methods)
         raise ApiError(

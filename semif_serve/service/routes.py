@@ -27,23 +27,26 @@ SemIf's own server they name the weights in SemIf's id form, send
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import hmac
+import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..decisions import request_model, viewing
+from ..decisions import calibration_file, request_model, viewing
 from ..decisions.request_model import DecideRequest
 from ..decisions.views import View, as_json
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
-from ..errors import ApiError, excerpt
+from ..errors import ApiError, excerpt, too_large, unauthorized
 from ..http.exchange import Handler, Head, Reply, Route, Ticket, retry_after, route
 from ..systemone import assemble, catalogue, translate
+from . import callers
 from .admission import Admission
 from .wait_budget import OverBudget, WaitBudget
 
@@ -63,6 +66,26 @@ def render(payload: Any) -> bytes:
     return json.dumps(payload, allow_nan=False, ensure_ascii=False).encode()
 
 
+@dataclass(frozen=True)
+class Calibrated:
+    """One calibration table and what the routes derive from it, swapped whole on reload: a request
+    reads it once, at its parse, and keeps it to its response."""
+
+    table: calibration_file.Table
+    limits: request_model.Limits
+    policy: translate.Policy
+    sha256: str | None  # of the SEMIF_CALIBRATION file; None without one
+    loaded_at: float  # unix time
+
+
+def file_digest(path: str | None) -> str | None:
+    """A file's sha256 in hex (None for no file): which calibration a replica serves, for /health and metrics."""
+    if path is None:
+        return None
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
 def any_content(content_type: bytes | None) -> None:
     """The content rule of a JSON route: the parser judges the body, whatever its declared type."""
 
@@ -77,29 +100,40 @@ def text_only(content_type: bytes | None) -> None:
         )
 
 
+# A POST route's reader: its body, under the calibration current at its parse, as a request and how
+# the response is built from that request's scores.
+Read = Callable[["Service", Calibrated, bytes], tuple[DecideRequest, Respond]]
+
+
 @dataclass(frozen=True)
 class Endpoint(Route):
-    """A route and what it does: a GET's handler (its whole reply from the head), or a POST's reader (its
-    body as a request, and how the response is built from that request's scores) and content rule."""
+    """A route and what it does: a GET's handler (its whole reply from the head), or a POST's reader
+    and content rule."""
 
     get: Callable[[Service, Head], Reply] | None = None
-    read: Callable[[Service, bytes], tuple[DecideRequest, Respond]] | None = None
+    read: Read | None = None
     content: Callable[[bytes | None], None] = any_content
 
 
-def _read_decide(service: Service, body: bytes) -> tuple[DecideRequest, Respond]:
-    request = request_model.parse_decide(body, service.limits)
-    return request, functools.partial(service.decided, request)
+def _read_decide(
+    service: Service, current: Calibrated, body: bytes
+) -> tuple[DecideRequest, Respond]:
+    request = request_model.parse_decide(body, current.limits)
+    return request, functools.partial(service.decided, request, current.table)
 
 
-def _read_shared(service: Service, body: bytes) -> tuple[DecideRequest, Respond]:
-    request = request_model.parse_shared(body, service.limits)
-    return request, functools.partial(service.decided, request)
+def _read_shared(
+    service: Service, current: Calibrated, body: bytes
+) -> tuple[DecideRequest, Respond]:
+    request = request_model.parse_shared(body, current.limits)
+    return request, functools.partial(service.decided, request, current.table)
 
 
-def _read_systemone(service: Service, body: bytes) -> tuple[DecideRequest, Respond]:
-    plan = translate.translate(body, service.systemone_policy)
-    return plan.request, functools.partial(service.answers, plan)
+def _read_systemone(
+    service: Service, current: Calibrated, body: bytes
+) -> tuple[DecideRequest, Respond]:
+    plan = translate.translate(body, current.policy)
+    return plan.request, functools.partial(service.answers, plan, current.table)
 
 
 # Every endpoint: path -> name, method, bearer, and what it does. A GET route answers HEAD too and takes
@@ -143,19 +177,22 @@ def no_metrics(head: Head) -> Reply:
 
 
 class SlotTicket:
-    """The ticket of a POST that holds an admission slot: its body in, its reply out, the slot freed once."""
+    """The ticket of a POST that holds an admission slot: its body in, its reply (by its caller) out,
+    the slot freed once."""
 
-    __slots__ = ("_service", "_endpoint")
+    __slots__ = ("_service", "_endpoint", "_caller")
 
-    def __init__(self, service: Service, endpoint: Endpoint) -> None:
+    def __init__(self, service: Service, endpoint: Endpoint, caller: str) -> None:
         self._service = service
         self._endpoint = endpoint
+        self._caller = caller
 
-    def take(self, body: bytes) -> Awaitable[Reply]:
-        return self._service.post(self._endpoint, body)
+    async def take(self, body: bytes) -> Reply:
+        reply = await self._service.post(self._endpoint, body)
+        return dataclasses.replace(reply, caller=self._caller)
 
     def release(self) -> None:
-        self._service.admission.leave()
+        self._service.admission.leave(self._caller)
 
 
 class Service:
@@ -168,20 +205,22 @@ class Service:
         admission: Admission | None = None,
         metrics: Handler = no_metrics,
         budget: WaitBudget | None = None,
+        known: callers.Callers | None = None,
     ) -> None:
         """`admission` and `budget` are shared with whoever reports them (ops); `metrics` answers
-        /metrics, whose answer lives in ops (the server hands it over)."""
+        /metrics, whose answer lives in ops (the server hands it over);
+        `known` is the callers (None: read from the settings), replaced whole on reload."""
         self.settings = settings
         self.engine = engine
-        self.admission = admission if admission is not None else Admission(settings.max_queue)
+        self.admission = (
+            admission
+            if admission is not None
+            else Admission(settings.max_queue, settings.max_queue_per_caller)
+        )
+        self.callers = known if known is not None else callers.for_settings(settings)
         # Extension: SEMIF_MAX_WAIT_S, built by the server beside admission; None: by count alone.
         self.budget = budget
         self.metrics: Handler = metrics
-        table = settings.calibration
-        self.limits = request_model.Limits(
-            settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
-        )
-        self._token = settings.api_token.encode()
         facts = engine.health()
         # The System One routes name the weights in SemIf's form; SEMIF_MODEL, the id they named
         # before, stays accepted as the first alias. /health and the calibration binding keep SEMIF_MODEL.
@@ -189,15 +228,26 @@ class Service:
         self.served_model = catalogue.model_id(facts)
         self.prompt_version = facts.get("prompt_version")
         self.aliases = (facts["model"], *settings.model_aliases)
-        self.systemone_policy = translate.Policy(
-            self.limits,
-            frozenset({self.served_model, *self.aliases}),
-            settings.systemone_orderings,
-            settings.systemone_workload,
+        self.calibration = self.calibrated(
+            settings.calibration, file_digest(settings.calibration_path)
         )
+
+    def calibrated(self, table: calibration_file.Table, sha256: str | None) -> Calibrated:
+        """What a calibration table gives the routes: their request limits and the System One policy."""
+        limits = request_model.Limits(
+            self.settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
+        )
+        policy = translate.Policy(
+            limits,
+            frozenset({self.served_model, *self.aliases}),
+            self.settings.systemone_orderings,
+            self.settings.systemone_workload,
+        )
+        return Calibrated(table, limits, policy, sha256, time.time())
 
     def answer(self, head: Head, routes: Mapping[bytes, Endpoint] = ROUTES) -> Reply | Ticket:
         """The one answer to a request head among a listener's `routes`: a Reply now, or a ticket for its body."""
+        caller = callers.UNAUTHENTICATED
         try:
             found = route(head.method, head.target, head.fields.get(b"host"), routes)
             if found.protected:
@@ -205,43 +255,47 @@ class Service:
                     raise ApiError(
                         "shutting_down", "the server is shutting down; retry on another instance"
                     )
-                self.authorize(head.fields.get(b"authorization"))
+                caller = self.authorize(head.fields.get(b"authorization"))
         except ApiError as error:
             return Reply.error(error)
         if found.get is not None:
-            return found.get(self, head)
-        return self._admit(head, found)
+            reply = found.get(self, head)
+            return reply if not found.protected else dataclasses.replace(reply, caller=caller)
+        return self._admit(head, found, caller)
 
-    def _admit(self, head: Head, endpoint: Endpoint) -> Reply | Ticket:
-        """A POST's slot, then the checks on its body's head; a refusal after the slot closes the connection."""
+    def _admit(self, head: Head, endpoint: Endpoint, caller: str) -> Reply | Ticket:
+        """A POST's slot (the queue's, then its caller's share), then the checks on its body's head; a
+        refusal after the slot closes the connection."""
         try:
-            self.admission.enter()
+            self.admission.enter(caller)
         except ApiError as error:
-            return Reply.error(error)
+            return Reply.error(error, caller=caller)
         try:
             self._check_length(head.fields.get(b"content-length"))
             check_encoding(head.fields.get(b"content-encoding"))
             endpoint.content(head.fields.get(b"content-type"))
         except ApiError as error:
-            self.admission.leave()
-            return Reply.error(error, close=True)
-        return SlotTicket(self, endpoint)
+            self.admission.leave(caller)
+            return Reply.error(error, close=True, caller=caller)
+        return SlotTicket(self, endpoint, caller)
 
     def _check_length(self, length: bytes | None) -> None:
         """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
         if length is not None and int(length) > self.settings.max_body_bytes:
-            raise ApiError(
-                "request_too_large",
-                f"declared body over the {self.settings.max_body_bytes}-byte limit",
-            )
+            raise too_large(self.settings.max_body_bytes, declared=True)
 
-    def authorize(self, header: bytes | None) -> None:
-        """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or
-        more spaces, the token (RFC 6750 2.1, `1*SP`); a tab is not a space there, so it stays in the token."""
+    def authorize(self, header: bytes | None) -> str:
+        """The caller a bearer names, by a constant-time check over the token's bytes alone (INV-6,
+        service/callers.py). The field is `Bearer`, one or more spaces, the token (RFC 6750 2.1, `1*SP`);
+        a tab is not a space there, so it stays in the token. Another scheme, or `Bearer` with nothing
+        after it, presents no token (RFC 6750 3.1)."""
         scheme, _, spaced = (header or b"").partition(b" ")
-        valid = hmac.compare_digest(spaced.lstrip(b" "), self._token)
-        if scheme.lower() != b"bearer" or not valid:
-            raise ApiError("unauthorized", "missing or wrong bearer token")
+        token = spaced.lstrip(b" ")
+        caller = self.callers.identify(token)
+        bearer = scheme.lower() == b"bearer"
+        if not bearer or caller is None:
+            raise unauthorized(presented=bearer and token != b"")
+        return caller
 
     def health(self, draining: bool = False) -> Reply:
         """The engine's facts and the limits; 503 `draining` once shutdown began, so a
@@ -255,9 +309,11 @@ class Service:
             "max_decisions": self.settings.max_decisions,
             "max_queue": self.settings.max_queue,
             "in_progress": self.admission.in_progress,
-            "workloads": sorted(self.settings.calibration),
-            # Extension: each workload's methods and temperatures, and the file's binding.
-            "calibration": self.settings.calibration.describe(),
+            "workloads": sorted(self.calibration.table),
+            # Extension: each workload's methods and temperatures, and the file's binding; the file's
+            # sha256 (null without SEMIF_CALIBRATION), so each replica's version shows after a reload.
+            "calibration": self.calibration.table.describe(),
+            "calibration_sha256": self.calibration.sha256,
         }
         return Reply(503 if draining else 200, render(payload))
 
@@ -303,12 +359,14 @@ class Service:
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
 
     def _read(self, endpoint: Endpoint, body: bytes) -> tuple[DecideRequest, Respond]:
-        """The body as a request, and how this route's response is built from its scores. A parser's
+        """The body as a request, and how this route's response is built from its scores, both under the
+        one calibration current now (a reload meanwhile never mixes two). A parser's
         own bug is a 500 in the envelope (C3), never a dropped connection with no answer and no access line."""
         if endpoint.read is None:
             raise RuntimeError(f"{endpoint.name} is not a POST route")
+        current = self.calibration
         try:
-            return endpoint.read(self, body)
+            return endpoint.read(self, current, body)
         except ApiError:
             raise
         except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
@@ -365,23 +423,28 @@ class Service:
             log.exception("scorer call failed")
             raise ApiError("scoring_failed", "scoring failed") from None
 
-    def decided(self, request: DecideRequest, scored: Scored, _kind: str) -> Built:
+    def decided(
+        self, request: DecideRequest, table: calibration_file.Table, scored: Scored, _kind: str
+    ) -> Built:
         """A /decide or /decide/shared response from the request's views."""
         results, semif_timing = scored
-        return decide_json(request, self._views(request, results), semif_timing), ()
+        return decide_json(request, viewing.views(request, results, table), semif_timing), ()
 
-    def answers(self, plan: translate.Plan, scored: Scored, kind: str) -> Built:
+    def answers(
+        self, plan: translate.Plan, table: calibration_file.Table, scored: Scored, kind: str
+    ) -> Built:
         """A System One response from the same views /decide/shared would return for the rows, with SemIf's
         server's headers: the engine call made (direct or shared) and the backend that made it."""
         results, semif_timing = scored
         body = assemble.response(
-            plan, self.served_model, self._views(plan.request, results), results, kind, semif_timing
+            plan,
+            self.served_model,
+            viewing.views(plan.request, results, table),
+            results,
+            kind,
+            semif_timing,
         )
         return body, ((b"x-semif-mode", kind.encode()), (b"x-semif-backend", self.backend.encode()))
-
-    def _views(self, request: DecideRequest, results: list[dict[str, Any]]) -> list[View]:
-        """Each decision's view of its slice of the results: native, calibrated, or combined over its orderings."""
-        return viewing.views(request, results, self.settings.calibration)
 
 
 def busy(over: OverBudget) -> ApiError:
