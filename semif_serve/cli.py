@@ -18,7 +18,8 @@ import logging  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
-from . import calibration, config  # noqa: E402
+from . import config  # noqa: E402
+from .decisions import calibration_file  # noqa: E402
 
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
        semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings
@@ -44,7 +45,7 @@ def _serve() -> int:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             code = runner.run(serve(settings))
     except (
-        calibration.BindingMismatch
+        calibration_file.BindingMismatch
     ) as error:  # an invalid setting, found once the scorer is known
         _refusal(settings, str(error))
         return 2

@@ -18,13 +18,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import averaging, calibration, prior
+from .decisions import averaging, calibration_file, prior
 from .errors import excerpt
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
 DEFAULT_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
 SCORERS = ("semif_phase1", "fastjev", "stub")
-# How much of the pinned snapshot is proved before the weights load (snapshot_verify.py).
+# How much of the pinned snapshot is proved before the weights load (engine/snapshot_verify.py).
 VERIFY_MODES = ("hash", "presence")
 LOG_FORMATS = ("text", "json")  # SEMIF_LOG_FORMAT: ops/logs.py formats each
 MIN_TOKEN_LENGTH = 32
@@ -83,7 +83,7 @@ class Settings:
     # Extension (issue 31): admission by a wait budget, checked once the body's rows are known (None: off).
     max_wait_s: float | None = None
     # workload -> {method: T}; a plain {workload: T} mapping is accepted and validated.
-    calibration: calibration.Table = field(default_factory=calibration.Table)
+    calibration: calibration_file.Table = field(default_factory=calibration_file.Table)
     verify_weights: str = "hash"
     scorer: str = "semif_phase1"
     stub_delay_ms: int = 0
@@ -114,7 +114,7 @@ class Settings:
     systemone_workload: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "calibration", calibration.as_table(self.calibration))
+        object.__setattr__(self, "calibration", calibration_file.as_table(self.calibration))
 
 
 def _named(env: Mapping[str, str], ours: str) -> str:
@@ -236,7 +236,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     _semif_only(env)
     path = env.get("SEMIF_CALIBRATION")
-    calibration_table = calibration.load(path) if path is not None else calibration.Table()
+    calibration_table = (
+        calibration_file.load(path) if path is not None else calibration_file.Table()
+    )
     port, metrics = _port(env), _metrics(env)
     return Settings(
         api_token=_token(env),
@@ -336,7 +338,7 @@ def _aliases(env: Mapping[str, str]) -> tuple[str, ...]:
     return names
 
 
-def _systemone(env: Mapping[str, str], table: calibration.Table) -> dict[str, object]:
+def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> dict[str, object]:
     """The /v1/systemone defaults: an orderings method, and a workload that has a temperature for it
     (for "prior", a workload is required and needs priors; its temperature is optional)."""
     orderings = _choice(env, "SEMIF_SYSTEMONE_ORDERINGS", "none", averaging.ORDERINGS)

@@ -2,7 +2,7 @@
 
 Every refusal the service can give is a row here, so the HTTP status, the code
 and the envelope can never drift apart between call sites. The scorer's own
-failures are not HTTP and live beside its protocol (scorer.py).
+failures are not HTTP and live beside its protocol (engine/scorer.py).
 """
 
 from __future__ import annotations

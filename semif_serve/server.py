@@ -27,20 +27,21 @@ import logging
 import signal
 from collections.abc import Mapping
 
-from . import calibration
-from .channel import Channel
 from .config import Settings
-from .engine import Engine
+from .decisions import calibration_file
+from .engine.scorer import Scorer
+from .engine.worker import Engine
 from .errors import ApiError, envelope
+from .http.channel import Channel, peer_of
+from .http.connection import MAX_BUFFERED, Drain, HttpConnection
+from .http.exchange import Answer, Head, Reply, Route, Ticket
 from .ops import logs
 from .ops.logs import log_settings
-from .ops.operations import Operations, peer_of
+from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
-from .routes import Answer, Head, Reply, Route, Ticket
-from .scorer import Scorer
-from .service import METRICS_ROUTES, ROUTES, Admission, Service
-from .wait_budget import WaitBudget, WaitEstimator
-from .wire import MAX_BUFFERED, Drain, HttpConnection
+from .service.admission import Admission
+from .service.routes import METRICS_ROUTES, ROUTES, Service
+from .service.wait_budget import WaitBudget, WaitEstimator
 
 log = logging.getLogger("semif_serve.server")
 # Open connections the metrics listener takes: a Prometheus pair (HA) and a person with curl, with room.
@@ -64,10 +65,10 @@ def full(request_id: str) -> bytes:
 def build_scorer(settings: Settings) -> Scorer:
     """The scorer SEMIF_SCORER names; torch is imported only for a real one."""
     if settings.scorer == "stub":
-        from .stub import StubScorer
+        from .engine.stub import StubScorer
 
         return StubScorer(settings)
-    from .torch_engine import TorchScorer
+    from .engine.torch_scorer import TorchScorer
 
     return TorchScorer(settings)
 
@@ -107,6 +108,7 @@ class Server:
         engine.observers.append(self.ops.scorer_call)
         if budget is not None and ops.metrics is not None:
             budget.estimator.observers.append(ops.metrics.wait_error)
+            ops.metrics.calls_over_budget(lambda: budget.over)
         self._listener: asyncio.base_events.Server | None = None
         self._metrics_listener: asyncio.base_events.Server | None = None
         self.port = 0
@@ -210,7 +212,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
     scorer = scorer if scorer is not None else build_scorer(settings)
     # Before the model loads: a table fitted on another model or prompt refuses startup.
-    calibration.check_binding(
+    calibration_file.check_binding(
         settings.calibration,
         settings.model,
         settings.revision,

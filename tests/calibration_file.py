@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from semif_serve.config import DEFAULT_MODEL, DEFAULT_REVISION
-from semif_serve.stub import PROMPT_VERSION as STUB_PROMPT_VERSION
+from semif_serve.engine.stub import PROMPT_VERSION as STUB_PROMPT_VERSION
 
 MATCHING = {
     "model": DEFAULT_MODEL,

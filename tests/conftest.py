@@ -12,8 +12,8 @@ import pytest
 
 from semif_serve.builders import reading, smollm2
 from semif_serve.config import Settings
-from semif_serve.engine import Engine
-from semif_serve.scorer import Scorer
+from semif_serve.engine.scorer import Scorer
+from semif_serve.engine.worker import Engine
 from semif_serve.server import Server
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from semif_serve.config import Settings
-from semif_serve.scorer_package import ScorerPackage
+from semif_serve.engine.scorer_package import ScorerPackage
 from tests.wire_client import TOKEN
 
 GIB = 1 << 30

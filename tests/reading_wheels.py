@@ -24,7 +24,9 @@ def require_parts(model: reading.Model) -> None:
         absent = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
         if not absent:
             return
-        missing = f"the model extra is not installed ({', '.join(absent)}): pip install -e '.[model]'"
+        missing = (
+            f"the model extra is not installed ({', '.join(absent)}): pip install -e '.[model]'"
+        )
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true but the reading model {model.size} cannot be built: {missing}")
     pytest.skip(f"the reading model {model.size} cannot be built here: {missing}")

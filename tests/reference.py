@@ -1,4 +1,4 @@
-"""The tests' softmax reference: written here, independently of semif_serve.numerics.
+"""The tests' softmax reference: written here, independently of semif_serve.decisions.numerics.
 
 One implementation for every test that predicts probabilities (fake results,
 averaged and calibrated views), max-shifted so logits of +-1e4 stay finite.

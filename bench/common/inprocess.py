@@ -81,8 +81,8 @@ def load(facts: Facts) -> Loaded:
     _check_cache_env()
     import importlib
 
-    from semif_serve import scorer_package, torch_engine
     from semif_serve.config import Settings
+    from semif_serve.engine import scorer_package, torch_scorer
 
     package = scorer_package.resolve(facts.scorer)
     settings = Settings(
@@ -99,7 +99,7 @@ def load(facts: Facts) -> Loaded:
         threads.isdigit() and int(threads) > 0
     ):  # the server takes its thread count from the same variable
         torch.set_num_threads(int(threads))
-    model, tokenizer, metadata = torch_engine.load_model(settings, facts.device, facts.dtype, torch)
+    model, tokenizer, metadata = torch_scorer.load_model(settings, facts.device, facts.dtype, torch)
     return Loaded(facts, package.direct, package.shared, model, tokenizer, metadata)
 
 

@@ -32,6 +32,7 @@ from bench.common.loadgen import TOKEN_ENV, Target, call
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 STOP_GRACE_S = 10.0  # how long `_stop` waits after SIGTERM before it SIGKILLs
+INTERRUPTED_GRACE_S = 2.0  # the same when the bench itself was interrupted: no drain is wanted then
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,9 @@ def running(
         try:
             _wait_ready(target, process, log, ready_timeout, health)
             yield Running(target, process, log)
+        except KeyboardInterrupt:
+            _stop(process, INTERRUPTED_GRACE_S)
+            raise
         finally:
             _stop(process)
     if log_dir is None:  # reached only after a clean exit

@@ -66,7 +66,7 @@ from bench.acceptance import acceptance
 from bench.common import datasets, procs
 from bench.common.loadgen import TOKEN_ENV, Response, Target, call
 from bench.common.report import machine, markdown_table, note, now
-from semif_serve.torch_engine import RELEASE_SLACK_BYTES
+from semif_serve.engine.torch_scorer import RELEASE_SLACK_BYTES
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -80,7 +80,7 @@ def _try_alloc(torch: Any, size: int, device: str) -> dict[str, Any]:
 def cap() -> dict[str, Any]:
     """Start the engine as the server does (cap included), then try under and over the cap."""
     from semif_serve import config
-    from semif_serve.torch_engine import TorchScorer
+    from semif_serve.engine.torch_scorer import TorchScorer
 
     settings = config.load()
     if settings.vram_cap_gib is None:

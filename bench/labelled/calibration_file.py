@@ -6,7 +6,7 @@ This module reads an existing file, refuses one the new figures cannot join
 (plain, or bound to another model, revision or prompt version), merges, and
 writes beside the old file before moving over it, so a failure never leaves
 half a file. What a valid file is stays the server's business
-(semif_serve/calibration.py); this module only knows which top-level keys each
+(semif_serve/decisions/calibration.py); this module only knows which top-level keys each
 command owns: calibrate owns `workloads` and `fitted` (except `fitted.priors`),
 prior owns `priors` and `fitted.priors`.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.report import write_json
-from semif_serve.calibration import BINDING_KEYS, is_bound
+from semif_serve.decisions.calibration_file import BINDING_KEYS, is_bound
 
 PRIORS = "priors"
 

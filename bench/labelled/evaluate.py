@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.report import fmt, machine, markdown_table, note, now, write_json
-from semif_serve.averaging import METHODS
+from semif_serve.decisions.averaging import METHODS
 
 from . import metrics, plots, scoring
 from . import rows as labelled

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 from scipy.optimize import minimize_scalar
 
-from semif_serve.calibration import T_MAX, T_MIN, tempered_softmax
+from semif_serve.decisions.calibration import tempered_softmax
+from semif_serve.decisions.calibration_file import T_MAX, T_MIN
 
 from .metrics import Vector, nll_of_scores
 

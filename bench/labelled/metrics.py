@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from semif_serve.numerics import log_softmax
+from semif_serve.decisions.numerics import log_softmax
 
 BINS = 10
 Vector = Sequence[float]

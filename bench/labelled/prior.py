@@ -13,12 +13,12 @@ any temperatures already there, in this shape:
      "priors": {workload: {"<n>": {"prior": [p_0, ..., p_{n-1}], "decisions": k}}}}
 
 Rules:
-1. The arithmetic is the server package's (`semif_serve.prior`): `decision_prior`
+1. The arithmetic is the server package's (`semif_serve.decisions.prior`): `decision_prior`
    per answer, `entry` per (workload, n). Nothing here re-derives it, so what is
    fitted is what is served.
 2. Labels are never read (a row may omit `label`). A row's workload is its
    `workload` field, else --workload.
-3. A (workload, n) with fewer than `semif_serve.prior.MIN_DECISIONS` decisions is
+3. A (workload, n) with fewer than `semif_serve.decisions.prior.MIN_DECISIONS` decisions is
    not fitted and not even scored; the command names each one and why, before
    it scores anything.
 4. An existing --out is merged, never clobbered: its temperatures and `fitted`
@@ -42,8 +42,8 @@ from typing import Any
 
 from bench.common.loadgen import Target
 from bench.common.report import Progress, fmt, markdown_table, note, now, write_json
-from semif_serve import prior as pride
-from semif_serve.averaging import orderings
+from semif_serve.decisions import prior as pride
+from semif_serve.decisions.averaging import orderings
 
 from . import calibration_file, plots, scoring
 from . import rows as labelled

@@ -46,8 +46,8 @@ from typing import Any
 
 from bench.common.loadgen import Connection, Target, call
 from bench.common.report import Progress
-from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, ORDERINGS, combine, orderings
-from semif_serve.prior import METHOD as PRIOR
+from semif_serve.decisions.averaging import MAX_ALL_OPTIONS, METHODS, ORDERINGS, combine, orderings
+from semif_serve.decisions.prior import METHOD as PRIOR
 
 from . import rows as labelled
 

@@ -19,11 +19,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request, Response
 
 from semif_serve import config
-from semif_serve.engine import Engine
+from semif_serve.engine.stub import StubScorer
+from semif_serve.engine.worker import Engine
 from semif_serve.errors import ApiError
-from semif_serve.routes import Reply
-from semif_serve.service import Service
-from semif_serve.stub import StubScorer
+from semif_serve.http.exchange import Reply
+from semif_serve.service.routes import Service
 
 settings = config.load()
 if settings.scorer != "stub":

@@ -5,7 +5,8 @@ Rules: bench-only. Every request leaves at its scheduled time whatever the compl
 server of a shape is offered the very same arrivals (the seed, the shape and the rate
 seed them). One server runs at a time, a fresh process for each rate (a backlog one
 rate leaves, such as a peer still scoring requests its callers abandoned, never loads
-the next), so one server alone has both cores. At each rate the servers run one after
+the next), so one server alone has both cores; `url` is the exception, one server shared
+by every cell, so each of its cells waits until its `in_progress` is 0 and the report says so. At each rate the servers run one after
 another (rate by rate, not server by server), so a drift in a shared machine's load falls
 on them alike. The load generator checks itself: its
 own CPU share and how late its sends left against the schedule; the verdict says
@@ -15,12 +16,13 @@ Theory: a *cell* is one server at one offered rate on one request shape. A shape
 is a System One request of 1 question or of 21 (bench/data/speed21.json). Rates are
 absolute (`2.5`) or multiples of the capacity (`1.5x`), measured once per shape on
 the first server listed for it: one connection, one request at a time, requests
-answered per second. Servers (`--cell SHAPE/SERVERS/RATES`):
+answered per second over at least 5 calls after a first, cold one that is discarded. Servers (`--cell SHAPE/SERVERS/RATES`):
 
 * `semif`: semif-serve as configured (SEMIF_MAX_WAIT_S unset, SEMIF_MAX_QUEUE 32);
 * `semif-wait`: the same with SEMIF_MAX_WAIT_S=`--budget` (admission by a wait budget);
 * `peer`: fastjev's own System One server (bench/load/peer_fastjev.py), same snapshot, CPU;
-* `url`: a server already running at `--url` (its CPU and peak RSS with `--pid`).
+* `url`: a server already running at `--url` (its CPU and peak RSS with `--pid`); `--url`
+  without `--cell` runs the default shapes and rates on it alone.
 
 `semif` and `semif-wait` serve SmolLM2-135M-Instruct (`semif-serve small-model`), or the
 stub with `--scorer stub` (what the test suite runs). Per cell: goodput, p50/p90/p99 of
@@ -28,7 +30,8 @@ the successes, the refused share and how fast refusals came back, timeouts, heal
 probes (a fresh connection every `--probe-every` s, failed past `--probe-timeout`),
 whether every 200's answers equal the server's idle answer, and the server's CPU
 (cores) and peak RSS. `--plot` draws p99 and goodput against offered load, one line per
-server; `--md` splices the report into RESULTS.md's `openloop` section.
+server; `--md` splices the report into RESULTS.md's `openloop` section. SIGINT or SIGTERM
+stops the run: every server it started is stopped, and what was measured is written.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -47,11 +51,12 @@ from typing import Any
 
 from bench.common import datasets, procs
 from bench.common.loadgen import (
+    Connection,
     Fate,
     OpenLoopRun,
     Target,
+    call,
     call_raw,
-    drive,
     encode,
     open_loop,
     percentile,
@@ -67,6 +72,9 @@ DEFAULT_CELLS = ("1/semif,semif-wait,peer/0.5x,0.9x,1.5x,2.5x,4x", "21/semif,sem
 LOADGEN_CPU_MAX = 0.5  # share of one core over the window
 LOADGEN_LAG_P99_MAX_S = 0.05  # sends behind schedule, p99
 START_ATTEMPTS = 3
+CAPACITY_CALLS = 5  # at least this many timed calls after the discarded cold one
+DRAIN_LIMIT_S = 600.0  # a shared server whose backlog lasts longer is reported as never drained
+DRAIN_POLL_S = 0.5
 ALIAS = "jev-latest"  # the model our servers answer to (their default alias); the peer answers to its own name
 
 
@@ -211,6 +219,7 @@ class Servers:
             with self._started(name, budget_s) as live:
                 models = encode(live.target, "GET", "/v1/models", bearer=True)
                 if asyncio.run(call_raw(live.target, models, 10.0)).status == 200:
+                    note(f"openloop: {name} started on {live.target.url} (pid {live.pid})")
                     yield live
                     return
             note(
@@ -270,19 +279,68 @@ def idle_answer(live: Live, raw: bytes, timeout: float) -> Any:
     return answers(response.body)
 
 
+async def _serial_calls(
+    target: Target, raw: bytes, seconds: float, timeout: float
+) -> tuple[float, list[float], float]:
+    """(the cold first call's seconds, each later call's, their wall): one connection, one call at a
+    time, at least CAPACITY_CALLS after the first and on until `seconds` have passed."""
+    connection = await Connection.open(target)
+    try:
+
+        async def one() -> float:
+            nonlocal connection
+            if connection.closed:  # the server may close a keep-alive connection between calls
+                connection = await Connection.open(target)
+            response = await connection.exchange(raw, timeout)
+            if response.status != 200:
+                raise RuntimeError(
+                    f"capacity run: answered {response.status} (every call must be a 200): "
+                    f"{response.body[:300]!r}"
+                )
+            return response.latency
+
+        cold = await one()
+        latencies: list[float] = []
+        started = time.perf_counter()
+        while len(latencies) < CAPACITY_CALLS or time.perf_counter() - started < seconds:
+            latencies.append(await one())
+        return cold, latencies, time.perf_counter() - started
+    finally:
+        await connection.close()
+
+
 def measure_capacity(live: Live, raw: bytes, seconds: float, timeout: float) -> dict[str, Any]:
-    """Requests answered per second, one at a time on one connection: the serial service rate."""
-    tally = asyncio.run(drive(live.target, [raw], 1, seconds, warmup=0.0, timeout=timeout))
-    ok = tally.statuses.get(200, 0)
-    if not ok or tally.answered != ok:
-        raise RuntimeError(
-            f"capacity run: {dict(tally.statuses)} (every request must be answered 200)"
-        )
+    """Requests answered per second, one at a time on one connection: the serial service rate.
+
+    The first call is cold (a fresh server, or a shape it has not seen) and is left out; the rate
+    is taken over at least CAPACITY_CALLS after it, so one slow call cannot set it."""
+    cold, latencies, wall = asyncio.run(_serial_calls(live.target, raw, seconds, timeout))
     return {
-        "requests_per_s": ok / tally.wall,
-        "call_p50_s": percentile(tally.latencies, 50),
-        "n": ok,
+        "requests_per_s": len(latencies) / wall,
+        "call_p50_s": percentile(latencies, 50),
+        "n": len(latencies),
+        "cold_call_s": cold,
     }
+
+
+def drain(live: Live) -> float | None:
+    """Seconds until a shared server's health reports `in_progress` 0, so one cell's backlog never
+    loads the next; None when its health reports no `in_progress` (RuntimeError past DRAIN_LIMIT_S)."""
+    started = time.monotonic()
+    while True:
+        body = asyncio.run(call(live.target, "GET", live.health, timeout=10.0)).body
+        try:
+            in_progress = json.loads(body)["in_progress"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        waited = time.monotonic() - started
+        if in_progress == 0:
+            return waited
+        if waited > DRAIN_LIMIT_S:
+            raise RuntimeError(
+                f"openloop: {live.target.url} still has {in_progress} in progress after {waited:.0f} s"
+            )
+        time.sleep(DRAIN_POLL_S)
 
 
 def run_cell(
@@ -297,6 +355,7 @@ def run_cell(
     """One server, fresh, at one rate: idle answer, the arrivals, then its figures."""
     arrivals = poisson_arrivals(rate, args.duration, f"{args.seed}/{questions}/{rate:.6f}")
     with servers.start(name, budget_s) as live:
+        drained = drain(live) if name == "url" else None
         raw = encode(live.target, "POST", "/v1/systemone", systemone_body(questions, live.model))
         reference = idle_answer(live, raw, args.timeout)
         cpu_before = procs.cpu_seconds(live.pid) if live.pid else math.nan
@@ -316,6 +375,8 @@ def run_cell(
         "server_cpu_cores": cpu / run.wall if run.wall else math.nan,
         "server_peak_rss_mib": rss / 2**20,
         "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "shared": name == "url",
+        "drained_s": drained,
     }
     note(f"openloop: {name} {questions}q at {rate:.2f}/s: {one_line(figures)}")
     return figures
@@ -425,22 +486,15 @@ def one_line(c: dict[str, Any]) -> str:
 # -- the whole run -------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    token = procs.token()
-    servers = Servers(args, token)
-    result: dict[str, Any] = {
-        "machine": machine(),
-        "uptime_before": uptime(),
-        "settings": settings_of(args),
-        "shapes": {},
-    }
+def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Every cell, into `result` (and its JSON) as each ends, so an interrupted run keeps what it measured."""
+    servers = Servers(args, procs.token())
     for cell in args.cell:
         first = cell.servers[0]
         with servers.start(first) as live:
             raw = encode(
                 live.target, "POST", "/v1/systemone", systemone_body(cell.questions, live.model)
             )
-            idle_answer(live, raw, args.timeout)  # warms it
             capacity = measure_capacity(live, raw, args.capacity_s, args.timeout)
         note(
             f"openloop: {cell.questions}q capacity on {first}: {capacity['requests_per_s']:.2f} requests/s"
@@ -460,13 +514,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     run_cell(servers, name, cell.questions, rate, multiple, budget_s, args)
                 )
                 write_json(args.out, result)  # so far: a run cut short keeps what it measured
-    if "peer" in {name for cell in args.cell for name in cell.servers}:
+
+
+def finish(result: dict[str, Any]) -> None:
+    """What the report adds once the cells are over (all of them, or those before a signal)."""
+    ran = {c["server"] for shape in result["shapes"].values() for c in shape["cells"]}
+    if "peer" in ran:
         from bench.load.peer_fastjev import versions
 
         result["peer"] = versions()
     result["uptime_after"] = uptime()
     result["verdicts"] = verdicts(result)
-    return result
 
 
 def budget_seconds(budget: str, call_s: float) -> float:
@@ -487,6 +545,7 @@ def uptime() -> str:
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "cells": [f"{c.questions}/{','.join(c.servers)}/{','.join(c.rates)}" for c in args.cell],
+        "url": args.url,
         "duration_s": args.duration,
         "seed": args.seed,
         "timeout_s": args.timeout,
@@ -544,6 +603,12 @@ def _ms(seconds: float) -> str:
     return "-" if seconds is None or math.isnan(seconds) else f"{seconds * 1e3:.0f}"
 
 
+def _drained(cell: dict[str, Any]) -> str:
+    if not cell["shared"]:
+        return "-"
+    return "unknown: no in_progress" if cell["drained_s"] is None else f"{cell['drained_s']:.1f} s"
+
+
 def table(shape: dict[str, Any], questions: str) -> str:
     rows = []
     for c in shape["cells"]:
@@ -567,6 +632,7 @@ def table(shape: dict[str, Any], questions: str) -> str:
                 f"{c['server_peak_rss_mib']:.0f}",
                 f"{c['loadgen']['cpu_share']:.0%} / {c['loadgen']['lag_p99_s'] * 1e3:.1f}",
                 " / ".join(f"{x:.1f}" for x in c["loadavg_1m"]),
+                _drained(c),
             )
         )
     headers = (
@@ -585,6 +651,7 @@ def table(shape: dict[str, Any], questions: str) -> str:
         "peak RSS MiB",
         "loadgen CPU / lag p99 ms",
         "load 1m before / after",
+        "drained (shared server)",
     )
     return markdown_table(headers, rows)
 
@@ -625,20 +692,42 @@ def markdown(
 ) -> str:
     info, s = result["machine"], result["settings"]
     named = "" if section == "openloop" else f" (`{section}`)"
-    against = (
-        "semif-serve and the peer server" if "peer" in result else "semif-serve"
+    ran = {c["server"] for shape in result["shapes"].values() for c in shape["cells"]}
+    against = " and ".join(
+        {"semif": "semif-serve", "peer": "the peer server", "url": f"the server at {s['url']}"}[k]
+        for k in ("semif", "peer", "url")
+        if k in ran or (k == "semif" and "semif-wait" in ran)
     )  # only what ran
+    started = sorted(ran - {"url"})
     lines = [
-        f"## Open loop{named}: Poisson arrivals against {against}",
+        f"## Open loop{named}: Poisson arrivals against {against or 'no server'}",
         "",
         f"`python -m bench openloop` on `{info['uname_m']}`, {info['nproc']} CPUs, Python {info['python']}, "
         f"{info['date']}; `uptime` before: {result['uptime_before']}; after: {result['uptime_after']}. "
-        f"Each cell: a fresh server, {s['duration_s']:g} s of Poisson arrivals (seed {s['seed']}; the same "
+        + (
+            f"**Stopped by {result['stopped']}**: only the cells below ran. "
+            if result.get("stopped")
+            else ""
+        )
+        + (f"Each cell of {', '.join(started)}: a fresh server. " if started else "")
+        + (
+            f"`url` ({s['url']}): one server shared by the capacity run and all its cells, not a fresh "
+            "one; each of its cells started once its health reported `in_progress` 0, so the backlog of "
+            "the cell before had drained (how long that took: `drained` below). "
+            if "url" in ran
+            else ""
+        )
+        + f"Each cell: {s['duration_s']:g} s of Poisson arrivals (seed {s['seed']}; the same "
         f"arrivals for every server of a shape), each request on its own connection, abandoned at "
         f"{s['timeout_s']:g} s; health probed every {s['probe_every_s']:g} s on a fresh connection, failed past "
-        f"{s['probe_timeout_s']:g} s. SEMIF_MAX_QUEUE={s['queue']}; `semif-wait`: SEMIF_MAX_WAIT_S={s['budget']} "
-        "(`Nc`: N calls of the shape at its idle call time); "
-        f"scorer {s['scorer']}, torch threads: {s['threads']}.",
+        f"{s['probe_timeout_s']:g} s."
+        + (
+            f" SEMIF_MAX_QUEUE={s['queue']}; `semif-wait`: SEMIF_MAX_WAIT_S={s['budget']} "
+            "(`Nc`: N calls of the shape at its idle call time); "
+            f"scorer {s['scorer']}, torch threads: {s['threads']}."
+            if started
+            else ""
+        ),
     ]
     if "peer" in result:
         p = result["peer"]
@@ -656,8 +745,13 @@ def markdown(
             f"### {questions}-question System One request",
             "",
             f"Capacity (one at a time, on {cap['measured_on']}): {cap['requests_per_s']:.2f} requests/s "
-            f"(call p50 {cap['call_p50_s'] * 1e3:.0f} ms, n = {cap['n']}); semif-wait's SEMIF_MAX_WAIT_S: "
-            f"{shape['budget_s']:g} s.",
+            f"(call p50 {cap['call_p50_s'] * 1e3:.0f} ms, n = {cap['n']} after a cold first call of "
+            f"{cap['cold_call_s'] * 1e3:.0f} ms, left out)"
+            + (
+                f"; semif-wait's SEMIF_MAX_WAIT_S: {shape['budget_s']:g} s."
+                if "semif-wait" in ran
+                else "."
+            ),
             "",
             table(shape, questions),
         ]
@@ -743,7 +837,8 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         help="SHAPE/SERVERS/RATES, repeatable: SHAPE 1 or 21 questions; SERVERS of semif, semif-wait, peer, "
         "url; RATES per second, or Nx of the shape's capacity. Default: "
-        + " and ".join(DEFAULT_CELLS),
+        + " and ".join(DEFAULT_CELLS)
+        + "; with --url, the same shapes and rates on `url` alone",
     )
     p.add_argument(
         "--duration", type=float, default=40.0, help="seconds of arrivals per cell (default 40)"
@@ -839,18 +934,54 @@ def _budget(text: str) -> str:
     )
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived: stop now, stop every server started, keep what was measured.
+
+    A KeyboardInterrupt, so procs stops its servers without waiting for a drain."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+
+
+def _stop_on(signum: int, _frame: object) -> None:
+    """Both signals, handled explicitly: a background job of a script starts with SIGINT ignored,
+    and SIGTERM's default would leave the servers behind. Once only: the cleanup runs uncut."""
+    for each in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(each, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    args.cell = args.cell or [Cell.parse(text) for text in DEFAULT_CELLS]
+    if args.cell is None:
+        args.cell = [Cell.parse(text) for text in DEFAULT_CELLS]
+        if args.url:  # the server named, in the place of those the defaults would start
+            args.cell = [Cell(c.questions, ("url",), c.rates) for c in args.cell]
     if any("url" in c.servers for c in args.cell) and not args.url:
         parser().error("server `url` needs --url")
-    result = run(args)
-    write_json(args.out, result)
-    if args.plot is not None:
-        draw(result, args.plot)
-    report = markdown(result, args.plot, args.md.parent if args.md else None, args.section)
-    if args.md is not None:
-        old = args.md.read_text(encoding="utf-8") if args.md.exists() else ""
-        args.md.write_text(splice(old, args.section, report), encoding="utf-8")
-    print(report)
-    return 0
+    result: dict[str, Any] = {
+        "machine": machine(),
+        "uptime_before": uptime(),
+        "settings": settings_of(args),
+        "shapes": {},
+    }
+    previous = {each: signal.signal(each, _stop_on) for each in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            run(args, result)
+        except Stopped as stopped:
+            result["stopped"] = str(stopped)
+            note(f"openloop: stopped by {stopped}; every server it started is stopped")
+        finish(result)
+        write_json(args.out, result)
+        if args.plot is not None:
+            draw(result, args.plot)
+        report = markdown(result, args.plot, args.md.parent if args.md else None, args.section)
+        if args.md is not None:
+            old = args.md.read_text(encoding="utf-8") if args.md.exists() else ""
+            args.md.write_text(splice(old, args.section, report), encoding="utf-8")
+        print(report)
+    finally:
+        for each, handler in previous.items():
+            signal.signal(each, handler)
+    return 128 + signal.Signals[result["stopped"]] if "stopped" in result else 0

@@ -19,12 +19,12 @@ import h11
 
 from bench.common.report import machine, splice
 from semif_serve.config import Settings
-from semif_serve.engine import CallTiming, Engine
+from semif_serve.engine.stub import StubScorer
+from semif_serve.engine.worker import CallTiming, Engine
+from semif_serve.http.exchange import Reply
 from semif_serve.ops.logs import configure
 from semif_serve.ops.operations import Operations
-from semif_serve.routes import Reply
-from semif_serve.service import ROUTES, Service
-from semif_serve.stub import StubScorer
+from semif_serve.service.routes import ROUTES, Service
 
 REQUEST = h11.Request(
     method="POST",

@@ -5,7 +5,7 @@ scorer, its `SystemOneService`, its FastAPI app from `fastjev.http.create_app`, 
 `uvicorn.run` with one worker) unchanged, and copies none of fastjev's code. The one
 thing it replaces is the model loader: fastjev's `load_causal_model` accepts CUDA or
 MPS only (and places weights with `device_map`, which needs `accelerate`), so before
-the CLI runs, that name is pointed at semif-serve's own loader (`torch_engine.load_model`:
+the CLI runs, that name is pointed at semif-serve's own loader (`torch_scorer.load_model`:
 the same pinned snapshot from the local cache, float32 on the CPU). Both servers
 therefore score with the same weights on the same device; fastjev scores every
 question with its own `direct.score` call, as its CLI's torch backend does.
@@ -49,12 +49,13 @@ def load_on_cpu(
     """fastjev's loader's signature over semif-serve's loader, on the CPU whatever `device` says."""
     import torch
 
-    from semif_serve import config, torch_engine
+    from semif_serve import config
+    from semif_serve.engine import torch_scorer
 
     settings = config.Settings(
         api_token="unused" * 8, model=source, revision=revision, verify_weights="presence"
     )
-    return torch_engine.load_model(settings, "cpu", dtype, torch)
+    return torch_scorer.load_model(settings, "cpu", dtype, torch)
 
 
 def main(argv: list[str] | None = None) -> None:

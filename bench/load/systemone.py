@@ -33,7 +33,7 @@ from bench.common import datasets, procs
 from bench.common.report import note, write_json
 from bench.load import peers
 from bench.load.wrk import run_wrk, script
-from semif_serve import request_model
+from semif_serve.decisions import request_model
 from semif_serve.systemone import translate
 
 CONNECTIONS = 8

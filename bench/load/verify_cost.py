@@ -1,6 +1,6 @@
 """`python -m bench verify-cost`: what the pre-load snapshot check costs at startup.
 
-It times semif_serve.snapshot_verify.verify on the tiny model and on synthetic
+It times semif_serve.engine.snapshot_verify.verify on the tiny model and on synthetic
 snapshots of the given sizes (one random `model.safetensors` published through
 the builders' own publisher, so the layout is the real hub-cache one), each in
 both modes and, for the hash mode, with the blob's pages evicted first
@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from semif_serve import snapshot_verify
 from semif_serve.builders import snapshot
+from semif_serve.engine import snapshot_verify
 
 MB = 1_000_000
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import snapshot_verify
+from ..engine import snapshot_verify
 from . import snapshot
 
 

@@ -228,7 +228,7 @@ def reassemble(model: Model, parts: list[Path], target: Path) -> None:
 
 def _check_room(model: Model, out: Path) -> None:
     """Refuse before reading a part when the disk or the memory cannot hold the build."""
-    import psutil  # the model extra's (accelerate depends on it)
+    import psutil  # type: ignore[import-untyped]  # the model extra's (accelerate depends on it)
 
     anchor = next(parent for parent in (out, *out.parents) if parent.exists())
     needed, free = model.gguf_bytes + model.snapshot_bytes, shutil.disk_usage(anchor).free
@@ -298,7 +298,9 @@ def convert(model: Model, gguf: Path, folder: Path) -> None:
         for tensor in tensors:
             values = dequantize(tensor.data, tensor.tensor_type)
             # An owned, writable float32 array (the F32 tensors are views of the memory map).
-            shard[names[tensor.name]] = torch.from_numpy(np.require(values, np.float32, "CWO"))
+            shard[names[tensor.name]] = torch.from_numpy(
+                np.require(values, np.float32, ["C", "W", "O"])
+            )
         for name, value in shard.items():
             if tuple(value.shape) != shapes[name]:
                 raise RuntimeError(f"{name}: shape {tuple(value.shape)}, expected {shapes[name]}")

@@ -7,7 +7,7 @@ interrupted build never leaves half a snapshot where the loader would read it;
 its blobs are in place before it is.
 Rule 3: this module knows the cache's layout, never what a model is.
 Rule 4: the layout is the hub's own, so a snapshot passes the same check before
-load (semif_serve/snapshot_verify.py) as a downloaded one: each file's bytes
+load (semif_serve/engine/snapshot_verify.py) as a downloaded one: each file's bytes
 live once in `blobs/<etag>`, the etag being the sha256 of the bytes for a
 large-file (LFS) blob and the git blob id for the rest, and
 `snapshots/<revision>/<name>` is a relative link to it.

@@ -33,8 +33,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..averaging import ORDERINGS
-from ..engine import KINDS
+from ..decisions.averaging import ORDERINGS
+from ..engine.worker import KINDS
 from ..errors import STATUS
 
 # Sub-millisecond HTTP answers up to multi-second scorer calls on a loaded card.
@@ -125,6 +125,24 @@ class _BusyRefusals(Collector):
         )
         for reason, count in self._counts().items():
             family.add_metric((reason,), count)
+        yield family
+
+
+class _CallsOverBudget(Collector):
+    """Per kind, 1 while one call alone (its recent mean) takes longer than SEMIF_MAX_WAIT_S, read at scrape time."""
+
+    def __init__(self, over: Callable[[], dict[str, bool]]) -> None:
+        self._over = over
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "semif_wait_budget_call_over",
+            "1 while one scorer call of this kind (its recent mean) takes longer than the "
+            "SEMIF_MAX_WAIT_S budget: any request behind one is refused busy; raise the budget.",
+            labels=("kind",),
+        )
+        for kind, over in self._over().items():
+            family.add_metric((kind,), 1.0 if over else 0.0)
         yield family
 
 
@@ -224,7 +242,7 @@ class Metrics:
             registry.register(_BusyRefusals(busy_refusals))
             self._wait_error = Histogram(
                 "semif_wait_estimate_error_seconds",
-                "Actual wait (admitted to scorer call ended) minus the "
+                "Actual wait (admitted to its scorer call begun) minus the "
                 "SEMIF_MAX_WAIT_S estimate; positive: the estimate was low.",
                 buckets=ERROR_BUCKETS,
                 registry=registry,
@@ -270,6 +288,10 @@ class Metrics:
     def wait_error(self, predicted: float, actual: float) -> None:
         """One admitted request's call ended: how far its wait was from the estimate (registered only with a budget)."""
         self._wait_error.observe(actual - predicted)
+
+    def calls_over_budget(self, over: Callable[[], dict[str, bool]]) -> None:
+        """With SEMIF_MAX_WAIT_S: export, per kind, whether one call alone exceeds the budget."""
+        self.registry.register(_CallsOverBudget(over))
 
     def _bind_call(self, kind: str) -> tuple[Any, Any]:
         """The queue and call histograms of one kind, bound once."""

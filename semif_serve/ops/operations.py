@@ -14,41 +14,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import h11
 
-from .. import request_target
 from ..config import Settings
-from ..engine import CallTiming
+from ..engine.worker import CallTiming
 from ..errors import ApiError, excerpt
-from ..routes import Reply, Route
+from ..http import request_target
+from ..http.exchange import Exchange, Reply, Route
 from . import access_log, request_ids
 from .retry_after import RetryAfter
 
 log = logging.getLogger("semif_serve.ops")
-
-
-@dataclass
-class Exchange:
-    """One request from its head (or its first failure) to its written response."""
-
-    request_id: str
-    method: str
-    path: str
-    route: str
-    started: float = field(default_factory=time.perf_counter)
-    bytes_in: int = 0
-
-
-def peer_of(writer: Any) -> str:
-    """host:port of a stream's client ([host]:port for IPv6), for the access log."""
-    address = writer.get_extra_info("peername")
-    if not isinstance(address, tuple) or len(address) < 2:
-        return "-"
-    host, port = address[0], address[1]
-    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
 def _printable(value: bytes, limit: int) -> str:

@@ -1,20 +1,18 @@
 """Retry-After: how many seconds a refused caller should wait before trying again.
 
-Rules: always a whole number of seconds, at least 1 (RFC 9110 10.2.3 allows no
-fraction, and 0 invites a retry storm) and at most MAX_SECONDS. A 429 `busy` is
+Rules: Retry-After's range is http/exchange.py's (`retry_after`: whole seconds, 1..60). A 429 `busy` is
 estimated from the queue: the calls in progress are served one at a time, so a
 slot frees after about (in progress x recent mean scorer-call time); a 429 from the wait
-budget is that budget's own estimate (wait_budget.py), held to the same range by `clamp`. A 503 says
+budget is that budget's own estimate (service/wait_budget.py), held to the same range. A 503 says
 "not here, not now" and gets the floor.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
-MIN_SECONDS = 1
-MAX_SECONDS = 60
+from ..http.exchange import MIN_RETRY_AFTER, retry_after
+
 WINDOW = 64  # recent scorer calls the estimate averages over
 
 
@@ -33,13 +31,9 @@ class RetryAfter:
 
     def busy(self, in_progress: int) -> int:
         """Seconds until a slot is likely free, with `in_progress` calls ahead."""
-        return clamp(math.ceil(self.mean() * max(in_progress, 1)))
+        return retry_after(self.mean() * max(in_progress, 1))
 
     @staticmethod
     def unavailable() -> int:
         """A 503 (draining, out of memory, connection cap): the floor."""
-        return MIN_SECONDS
-
-
-def clamp(seconds: int) -> int:
-    return min(max(seconds, MIN_SECONDS), MAX_SECONDS)
+        return MIN_RETRY_AFTER

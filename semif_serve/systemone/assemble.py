@@ -28,8 +28,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..prior import METHOD as PRIOR
-from ..request_model import Decision
+from ..decisions.prior import METHOD as PRIOR
+from ..decisions.request_model import Decision
 from .translate import Plan, Question
 
 

@@ -34,9 +34,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import averaging, request_model
+from ..decisions import averaging, request_model
+from ..decisions.request_model import DecideRequest, Decision, Limits
 from ..errors import ApiError, excerpt
-from ..request_model import DecideRequest, Decision, Limits
 
 # SemIf's frozen noul descriptions: changing either changes every noul prompt hash.
 NOUL_TRUE = "The answer to the question is yes."

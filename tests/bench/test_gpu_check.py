@@ -24,7 +24,7 @@ from bench.common import datasets, procs
 from bench.common.loadgen import Target
 from bench.gpu import gpu_check
 from bench.gpu.gpu_check import FAILED, INCONCLUSIVE, MIB, PASSED, SKIPPED, Plan, Records, Run
-from semif_serve.scorer import OutOfMemory
+from semif_serve.engine.scorer import OutOfMemory
 from tests.fake_scorer import semif_like
 from tests.wire_client import TOKEN
 

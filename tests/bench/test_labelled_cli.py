@@ -22,7 +22,7 @@ from bench.common import procs
 from bench.common.loadgen import call
 from bench.labelled import fit, metrics
 from bench.labelled import rows as labelled
-from semif_serve.calibration import T_MAX, T_MIN
+from semif_serve.decisions.calibration_file import T_MAX, T_MIN
 
 TOKEN = "labelled-token-" + "0123456789abcdef" * 2
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "labelled.jsonl"

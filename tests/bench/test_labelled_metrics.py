@@ -8,8 +8,8 @@ import random
 import pytest
 
 from bench.labelled import fit, metrics
-from semif_serve.calibration import T_MAX, T_MIN
-from semif_serve.numerics import softmax
+from semif_serve.decisions.calibration_file import T_MAX, T_MIN
+from semif_serve.decisions.numerics import softmax
 
 # Two rows worked by hand: p = (0.7, 0.2, 0.1) with label 0 (right, confidence 0.7),
 # p = (0.4, 0.6) with label 0 (wrong, confidence 0.6).

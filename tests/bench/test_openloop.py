@@ -6,16 +6,31 @@ in test_commands with every command's."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import re
+import shlex
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from bench.common import procs
-from bench.common.loadgen import Fate, OpenLoopRun, Target, encode, open_loop, poisson_arrivals
+from bench.common.loadgen import (
+    Fate,
+    OpenLoopRun,
+    Target,
+    call,
+    encode,
+    open_loop,
+    poisson_arrivals,
+)
 from bench.load import openloop
 from tests.bodies import ROW
 from tests.wire_client import TOKEN as SERVER_TOKEN
@@ -125,39 +140,44 @@ async def test_open_loop_sends_on_schedule_whatever_the_completions(start_server
     assert run.fates[-1].latency > 1.0  # the last one queued behind the others
 
 
-def test_a_short_run_on_the_stub_writes_its_json_plot_and_section(tmp_path: Path) -> None:
-    md = tmp_path / "RESULTS.md"
-    md.write_text("# results\n\nkept\n")
-    out, plot = tmp_path / "openloop.json", tmp_path / "openloop.png"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "openloop",
-            "--scorer",
-            "stub",
-            "--stub-delay-ms",
-            "30",
-            "--cell",
-            "1/semif-wait/2x",
-            "--duration",
-            "1",
-            "--capacity-s",
-            "0.5",
-            "--budget",
-            "0.2",
-            "--out",
-            str(out),
-            "--plot",
-            str(plot),
-            "--md",
-            str(md),
-        ],
+def openloop_argv(*arguments: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "bench", "openloop", *arguments, "--out", str(out)]
+
+
+def run_openloop(*arguments: str, out: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -m bench openloop` as a user runs it, with the test's token."""
+    return subprocess.run(
+        openloop_argv(*arguments, out=out),
         cwd=procs.ROOT,
         env={**os.environ, "SEMIF_API_TOKEN": TOKEN},
         capture_output=True,
         text=True,
+        timeout=timeout,
+    )
+
+
+def test_a_short_run_on_the_stub_writes_its_json_plot_and_section(tmp_path: Path) -> None:
+    md = tmp_path / "RESULTS.md"
+    md.write_text("# results\n\nkept\n")
+    out, plot = tmp_path / "openloop.json", tmp_path / "openloop.png"
+    done = run_openloop(
+        "--scorer",
+        "stub",
+        "--stub-delay-ms",
+        "30",
+        "--cell",
+        "1/semif-wait/2x",
+        "--duration",
+        "1",
+        "--capacity-s",
+        "0.5",
+        "--budget",
+        "0.2",
+        "--plot",
+        str(plot),
+        "--md",
+        str(md),
+        out=out,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -190,3 +210,120 @@ def test_a_short_run_on_the_stub_writes_its_json_plot_and_section(tmp_path: Path
     assert "### 1-question System One request" in text and any(
         v.startswith("loadgen: ") for v in result["verdicts"]
     )
+
+
+def test_url_alone_runs_the_default_shapes_and_rates_on_that_server_shared(tmp_path: Path) -> None:
+    """`--url` with no `--cell` measures that server, and only it: the default shapes and rates, each
+    cell on the one server (said in the report), capacity over at least 5 calls after a cold one."""
+    out = tmp_path / "openloop.json"
+    with procs.semif_serve(procs.stub_env(delay_ms=20), TOKEN) as server:
+        done = run_openloop(
+            *("--url", server.url, "--duration", "0.5", "--capacity-s", "0.1"), out=out, timeout=300
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "started on" not in done.stderr  # it started no server of its own
+    result = json.loads(out.read_text())
+    expected = {
+        str(cell.questions): [("url", float(rate[:-1])) for rate in cell.rates]
+        for cell in map(openloop.Cell.parse, openloop.DEFAULT_CELLS)
+    }
+    assert {
+        shape: [(c["server"], c["multiple"]) for c in figures["cells"]]
+        for shape, figures in result["shapes"].items()
+    } == expected
+    for figures in result["shapes"].values():
+        assert figures["capacity"]["n"] >= openloop.CAPACITY_CALLS
+        assert figures["capacity"]["measured_on"] == "url"
+        assert all(
+            c["shared"] and c["drained_s"] > 0 for c in figures["cells"]
+        )  # it asked, at least once
+    assert f"`url` ({server.url}): one server shared by the capacity run and all its cells" in (
+        done.stdout
+    )
+    assert "a fresh server" not in done.stdout
+
+
+def test_a_shared_servers_backlog_drains_before_the_next_cell() -> None:
+    """Requests still queued from one cell (their callers gone) would load the next; drain waits them out."""
+    with procs.semif_serve(procs.stub_env(delay_ms=300), TOKEN) as server:
+        live = openloop.Live(server.target, "/health", openloop.ALIAS, server.process.pid)
+        raw = encode(server.target, "POST", "/decide", ROW)
+        backlog = [
+            socket.create_connection((server.target.host, server.target.port)) for _ in "1234"
+        ]
+        try:
+            for connection in backlog:
+                connection.sendall(raw)
+            in_progress = 0
+            while in_progress == 0:  # until the server has read them
+                health = asyncio.run(call(server.target, "GET", "/health"))
+                in_progress = json.loads(health.body)["in_progress"]
+            waited = openloop.drain(live)
+            health = asyncio.run(call(server.target, "GET", "/health"))
+            assert json.loads(health.body)["in_progress"] == 0 and waited is not None
+        finally:
+            for connection in backlog:
+                connection.close()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_it_stops_its_servers_and_keeps_what_it_measured(
+    stop: signal.Signals, tmp_path: Path
+) -> None:
+    """A background job of a script (SIGINT ignored, as bash starts one) stopped by either signal: it
+    exits within seconds, every server it started is gone, and the cells it finished are written."""
+    out, log = tmp_path / "openloop.json", tmp_path / "stderr"
+    argv = openloop_argv(
+        *("--scorer", "stub", "--stub-delay-ms", "30", "--cell", "1/semif/0.5x,1x,1.5x,2x,2.5x,3x"),
+        *("--duration", "2", "--capacity-s", "0.2"),
+        out=out,
+    )
+    script = f"{shlex.join(argv)} 2>{shlex.quote(str(log))} & echo $!; wait $!"
+    shell = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=procs.ROOT,
+        env={**os.environ, "SEMIF_API_TOKEN": TOKEN},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert shell.stdout is not None
+    pid = int(shell.stdout.readline())
+    try:
+        deadline = time.monotonic() + 120
+        while "openloop: semif 1q at" not in (log.read_text() if log.exists() else ""):
+            assert shell.poll() is None and time.monotonic() < deadline, (
+                log.read_text() if log.exists() else "no stderr"
+            )
+            time.sleep(0.1)
+        os.kill(pid, stop)
+        shell.wait(20)  # within seconds: 2 s of grace for the server it was running, then SIGKILL
+    finally:
+        if shell.poll() is None:
+            os.kill(pid, signal.SIGKILL)
+            shell.wait()
+    stderr = log.read_text()
+    assert shell.returncode == 128 + stop, stderr[-3000:]
+    started = [int(found) for found in re.findall(r"started on \S+ \(pid (\d+)\)", stderr)]
+    assert len(started) >= 2  # the capacity run's server and at least one cell's
+    assert [each for each in started if Path(f"/proc/{each}").exists()] == []
+    result = json.loads(out.read_text())
+    assert result["stopped"] == stop.name and result["verdicts"]
+    assert 1 <= len(result["shapes"]["1"]["cells"]) < 6
+    assert f"**Stopped by {stop.name}**" in shell.stdout.read()
+
+
+async def test_capacity_leaves_out_the_cold_first_call_and_times_at_least_five(
+    start_server, fake
+) -> None:
+    """A cold first call (a fresh server, a new shape) would set the rate alone in a short run."""
+    fake.gate = threading.Event()
+    server = await start_server(fake)
+    target = Target("127.0.0.1", server.port, SERVER_TOKEN)
+    raw = encode(target, "POST", "/v1/systemone", openloop.systemone_body(1, openloop.ALIAS))
+    calls = asyncio.ensure_future(openloop._serial_calls(target, raw, 0.0, timeout=30.0))
+    await fake.wait_entered()
+    await asyncio.sleep(0.5)  # the first call is held: cold
+    fake.gate.set()
+    cold, latencies, _wall = await calls
+    assert cold >= 0.5 and len(latencies) == openloop.CAPACITY_CALLS
+    assert len(fake.calls) == openloop.CAPACITY_CALLS + 1  # the cold call was made, and left out

@@ -3,7 +3,7 @@
 The stub's logits hash each option with its position, so a decision's rotations
 disagree and its prior is not uniform: every fitted number can be recomputed
 here from the server's own rotation answers with the server package's own
-arithmetic (`semif_serve.prior`), and must match exactly.
+arithmetic (`semif_serve.decisions.prior`), and must match exactly.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from bench.common.loadgen import call
 from bench.labelled import metrics, scoring
 from bench.labelled import prior as fitting
 from bench.labelled import rows as labelled
-from semif_serve import prior as pride
+from semif_serve.decisions import prior as pride
 from tests.calibration_file import MATCHING
 
 TOKEN = "prior-token-" + "0123456789abcdef" * 2

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from semif_serve.calibration import Prior, Table
 from semif_serve.client import ask
-from semif_serve.stub import StubScorer
+from semif_serve.decisions.calibration_file import Prior, Table
+from semif_serve.engine.stub import StubScorer
 from tests.fakes import settings as server_settings
 from tests.timing import timeless
 from tests.wire_client import TOKEN, request

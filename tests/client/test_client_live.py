@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration
 from semif_serve.client import (
     ApiError,
     AsyncClient,
@@ -28,8 +27,9 @@ from semif_serve.client import (
     Shared,
     TransportError,
 )
+from semif_serve.decisions import calibration_file
+from semif_serve.engine.stub import StubScorer
 from semif_serve.errors import ApiError as ServerApiError
-from semif_serve.stub import StubScorer
 from tests.bodies import ROW, SHARED
 from tests.fakes import settings as server_settings
 from tests.timing import timeless
@@ -121,7 +121,7 @@ async def test_every_shape_round_trips_unchanged_through_the_typed_results(start
 
 
 async def test_a_calibrated_averaged_view_is_typed_and_unchanged(start_server) -> None:
-    table = calibration.Table({"triage": {"none": 1.5, "rotations": 2.0}})
+    table = calibration_file.Table({"triage": {"none": 1.5, "rotations": 2.0}})
     server = await stub(start_server, calibration=table)
     options = [(o["id"], o["description"]) for o in ROW["options"]]
     async with AsyncClient(url(server.port), TOKEN) as client:

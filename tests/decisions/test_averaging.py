@@ -16,7 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semif_serve.averaging import MAX_ALL_OPTIONS, METHODS, ORDERINGS, combine, expand, orderings
+from semif_serve.decisions.averaging import (
+    MAX_ALL_OPTIONS,
+    METHODS,
+    ORDERINGS,
+    combine,
+    expand,
+    orderings,
+)
 from tests.reference import softmax
 
 LETTERS = "abcdefghijklmnop"  # 16 ids, the contract's maximum option count

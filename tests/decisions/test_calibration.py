@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semif_serve.calibration import PLAIN_METHOD, T_MAX, T_MIN, VARIABLE, calibrated_view, load
+from semif_serve.decisions.calibration import calibrated_view
+from semif_serve.decisions.calibration_file import PLAIN_METHOD, T_MAX, T_MIN, VARIABLE, load
 from tests.reference import softmax
 
 

@@ -1,6 +1,6 @@
 """The bound calibration file, the binding check and the calibrated averaged view (issue 10).
 
-Unit level: files on disk through calibration.load and config.load, the binding
+Unit level: files on disk through calibration_file.load and config.load, the binding
 check against what is loaded, and the view arithmetic under hypothesis.
 """
 
@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semif_serve import averaging, calibration, config
-from semif_serve.calibration import T_MAX, T_MIN, BindingMismatch, check_binding
+from semif_serve import config
+from semif_serve.decisions import averaging, calibration, calibration_file
+from semif_serve.decisions.calibration_file import T_MAX, T_MIN, BindingMismatch, check_binding
 from tests.wire_client import TOKEN
 
 BINDING = {
@@ -42,7 +43,7 @@ def bound_file(**overrides: Any) -> dict[str, Any]:
 
 
 def write(tmp_path: Path, document: Any) -> str:
-    path = tmp_path / "calibration.json"
+    path = tmp_path / "calibration_file.json"
     path.write_text(
         document if isinstance(document, str) else json.dumps(document), encoding="utf-8"
     )
@@ -51,7 +52,7 @@ def write(tmp_path: Path, document: Any) -> str:
 
 def refused(path: str) -> str:
     with pytest.raises(ValueError) as caught:
-        calibration.load(path)
+        calibration_file.load(path)
     assert str(caught.value).startswith("SEMIF_CALIBRATION")
     return str(caught.value)
 
@@ -60,11 +61,11 @@ def refused(path: str) -> str:
 
 
 def test_a_bound_file_loads_every_method_and_its_binding(tmp_path: Path) -> None:
-    table = calibration.load(write(tmp_path, bound_file()))
+    table = calibration_file.load(write(tmp_path, bound_file()))
     assert dict(table["triage"]) == {"none": 2.5, "rotations": 1.8} and dict(table["routing"]) == {
         "all": 0.9
     }
-    assert table.binding == calibration.Binding(**BINDING)
+    assert table.binding == calibration_file.Binding(**BINDING)
     assert table.describe() == {
         "binding": BINDING,
         "fitted": FITTED,
@@ -78,7 +79,7 @@ def test_a_bound_file_loads_every_method_and_its_binding(tmp_path: Path) -> None
 
 
 def test_a_plain_file_is_the_none_method_and_unbound(tmp_path: Path) -> None:
-    table = calibration.load(write(tmp_path, {"triage": 1.5, "routing": 2}))
+    table = calibration_file.load(write(tmp_path, {"triage": 1.5, "routing": 2}))
     assert {name: dict(methods) for name, methods in table.items()} == {
         "triage": {"none": 1.5},
         "routing": {"none": 2.0},
@@ -90,7 +91,7 @@ def test_a_plain_file_is_the_none_method_and_unbound(tmp_path: Path) -> None:
 def test_fitted_is_optional_and_the_bounds_are_accepted(tmp_path: Path) -> None:
     document = bound_file(workloads={"w": {"none": T_MIN, "rotations": T_MAX, "all": 20}})
     del document["fitted"]
-    table = calibration.load(write(tmp_path, document))
+    table = calibration_file.load(write(tmp_path, document))
     assert (
         dict(table["w"]) == {"none": 0.05, "rotations": 20.0, "all": 20.0} and table.fitted is None
     )
@@ -143,7 +144,7 @@ def test_a_bound_file_without_its_binding_is_refused(tmp_path: Path) -> None:
 def test_config_reads_the_bound_form(tmp_path: Path) -> None:
     path = write(tmp_path, bound_file())
     loaded = config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": path})
-    assert loaded.calibration.binding == calibration.Binding(**BINDING)
+    assert loaded.calibration.binding == calibration_file.Binding(**BINDING)
     assert dict(loaded.calibration["triage"]) == {"none": 2.5, "rotations": 1.8}
 
 
@@ -161,7 +162,7 @@ def test_config_reads_the_bound_form(tmp_path: Path) -> None:
 def test_a_mismatched_binding_is_refused_naming_the_variable_and_the_mismatch(
     tmp_path: Path, key: str, source: str
 ) -> None:
-    table = calibration.load(write(tmp_path, bound_file()))
+    table = calibration_file.load(write(tmp_path, bound_file()))
     loaded = {**BINDING, key: "something-else"}
     with pytest.raises(BindingMismatch) as caught:
         check_binding(table, loaded["model"], loaded["revision"], loaded["prompt_version"])
@@ -176,7 +177,7 @@ def test_a_mismatched_binding_is_refused_naming_the_variable_and_the_mismatch(
 def test_a_scorer_without_a_prompt_version_cannot_satisfy_a_binding(tmp_path: Path) -> None:
     with pytest.raises(BindingMismatch, match="prompt_version"):
         check_binding(
-            calibration.load(write(tmp_path, bound_file())),
+            calibration_file.load(write(tmp_path, bound_file())),
             BINDING["model"],
             BINDING["revision"],
             None,

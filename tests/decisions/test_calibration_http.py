@@ -19,14 +19,14 @@ import pytest
 
 from bench.common import procs
 from bench.common.loadgen import call
-from semif_serve import calibration
+from semif_serve.decisions import calibration_file
 from tests.bodies import FOUR, ROW
 from tests.calibration_file import MATCHING, bound_path
 from tests.fake_scorer import biased
 from tests.wire_client import TOKEN, request
 
-BINDING = calibration.Binding("semif-serve/fake", "f" * 40, "direct-options-v1")
-TABLE = calibration.Table(
+BINDING = calibration_file.Binding("semif-serve/fake", "f" * 40, "direct-options-v1")
+TABLE = calibration_file.Table(
     {"triage": {"none": 2.0, "rotations": 1.5}, "routing": {"all": 0.5}}, BINDING
 )
 

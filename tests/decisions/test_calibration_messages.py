@@ -1,7 +1,7 @@
 """Exact refusals of the calibration file (SEMIF_CALIBRATION), one fault per document.
 
 Startup prints the refusal as its one line, so each names the variable, the file or
-workload it is about, and what is allowed. In process through `calibration.load`
+workload it is about, and what is allowed. In process through `calibration_file.load`
 and `plain`.
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration
+from semif_serve.decisions import calibration_file
 
 BINDING = {"model": "m", "revision": "r", "prompt_version": "p"}
 
 
-def refusal(tmp_path: Path, document: Any, read: Any = calibration.load) -> tuple[str, str]:
-    path = tmp_path / "calibration.json"
+def refusal(tmp_path: Path, document: Any, read: Any = calibration_file.load) -> tuple[str, str]:
+    path = tmp_path / "calibration_file.json"
     path.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(ValueError) as refused:
         read(str(path))
@@ -37,9 +37,9 @@ def test_an_unknown_method_is_refused_listing_the_methods(tmp_path: Path) -> Non
     message, _ = refusal(tmp_path, {**BINDING, "workloads": {"w": {"pairs": 1.0}}})
     assert message == (
         "SEMIF_CALIBRATION: workload 'w' names unknown method(s) ['pairs']; methods are "
-        + ", ".join(calibration.ORDERINGS)
+        + ", ".join(calibration_file.ORDERINGS)
     )
-    assert calibration.ORDERINGS == ("none", "rotations", "all", "prior")
+    assert calibration_file.ORDERINGS == ("none", "rotations", "all", "prior")
 
 
 def test_an_unknown_key_is_refused_listing_the_keys(tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_fitted_that_is_no_object_is_refused_naming_its_type(tmp_path: Path) -> 
 
 def test_a_plain_mapping_out_of_range_is_refused_naming_the_workload() -> None:
     with pytest.raises(ValueError) as refused:
-        calibration.plain({"w": 0})
+        calibration_file.plain({"w": 0})
     assert str(refused.value).startswith(
         "SEMIF_CALIBRATION: workload 'w' temperature 0 is not in ["
     )
@@ -81,8 +81,8 @@ def test_a_plain_mapping_out_of_range_is_refused_naming_the_workload() -> None:
 def test_a_binding_mismatch_names_where_the_loaded_value_came_from(
     loaded: tuple[str, str, str], message: str
 ) -> None:
-    table = calibration.bound({**BINDING, "workloads": {"w": {"none": 1.0}}})
-    calibration.check_binding(table, "m", "r", "p")  # the matching triple passes
-    with pytest.raises(calibration.BindingMismatch) as refused:
-        calibration.check_binding(table, *loaded)
+    table = calibration_file.bound({**BINDING, "workloads": {"w": {"none": 1.0}}})
+    calibration_file.check_binding(table, "m", "r", "p")  # the matching triple passes
+    with pytest.raises(calibration_file.BindingMismatch) as refused:
+        calibration_file.check_binding(table, *loaded)
     assert str(refused.value) == message

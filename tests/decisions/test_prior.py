@@ -1,4 +1,4 @@
-"""The position prior's arithmetic (semif_serve/prior.py), against values worked by hand.
+"""The position prior's arithmetic (semif_serve/decisions/prior.py), against values worked by hand.
 
 Worked example (two options a, b; logits given as log-probabilities, so log_softmax keeps them):
 rotation 0 scores (a, b) as p = (0.8, 0.2), rotation 1 scores (b, a) as p = (0.6, 0.4).
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semif_serve.averaging import combine
-from semif_serve.prior import (
+from semif_serve.decisions.averaging import combine
+from semif_serve.decisions.prior import (
     METHOD,
     MIN_DECISIONS,
     SUM_TOLERANCE,

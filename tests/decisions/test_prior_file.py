@@ -1,7 +1,7 @@
 """Position priors in the calibration file (issue 29): what loads, and each refusal's exact line.
 
 Startup prints a refusal as its one line, so each names the variable, the workload and the
-entry it is about. In process through `calibration.load`; the real process's refusal is in
+entry it is about. In process through `calibration_file.load`; the real process's refusal is in
 test_prior_http.py.
 """
 
@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration
+from semif_serve.decisions import calibration_file
 from tests.calibration_file import PRIORS, WITH_PRIORS, prior_path
 
 BINDING = {"model": "m", "revision": "r", "prompt_version": "p"}
 FOUR = [0.4, 0.3, 0.2, 0.1]
 
 
-def load(tmp_path: Path, document: Any) -> calibration.Table:
-    path = tmp_path / "calibration.json"
+def load(tmp_path: Path, document: Any) -> calibration_file.Table:
+    path = tmp_path / "calibration_file.json"
     path.write_text(
         json.dumps(document), encoding="utf-8"
     )  # NaN and Infinity as Python writes them
-    return calibration.load(str(path))
+    return calibration_file.load(str(path))
 
 
 def refusal(tmp_path: Path, document: Any) -> str:
@@ -43,9 +43,9 @@ def with_priors(priors: Any, workloads: Any = None) -> dict[str, Any]:
 
 
 def test_priors_load_beside_temperatures_under_the_binding(tmp_path: Path) -> None:
-    table = calibration.load(prior_path(tmp_path))
-    assert table.priors["triage"][4] == calibration.Prior((0.4, 0.3, 0.2, 0.1), 12)
-    assert table.priors["sorting"][2] == calibration.Prior((0.75, 0.25), 8)
+    table = calibration_file.load(prior_path(tmp_path))
+    assert table.priors["triage"][4] == calibration_file.Prior((0.4, 0.3, 0.2, 0.1), 12)
+    assert table.priors["sorting"][2] == calibration_file.Prior((0.75, 0.25), 8)
     assert table.prior_counts() == {"triage": frozenset({4}), "sorting": frozenset({2, 4})}
     assert dict(table["triage"]) == WITH_PRIORS["triage"]
     assert table.describe()["priors"] == {"sorting": [2, 4], "triage": [4]}
@@ -53,7 +53,7 @@ def test_priors_load_beside_temperatures_under_the_binding(tmp_path: Path) -> No
 
 
 def test_a_workload_with_priors_only_is_a_workload_without_temperatures(tmp_path: Path) -> None:
-    table = calibration.load(prior_path(tmp_path))
+    table = calibration_file.load(prior_path(tmp_path))
     assert list(table) == ["triage", "sorting"] and len(table) == 2 and "sorting" in table
     assert dict(table["sorting"]) == {} and table.methods()["sorting"] == frozenset()
     with pytest.raises(KeyError):
@@ -65,7 +65,7 @@ def test_a_file_of_priors_alone_is_bound(tmp_path: Path, workloads: Any) -> None
     table = load(
         tmp_path, with_priors({"w": {"3": {"prior": [0.5, 0.3, 0.2], "decisions": 8}}}, workloads)
     )
-    assert table.binding == calibration.Binding(**BINDING)
+    assert table.binding == calibration_file.Binding(**BINDING)
     assert (
         list(table) == ["w"]
         and table.methods() == {"w": frozenset()}

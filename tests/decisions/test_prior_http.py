@@ -3,7 +3,7 @@
 The scripted scorer's logits are each option's description length plus a known additive
 bias per position (tests/fake_scorer.py `biased`): exactly the bias PriDe models. The prior
 is fitted here through the server itself (each decision under its rotations, then
-semif_serve.prior), then served; a second server with that prior answers each decision from
+semif_serve.decisions.prior), then served; a second server with that prior answers each decision from
 one row with the rotations' top, and the scorer's own record counts the rows it was given.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration, prior
+from semif_serve.decisions import calibration_file, prior
 from tests.bodies import FOUR, ROW
 from tests.calibration_file import MATCHING, prior_path
 from tests.fake_scorer import BIAS, biased
@@ -27,7 +27,7 @@ from tests.reference import softmax
 from tests.timing import timeless
 from tests.wire_client import TOKEN, request
 
-BINDING = calibration.Binding("semif-serve/fake", "f" * 40, "direct-options-v1")
+BINDING = calibration_file.Binding("semif-serve/fake", "f" * 40, "direct-options-v1")
 WORDS = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff", "ggggggg", "hhhhhhhh"]
 
 
@@ -57,11 +57,11 @@ async def fitted_table(
     fake: Any,
     counts: tuple[int, ...] = (2, 3, 4),
     temperatures: dict[str, dict[str, float]] | None = None,
-) -> calibration.Table:
+) -> calibration_file.Table:
     """Fit a prior per option count through a server, as the bench does: rotations, then prior.entry."""
     fitting = await start_server(fake)
     fake.logits = biased
-    priors: dict[int, calibration.Prior] = {}
+    priors: dict[int, calibration_file.Prior] = {}
     for n in counts:
         body = {
             "state": "s",
@@ -74,9 +74,9 @@ async def fitted_table(
         entry = prior.entry(
             [prior.decision_prior(result["orderings"]) for result in answered.json["results"]]
         )
-        priors[n] = calibration.Prior(tuple(entry["prior"]), entry["decisions"])
+        priors[n] = calibration_file.Prior(tuple(entry["prior"]), entry["decisions"])
     fake.calls.clear()
-    return calibration.Table(temperatures or {}, BINDING, None, {"triage": priors})
+    return calibration_file.Table(temperatures or {}, BINDING, None, {"triage": priors})
 
 
 async def test_the_fitted_prior_is_the_scorers_position_bias(start_server, fake) -> None:
@@ -234,13 +234,13 @@ async def test_prior_mixes_with_other_methods_in_one_call(start_server, fake) ->
     assert last["combined"]["top"] == rotations["combined"]["top"]
 
 
-TABLE = calibration.Table(
+TABLE = calibration_file.Table(
     {"triage": {"none": 2.0}, "plain": {"none": 1.0}},
     BINDING,
     None,
     {
-        "triage": {2: calibration.Prior((0.6, 0.4), 8)},
-        "sorting": {4: calibration.Prior((0.25,) * 4, 8)},
+        "triage": {2: calibration_file.Prior((0.6, 0.4), 8)},
+        "sorting": {4: calibration_file.Prior((0.25,) * 4, 8)},
     },
 )
 

@@ -36,6 +36,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from bench.common.procs import free_port
+from tests.hermetic import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -240,7 +241,8 @@ def without_installs(text: str, installs: Installs, where: str) -> str:
 
 
 def environment(home: Path, extra_path: list[str]) -> dict[str, str]:
-    """A new terminal's environment: no SEMIF_/TYPESAFE_ settings, no venv on PATH, HOME under tmp."""
+    """A new terminal's environment: no settings (tests/hermetic.py's, which the suite may have set
+    since), no venv on PATH, HOME under tmp."""
     drop = (str(VENV_BIN), os.path.dirname(sys.executable))
     path = [
         entry
@@ -250,7 +252,7 @@ def environment(home: Path, extra_path: list[str]) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("SEMIF_", "TYPESAFE_", "VIRTUAL_ENV", "PYTHON", "PYTEST"))
+        if not key.startswith((*SETTINGS, "VIRTUAL_ENV", "PYTHON", "PYTEST"))
     }
     from semif_serve.builders import (
         smollm2,  # where the suite's SmolLM2 build lives, under the real HOME

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from semif_serve.engine import SCORER_LOCK, Engine
+from semif_serve.engine.worker import SCORER_LOCK, Engine
 from tests.bodies import ROW
 
 

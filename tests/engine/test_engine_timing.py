@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from semif_serve.engine import CallTiming, Engine
-from semif_serve.scorer import OutOfMemory
+from semif_serve.engine.scorer import OutOfMemory
+from semif_serve.engine.worker import CallTiming, Engine
 from tests.bodies import ROW
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from semif_serve import prefix
-from semif_serve.prefix import PROOF_STATE, PrefixHookError
-from semif_serve.torch_engine import TorchScorer
+from semif_serve.engine import prefix
+from semif_serve.engine.prefix import PROOF_STATE, PrefixHookError
+from semif_serve.engine.torch_scorer import TorchScorer
 from tests.fakes import (
     NEVER_CALLS,
     SHARED_SOURCE,

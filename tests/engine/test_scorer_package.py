@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from semif_serve import scorer_package
-from semif_serve.scorer_package import ScorerPackageMissing, provenance, resolve
+from semif_serve.engine import scorer_package
+from semif_serve.engine.scorer_package import ScorerPackageMissing, provenance, resolve
 
 COMMIT = "23cf1f39fc9534fe81437200959b6dfc7106e45a"
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from semif_serve.engine import Engine
-from semif_serve.routes import Reply
-from semif_serve.scorer import OutOfMemory
-from semif_serve.service import Service
+from semif_serve.engine.scorer import OutOfMemory
+from semif_serve.engine.worker import Engine
+from semif_serve.http.exchange import Reply
+from semif_serve.service.routes import Service
 from tests.bodies import BODY, SHARED
 from tests.fakes import settings
 

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from semif_serve import config, snapshot_verify
+from semif_serve import config
 from semif_serve.builders import snapshot
 from semif_serve.builders import tiny as tiny_model
-from semif_serve.snapshot_verify import SnapshotInvalid
+from semif_serve.engine import snapshot_verify
+from semif_serve.engine.snapshot_verify import SnapshotInvalid
 from tests.fakes import settings as server_settings
 from tests.wire_client import TOKEN
 
@@ -229,7 +230,7 @@ def test_the_loader_refuses_before_transformers_reads_a_file(
     import huggingface_hub.constants
     import transformers
 
-    from semif_serve import torch_engine
+    from semif_serve.engine import torch_scorer
 
     blob_of(hub, revision, "config.json").unlink()
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
@@ -247,7 +248,7 @@ def test_the_loader_refuses_before_transformers_reads_a_file(
             verify_weights=mode,
         )
         with pytest.raises(SnapshotInvalid, match="'config.json' is missing"):
-            torch_engine.load_model(settings, "cpu", "float32", None)  # type: ignore[arg-type]
+            torch_scorer.load_model(settings, "cpu", "float32", None)  # type: ignore[arg-type]
     assert opened == []
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from semif_serve.scorer import OutOfMemory, ScoringFailed
-from semif_serve.torch_engine import RELEASE_SLACK_BYTES, TorchScorer
+from semif_serve.engine.scorer import OutOfMemory, ScoringFailed
+from semif_serve.engine.torch_scorer import RELEASE_SLACK_BYTES, TorchScorer
 from tests.fakes import (
     GIB,
     MIB,

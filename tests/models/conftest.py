@@ -18,7 +18,7 @@ from semif_serve.config import Settings
 @pytest.fixture(scope="module")
 def tiny_scorer(tiny_settings: Settings) -> Any:
     """A loaded TorchScorer on the tiny model."""
-    from semif_serve.torch_engine import TorchScorer
+    from semif_serve.engine.torch_scorer import TorchScorer
 
     loaded = TorchScorer(tiny_settings)
     loaded.load()

@@ -1,8 +1,5 @@
 """Qwen2.5-Coder-0.5B-Instruct, the reading model CI builds, served on the CPU: what CI proves.
 
-* It reads: on a handful of easy committed rows (tests/reading_rows.py) the rotation-averaged
-  top is the right description, and moves with it when two descriptions swap. The same check
-  fails on SmolLM2 (test_smollm2_model.py), so passing it says something.
 * INV-1: /decide and /decide/shared return exactly what fastjev returns in-process on an
   independently loaded copy of the same snapshot, bitwise.
 * The stored weights are the GGUF's: the snapshot's logits equal, bitwise, those of
@@ -22,7 +19,6 @@ from typing import Any
 import pytest
 
 from semif_serve.builders import reading
-from tests.reading_rows import misread
 from tests.timing import timeless
 from tests.wire_client import request
 
@@ -64,13 +60,6 @@ def test_the_build_is_deterministic_and_found_again_without_converting(
     assert reading.build(reading.MODELS["0.5b"]) == reading_build
 
 
-async def test_it_reads_easy_rows_wherever_the_right_answer_is_listed(
-    start_server, tiny_scorer
-) -> None:
-    server = await start_server(tiny_scorer)
-    assert await misread(server.port) == []
-
-
 async def test_served_equals_in_process(
     start_server, tiny_scorer, reference, tiny_metadata
 ) -> None:
@@ -97,7 +86,10 @@ async def test_served_equals_in_process(
     }
     served = await request(server.port, "POST", "/decide/shared", body)
     assert served.status == 200
-    assert served.json["results"] == shared.score_shared(model, tokenizer, ROWS, tiny_metadata, 4096)[0]
+    assert (
+        served.json["results"]
+        == shared.score_shared(model, tokenizer, ROWS, tiny_metadata, 4096)[0]
+    )
 
 
 def test_the_snapshot_holds_the_ggufs_weights(reference: tuple[Any, Any], tmp_path: Path) -> None:
@@ -112,7 +104,9 @@ def test_the_snapshot_holds_the_ggufs_weights(reference: tuple[Any, Any], tmp_pa
         str(tmp_path), gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
     ).eval()
     served, tokenizer = reference
-    messages = [{"role": "user", "content": "Which team handles a double charge: billing or shipping?"}]
+    messages = [
+        {"role": "user", "content": "Which team handles a double charge: billing or shipping?"}
+    ]
     ids = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]

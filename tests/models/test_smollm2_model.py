@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 
-from semif_serve import averaging, prefix
 from semif_serve.builders import smollm2
+from semif_serve.decisions import averaging
+from semif_serve.engine import prefix
 from tests.timing import timeless
 from tests.wire_client import request
 

@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct served with the committed prior (bench/evidence/smollm2/calibration.json).
+"""SmolLM2-135M-Instruct served with the committed prior (bench/evidence/smollm2/calibration_file.json).
 
 The prior was fitted by `python -m bench prior` on the labelled set's fit split; these
 decisions are the held-out test split. Without it the model picks the first-listed
@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.labelled import rows as labelled
-from semif_serve import calibration
 from semif_serve.config import Settings
-from semif_serve.torch_engine import TorchScorer
+from semif_serve.decisions import calibration_file
+from semif_serve.engine.torch_scorer import TorchScorer
 from tests.wire_client import request
 
 ROOT = Path(__file__).resolve().parents[2]
-EVIDENCE = ROOT / "bench" / "evidence" / "smollm2" / "calibration.json"
+EVIDENCE = ROOT / "bench" / "evidence" / "smollm2" / "calibration_file.json"
 DATA = ROOT / "bench" / "data" / "labelled.jsonl"
 WORKLOAD = (
     "default"  # the labelled set names none: one workload for the whole set, as calibrate fits it
@@ -32,7 +32,7 @@ WORKLOAD = (
 MARGIN = 0.5
 
 
-def held_out(table: calibration.Table) -> list[dict[str, Any]]:
+def held_out(table: calibration_file.Table) -> list[dict[str, Any]]:
     counts = table.prior_counts().get(WORKLOAD, frozenset())
     return [
         row
@@ -44,7 +44,7 @@ def held_out(table: calibration.Table) -> list[dict[str, Any]]:
 async def test_the_committed_prior_brings_the_first_positions_share_down_toward_the_labels(
     start_server, smollm2_settings: Settings
 ) -> None:
-    table = calibration.load(str(EVIDENCE))
+    table = calibration_file.load(str(EVIDENCE))
     assert sorted(table.prior_counts()[WORKLOAD]) == [
         2,
         3,

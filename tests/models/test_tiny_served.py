@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from fastjev._runtime import direct, shared
 
-from semif_serve import averaging, calibration, prefix, prior
-from semif_serve.torch_engine import TorchScorer
+from semif_serve.decisions import averaging, calibration_file, prior
+from semif_serve.engine import prefix
+from semif_serve.engine.torch_scorer import TorchScorer
 from tests.timing import timeless
 from tests.wire_client import request
 
@@ -156,8 +157,8 @@ async def test_the_prior_end_to_end_fitted_and_served_through_the_server(
     ]
     assert entry["prior"] == pytest.approx(prior.workload_prior(theirs), abs=1e-6)
 
-    table = calibration.Table(
-        priors={"urgent": {3: calibration.Prior(tuple(entry["prior"]), entry["decisions"])}}
+    table = calibration_file.Table(
+        priors={"urgent": {3: calibration_file.Prior(tuple(entry["prior"]), entry["decisions"])}}
     )
     server = await start_server(TorchScorer(tiny_settings), calibration=table)
     response = await request(

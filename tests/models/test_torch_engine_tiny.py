@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from fastjev._runtime import direct, shared
 
-from semif_serve import prefix
-from semif_serve.torch_engine import TorchScorer
+from semif_serve.engine import prefix
+from semif_serve.engine.torch_scorer import TorchScorer
 from tests.timing import timeless
 
 REFUSAL = "The fixed state prefix does not match every full prompt"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration
-from semif_serve.scorer import OutOfMemory
+from semif_serve.decisions import calibration_file
+from semif_serve.engine.scorer import OutOfMemory
 from tests.bodies import ROW, SHARED
 from tests.metrics_samples import Samples, scrape, value
 from tests.wire_client import TOKEN, Connection, eventually, request
@@ -29,11 +29,11 @@ async def test_decisions_are_counted_by_method_and_a_prior_decision_is_one_row(
     start_server, fake
 ) -> None:
     """Issue 29: semif_decisions_total{method} counts answered decisions; refused ones are not decisions."""
-    table = calibration.Table(
+    table = calibration_file.Table(
         priors={
             "triage": {
-                2: calibration.Prior((0.6, 0.4), 8),
-                3: calibration.Prior((0.5, 0.3, 0.2), 8),
+                2: calibration_file.Prior((0.6, 0.4), 8),
+                3: calibration_file.Prior((0.5, 0.3, 0.2), 8),
             }
         }
     )

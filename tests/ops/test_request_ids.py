@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
-from semif_serve.ops.retry_after import MAX_SECONDS, RetryAfter
-from semif_serve.scorer import OutOfMemory
+from semif_serve.engine.scorer import OutOfMemory
+from semif_serve.http.exchange import MAX_RETRY_AFTER
+from semif_serve.ops.retry_after import RetryAfter
 from tests.bodies import ROW
 from tests.wire_client import (
     AUTH,
@@ -108,7 +109,7 @@ async def test_busy_429_carries_the_id_and_retry_after(start_server, fake) -> No
         fake.gate.set()
     assert refused.status == 429 and refused.code == "busy"
     assert refused.headers[b"x-request-id"] == b"mine-429"
-    assert 1 <= int(refused.headers[b"retry-after"]) <= MAX_SECONDS
+    assert 1 <= int(refused.headers[b"retry-after"]) <= MAX_RETRY_AFTER
     assert (await busy.read_response()).status == 200
     await busy.close()
 
@@ -171,5 +172,5 @@ def test_busy_estimate_is_queue_depth_times_recent_call_time() -> None:
     assert estimate.busy(7) == 7
     estimate.observe(3.0)  # the oldest (0.5) leaves the window: mean 1.625
     assert estimate.busy(4) == 7
-    assert estimate.busy(1000) == MAX_SECONDS
+    assert estimate.busy(1000) == MAX_RETRY_AFTER
     assert RetryAfter.unavailable() == 1

@@ -12,9 +12,9 @@ import hmac
 
 import pytest
 
-from semif_serve.engine import Engine
+from semif_serve.engine.worker import Engine
 from semif_serve.errors import ApiError
-from semif_serve.service import Service
+from semif_serve.service.routes import Service
 from tests.bodies import BODY, ROW
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings

@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from semif_serve import service as service_module
-from semif_serve.engine import Engine
+from semif_serve.engine.scorer import OutOfMemory, ScoringFailed
+from semif_serve.engine.worker import Engine
 from semif_serve.errors import CODES, ApiError, excerpt
-from semif_serve.routes import Head, Reply, route
-from semif_serve.scorer import OutOfMemory, ScoringFailed
-from semif_serve.service import Admission, Service, render
+from semif_serve.http.exchange import Head, Reply, route
+from semif_serve.service import routes as service_routes
+from semif_serve.service.admission import Admission
+from semif_serve.service.routes import Service, render
 from tests.bodies import BODY, ROW, SHARED
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
@@ -183,9 +184,9 @@ async def test_a_parser_that_raises_its_own_bug_is_a_logged_500_envelope_not_a_d
         raise TypeError("unhashable type: 'list'")
 
     if parser is None:
-        monkeypatch.setattr(service_module.translate, "translate", bug)
+        monkeypatch.setattr(service_routes.translate, "translate", bug)
     else:
-        monkeypatch.setitem(service_module.PARSERS, parser, bug)
+        monkeypatch.setitem(service_routes.PARSERS, parser, bug)
     server = await start_server(fake)
     response = await request(server.port, "POST", path, body)
     assert assert_envelope(response, 500, "scoring_failed") == "failed to read the request"
@@ -480,18 +481,18 @@ def test_an_excerpt_is_cut_at_80_characters_by_default() -> None:
     ],
 )
 def test_routing_ignores_the_query(method: bytes, target: bytes, name: str) -> None:
-    assert route(method, target, None, service_module.ROUTES).name == name
+    assert route(method, target, None, service_routes.ROUTES).name == name
 
 
 def test_routing_refusals_are_exact() -> None:
     with pytest.raises(ApiError) as missing:
-        route(b"GET", b"/" + b"n" * 100 + b"?q", None, service_module.ROUTES)
+        route(b"GET", b"/" + b"n" * 100 + b"?q", None, service_routes.ROUTES)
     assert (missing.value.code, missing.value.message) == (
         "not_found",
         "no endpoint at /" + "n" * 59 + "…",
     )
     with pytest.raises(ApiError) as wrong:
-        route(b"GET", b"/decide/shared?x", None, service_module.ROUTES)
+        route(b"GET", b"/decide/shared?x", None, service_routes.ROUTES)
     assert (wrong.value.code, wrong.value.message) == (
         "method_not_allowed",
         "/decide/shared accepts POST only",

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from semif_serve import request_model
+from semif_serve.decisions import request_model
 from semif_serve.errors import ApiError
 from tests.bodies import ROW, SHARED
 from tests.wire_client import request

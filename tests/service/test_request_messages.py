@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from semif_serve import request_model
+from semif_serve.decisions import request_model
 from semif_serve.errors import ApiError
 from tests.bodies import ROW
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from semif_serve import config
-from semif_serve.scorer import OutOfMemory, ScoringFailed
+from semif_serve.engine.scorer import OutOfMemory, ScoringFailed
 from tests.bodies import BODY, ROW, SHARED
 from tests.fake_scorer import semif_like
 from tests.reference import softmax

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from semif_serve.errors import ApiError
-from semif_serve.wait_budget import WaitBudget, WaitEstimator, retry_after
+from semif_serve.http.exchange import retry_after
+from semif_serve.service.wait_budget import WaitBudget, WaitEstimator
 
 
 class Clock:
@@ -56,15 +57,27 @@ def test_the_window_keeps_only_recent_calls() -> None:
     assert made.per_row("direct") == 1.0
 
 
-def test_estimate_is_rows_ahead_plus_own_rows_times_each_kinds_per_row_time() -> None:
+def test_estimate_is_the_rows_ahead_times_each_kinds_per_row_time_never_its_own() -> None:
     made, _ = estimator(direct=0.3, shared=0.05)
-    assert made.estimate("direct", 1).seconds == pytest.approx(0.3)
+    assert made.estimate("direct", 1).seconds == 0  # nothing ahead: no wait, whatever its own cost
+    assert made.estimate("shared", 64).seconds == 0
     made.enter(made.estimate("shared", 21))
     made.enter(made.estimate("direct", 1))
     estimate = made.estimate("direct", 1)
     assert estimate.rows_ahead == 22
-    assert estimate.seconds == pytest.approx(21 * 0.05 + 2 * 0.3)
-    assert made.estimate("shared", 21).seconds == pytest.approx(42 * 0.05 + 0.3)
+    assert estimate.seconds == pytest.approx(21 * 0.05 + 0.3)
+    assert made.estimate("shared", 21).seconds == pytest.approx(21 * 0.05 + 0.3)
+
+
+def test_an_idle_server_admits_a_request_that_alone_costs_more_than_the_budget() -> None:
+    """The defect: one call over the budget once refused every request, even with nothing ahead."""
+    made, _ = estimator(direct=1.5, shared=1.5)
+    budget = WaitBudget(1.0, made)
+    for kind in ("direct", "shared"):
+        admitted = budget.admit(kind, 64)
+        assert admitted.estimate.seconds == 0
+        made.leave(admitted, None)
+    assert budget.refused == 0
 
 
 def test_cold_start_prices_an_unmeasured_kind_at_zero_so_it_is_admitted() -> None:
@@ -75,26 +88,48 @@ def test_cold_start_prices_an_unmeasured_kind_at_zero_so_it_is_admitted() -> Non
     )  # no shared call measured yet: admitted, never priced as 64 direct rows
     budget.admit("shared", 64)
     assert made.rows_ahead() == 128 and budget.refused == 0
-    made.observe("shared", 64, 0.64)  # measured now: 128 ahead + 64 own at 10 ms each
+    made.observe("shared", 64, 0.64)  # measured now: 128 ahead at 10 ms each
     with pytest.raises(ApiError):
-        budget.admit("shared", 64)
+        budget.admit("shared", 1)
 
 
-def test_over_budget_is_busy_naming_the_budget_with_the_estimate_as_retry_after() -> None:
+def test_over_budget_is_busy_naming_the_budget_with_the_drain_of_the_rows_ahead_as_retry_after() -> (
+    None
+):
     made, _ = estimator(direct=0.4)
     budget = WaitBudget(2.0, made)
-    for _ in range(5):
-        budget.admit("direct", 1)  # the fifth: 4 ahead + 1 = 2.0 s, not over the budget
+    for _ in range(6):
+        budget.admit("direct", 1)  # the sixth: 5 ahead = 2.0 s, not over the budget
     with pytest.raises(ApiError) as refused:
         budget.admit("direct", 1)
     error = refused.value
     assert error.code == "busy" and error.status == 429
     assert error.message == (
-        "estimated wait 2.40 s (5 rows ahead + 1 of this request) exceeds the "
-        "SEMIF_MAX_WAIT_S budget of 2 s; retry later"
+        "estimated wait 2.40 s (6 rows ahead) exceeds the SEMIF_MAX_WAIT_S budget of 2 s; retry later"
     )
     assert error.headers == ((b"retry-after", b"3"),)
-    assert made.rows_ahead() == 5 and budget.refused == 1  # the refused one never joined
+    assert made.rows_ahead() == 6 and budget.refused == 1  # the refused one never joined
+    with pytest.raises(
+        ApiError
+    ) as large:  # its own rows change neither the estimate nor Retry-After
+        budget.admit("direct", 60)
+    assert large.value.message == error.message and large.value.headers == error.headers
+
+
+def test_one_call_over_the_budget_is_told_once_per_crossing_and_held_for_the_gauge() -> None:
+    made, _ = estimator()
+    budget = WaitBudget(1.0, made)
+    assert budget.over == {"direct": False, "shared": False}
+    assert budget.observe("direct", 1, 0.5) is False
+    assert budget.observe("direct", 1, 2.0) is True  # mean 1.25 s a call: over, said once
+    assert budget.observe("direct", 1, 1.5) is False and budget.over["direct"]
+    assert budget.over["shared"] is False  # kinds apart
+    assert budget.observe("shared", 64, 1.0) is False  # 1.0 s is not over 1 s
+    for _ in range(8):
+        budget.observe("direct", 1, 0.1)
+    assert budget.over["direct"] is False  # back within: the next crossing is said again
+    assert budget.observe("direct", 1, 30.0) is True
+    assert budget.observe("neither", 1, 30.0) is False
 
 
 def test_retry_after_rounds_up_and_clamps_to_the_contracts_range() -> None:
@@ -115,10 +150,11 @@ def test_leaving_frees_the_rows_once_and_reports_predicted_against_actual() -> N
     made.observers.append(lambda predicted, actual: errors.append((predicted, actual)))
     first = made.enter(made.estimate("direct", 1))
     second = made.enter(made.estimate("direct", 1))
+    assert (first.estimate.seconds, second.estimate.seconds) == (0, pytest.approx(0.5))
     clock.now += 0.7
-    made.leave(first, scored=True)
-    made.leave(first, scored=True)  # twice: counted once
+    made.leave(second, clock.now - 0.1)  # its call began 0.6 s after admission
+    made.leave(second, clock.now)  # twice: counted once
     assert made.rows_ahead() == 1
-    made.leave(second, scored=False)  # left before its call ran: freed, not an error sample
+    made.leave(first, None)  # left before its call ran: freed, not an error sample
     assert made.rows_ahead() == 0
-    assert errors == [(pytest.approx(0.5), pytest.approx(0.7))]
+    assert errors == [(pytest.approx(0.5), pytest.approx(0.6))]

@@ -10,23 +10,25 @@ import asyncio
 import json
 import math
 import re
+import signal
 import threading
 import time
 from typing import Any
 
 import pytest
 
-from semif_serve.stub import StubScorer
+from semif_serve.engine.stub import StubScorer
 from tests.bodies import ROW, SHARED
 from tests.fakes import settings
 from tests.metrics_samples import sample, scrape
-from tests.wire_client import parse_responses, raw_request, raw_responses, request
+from tests.served_process import Process
+from tests.wire_client import eventually, parse_responses, raw_request, raw_responses, request
 
 PER_ROW_S = 0.4  # the stub's delay per row: a direct call 0.4 s, SHARED's two rows 0.8 s
 BUDGET_S = 2.0
 LONGEST_CALL_S = PER_ROW_S * len(SHARED["decisions"])
 ESTIMATE = re.compile(
-    r"^estimated wait (\d+\.\d\d) s \(\d+ rows ahead \+ (\d) of this request\) exceeds the "
+    r"^estimated wait (\d+\.\d\d) s \(\d+ rows ahead\) exceeds the "
     r"SEMIF_MAX_WAIT_S budget of 2 s; retry later$"
 )
 
@@ -107,10 +109,12 @@ async def test_a_burst_is_answered_within_the_budget_or_refused_at_once_with_the
 async def test_a_budget_refusal_carries_one_retry_after_its_estimate(start_server) -> None:
     """The refusal brings its own Retry-After (the estimate); ops adds no second one beside it, which
     would leave a client to pick one of two values (read from the raw head: a dict would hide it)."""
-    server = await start_server(PerRowStub(0.1), max_wait_s=0.05)
+    server = await start_server(PerRowStub(0.5), max_wait_s=0.05)
     assert (
         await request(server.port, "POST", "/decide", ROW)
-    ).status == 200  # cold start admits; measures >= 0.1 s a row
+    ).status == 200  # cold start admits; measures >= 0.5 s a row
+    ahead = asyncio.ensure_future(request(server.port, "POST", "/decide", ROW))
+    await eventually(lambda: server.service.budget.estimator.rows_ahead() == 1, 5.0)
     body = json.dumps(ROW).encode()
     sent = await raw_responses(
         server.port, raw_request(fields=b"content-length: %d\r\n" % len(body), body=body), 1
@@ -122,6 +126,7 @@ async def test_a_budget_refusal_carries_one_retry_after_its_estimate(start_serve
     )
     head = sent.data.split(b"\r\n\r\n", 1)[0].lower()
     assert head.count(b"\r\nretry-after:") == 1, head
+    assert (await ahead).status == 200
 
 
 async def test_the_count_check_before_the_body_stays_and_is_told_apart(start_server) -> None:
@@ -163,3 +168,40 @@ async def test_only_a_successful_call_teaches_the_estimate(start_server, fake) -
     fake.raise_ = None
     assert (await request(server.port, "POST", "/decide", ROW)).status == 200
     assert server.service.budget.estimator.per_row("direct") is not None
+
+
+async def test_a_call_longer_than_the_budget_never_refuses_an_idle_server() -> None:
+    """The reproduction: one stub call of 1.5 s against a budget of 1 s. Every request sent with nothing
+    ahead is served; one sent behind another is refused with Retry-After from the call ahead alone; the
+    crossing is logged once and shown by the gauge."""
+    process = await Process.start(SEMIF_STUB_DELAY_MS="1500", SEMIF_MAX_WAIT_S="1")
+    try:
+        for path, body in (("/decide", ROW), ("/decide", ROW), ("/decide/shared", SHARED)):
+            assert (await request(process.port, "POST", path, body)).status == 200
+        in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
+        await asyncio.wait_for(process.in_flight(), 5)
+        behind = await request(process.port, "POST", "/decide/shared", SHARED)
+        assert behind.status == 429
+        found = re.match(
+            r"^estimated wait (1\.5\d) s \(1 rows ahead\) exceeds the SEMIF_MAX_WAIT_S budget of 1 s; "
+            r"retry later$",
+            behind.json["error"]["message"],
+        )
+        assert found, behind.json["error"]["message"]
+        assert behind.headers[b"retry-after"] == b"2"  # the one row ahead, not its own two
+        assert (await in_flight).status == 200
+        assert (await request(process.port, "POST", "/decide", ROW)).status == 200
+        metrics = await scrape(process.port)
+        assert sample(metrics, "semif_wait_budget_call_over", kind="direct") == 1
+        assert sample(metrics, "semif_wait_budget_call_over", kind="shared") == 1
+        assert sample(metrics, "semif_busy_refusals_total", reason="wait") == 1
+    finally:
+        process.proc.send_signal(signal.SIGTERM)
+        assert await process.exit_code(10) == 0
+    warnings = [
+        line for line in process.stderr if "over the SEMIF_MAX_WAIT_S budget of 1 s" in line
+    ]
+    assert [w.split("a ", 1)[1].split(" scorer call")[0] for w in warnings] == [
+        "direct",
+        "shared",
+    ], warnings

@@ -11,10 +11,10 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from semif_serve import calibration
-from semif_serve.engine import Engine
+from semif_serve.decisions import calibration_file
+from semif_serve.engine.stub import StubScorer
+from semif_serve.engine.worker import Engine
 from semif_serve.server import Server
-from semif_serve.stub import StubScorer
 from tests.fakes import settings as server_settings
 from tests.wire_client import TOKEN
 
@@ -26,9 +26,12 @@ def serving() -> Iterator[str]:
     """A stub server on its own event loop in a thread: schemathesis calls block."""
     # "triage": the plain table's none temperature, plus (issue 29) priors over 2 and 3 options
     # and a temperature for "prior", so every result shape can be asked for.
-    priors = {2: calibration.Prior((0.6, 0.4), 8), 3: calibration.Prior((0.5, 0.3, 0.2), 8)}
+    priors = {
+        2: calibration_file.Prior((0.6, 0.4), 8),
+        3: calibration_file.Prior((0.5, 0.3, 0.2), 8),
+    }
     settings = server_settings(
-        calibration=calibration.Table(
+        calibration=calibration_file.Table(
             {"triage": {"none": 1.5, "prior": 1.2}}, priors={"triage": priors}
         )
     )

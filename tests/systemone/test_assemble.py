@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from semif_serve.request_model import Decision
+from semif_serve.decisions.request_model import Decision
 from semif_serve.systemone import assemble, translate
 
 EXAMPLES = json.loads((Path(__file__).parent / "published_examples.json").read_text())

@@ -10,7 +10,7 @@ exactly as in tests/models/test_smollm2_model.py, through tests/conftest.py's
 from __future__ import annotations
 
 from semif_serve.config import Settings
-from semif_serve.torch_engine import TorchScorer
+from semif_serve.engine.torch_scorer import TorchScorer
 from tests.systemone_cases import (
     QUESTIONS,
     STATE,

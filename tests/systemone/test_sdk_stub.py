@@ -26,8 +26,8 @@ from typesafe_sdk import (
     TypeSafeUnprocessableEntityError,
 )
 
-from semif_serve import calibration
-from semif_serve.stub import StubScorer
+from semif_serve.decisions import calibration_file
+from semif_serve.engine.stub import StubScorer
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
 from tests.systemone_cases import (
@@ -107,7 +107,7 @@ async def test_extreme_probabilities_still_parse_in_the_sdks_strict_models(start
 async def test_averaged_and_calibrated_answers_equal_the_combined_and_calibrated_views(
     start_server,
 ) -> None:
-    table = calibration.Table({"triage": {"none": 1.5, "rotations": 2.0}})
+    table = calibration_file.Table({"triage": {"none": 1.5, "rotations": 2.0}})
     server = await stub(start_server, calibration=table)
     async with async_sdk(server.port) as client:
         averaged = await client.system_one(
@@ -134,7 +134,7 @@ async def test_averaged_and_calibrated_answers_equal_the_combined_and_calibrated
 async def test_the_server_defaults_average_and_calibrate_a_caller_that_sends_only_the_apis_fields(
     start_server,
 ) -> None:
-    table = calibration.Table({"triage": {"rotations": 2.0}})
+    table = calibration_file.Table({"triage": {"rotations": 2.0}})
     server = await stub(
         start_server,
         calibration=table,
@@ -151,8 +151,8 @@ async def test_the_server_defaults_average_and_calibrate_a_caller_that_sends_onl
 # -- orderings "prior" (issue 29): one row per question, the debiased view, or its calibrated view ----
 
 # "triage" has a temperature for "prior", "sorting" none; both have priors over 2 and 3 options (QUESTIONS' counts).
-PRIORS = {2: calibration.Prior((0.6, 0.4), 8), 3: calibration.Prior((0.5, 0.3, 0.2), 8)}
-PRIOR_TABLE = calibration.Table(
+PRIORS = {2: calibration_file.Prior((0.6, 0.4), 8), 3: calibration_file.Prior((0.5, 0.3, 0.2), 8)}
+PRIOR_TABLE = calibration_file.Table(
     {"triage": {"prior": 2.0}}, priors={"triage": PRIORS, "sorting": PRIORS}
 )
 
@@ -201,7 +201,7 @@ async def test_a_prior_the_workload_lacks_is_the_sdks_422_and_nothing_is_scored(
     start_server,
 ) -> None:
     fake = FakeScorer()
-    table = calibration.Table(priors={"sorting": {2: PRIORS[2]}})  # no prior over 3 options
+    table = calibration_file.Table(priors={"sorting": {2: PRIORS[2]}})  # no prior over 3 options
     server = await start_server(fake, calibration=table)
     async with async_sdk(server.port, retry=NO_RETRY) as client:
         with pytest.raises(TypeSafeUnprocessableEntityError) as missing:

@@ -6,7 +6,7 @@ one score_shared call each way) or /decide (one question: direct.score each way)
 
 from __future__ import annotations
 
-from semif_serve.torch_engine import TorchScorer
+from semif_serve.engine.torch_scorer import TorchScorer
 from tests.systemone_cases import (
     QUESTIONS,
     ROWS,

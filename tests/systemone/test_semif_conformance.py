@@ -24,7 +24,7 @@ import typesafe_sdk
 from typesafe_sdk import Choice, Noul, RetryPolicy, Score
 
 from semif_serve import config
-from semif_serve.stub import StubScorer
+from semif_serve.engine.stub import StubScorer
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
 from tests.systemone_cases import async_sdk

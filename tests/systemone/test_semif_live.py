@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from semif_serve import calibration
 from semif_serve.config import DEFAULT_MODEL, DEFAULT_REVISION
-from semif_serve.torch_engine import TorchScorer
+from semif_serve.decisions import calibration_file
+from semif_serve.engine.torch_scorer import TorchScorer
 from tests.calibration_file import bound_path
 from tests.served_process import Process
 from tests.systemone_cases import semif_id
@@ -167,7 +167,7 @@ def test_a_file_bound_to_the_real_snapshot_binds_what_health_reports(
     check startup runs accepts a file bound so, and refuses one bound to the System One id."""
     facts = TorchScorer(tiny_settings).health()
     loaded = (tiny_settings.model, tiny_settings.revision, facts["prompt_version"])
-    today = calibration.load(
+    today = calibration_file.load(
         bound_path(
             tmp_path,
             model=tiny_settings.model,
@@ -175,8 +175,8 @@ def test_a_file_bound_to_the_real_snapshot_binds_what_health_reports(
             prompt_version=facts["prompt_version"],
         )
     )
-    calibration.check_binding(today, *loaded)
-    renamed = calibration.load(
+    calibration_file.check_binding(today, *loaded)
+    renamed = calibration_file.load(
         bound_path(
             tmp_path,
             model=semif_id(tiny_settings.model, tiny_settings.revision),
@@ -184,8 +184,8 @@ def test_a_file_bound_to_the_real_snapshot_binds_what_health_reports(
             prompt_version=facts["prompt_version"],
         )
     )
-    with pytest.raises(calibration.BindingMismatch):
-        calibration.check_binding(renamed, *loaded)
+    with pytest.raises(calibration_file.BindingMismatch):
+        calibration_file.check_binding(renamed, *loaded)
 
 
 async def test_semifs_names_for_the_token_and_the_token_limit_configure_the_real_process() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from semif_serve import request_model
+from semif_serve.decisions import request_model
 from semif_serve.errors import ApiError
 from semif_serve.systemone import translate
 from tests.systemone_cases import NOUL, REFUSALS

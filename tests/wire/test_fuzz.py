@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from semif_serve import averaging, request_model
+from semif_serve.decisions import averaging, request_model
+from semif_serve.engine.stub import StubScorer
 from semif_serve.errors import ApiError
-from semif_serve.stub import StubScorer
 from tests.bodies import BODY, POST, ROW, SHARED
 from tests.fakes import settings as server_settings
 from tests.wire_client import (

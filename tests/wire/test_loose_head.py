@@ -12,7 +12,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semif_serve.wire import _loose
+from semif_serve.http.connection import _loose
 
 RULE = re.compile(rb"(?<!\r)\n|\r(?!\n)|\n[ \t]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # Bytes that matter to the rule, plus ordinary ones, so short strings hit every case.

@@ -1,6 +1,6 @@
 """Tests here run once on asyncio's loop and once on uvloop, the two loops the server runs on.
 
-They exercise the socket side (semif_serve/channel.py), where the loops differ: uvloop
+They exercise the socket side (semif_serve/http/channel.py), where the loops differ: uvloop
 can report a client's last bytes and its EOF in one turn, asyncio in two.
 """
 

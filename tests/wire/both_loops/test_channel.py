@@ -1,4 +1,4 @@
-"""The channel's rules (semif_serve/channel.py), on a real socket.
+"""The channel's rules (semif_serve/http/channel.py), on a real socket.
 
 Rule 2: a client that leaves is noticed by a callback while its request is scored, and
 a client that sent its request and left before scoring never reaches the scorer.
@@ -17,7 +17,7 @@ import logging
 import socket
 import threading
 
-from semif_serve.wire import MAX_BUFFERED
+from semif_serve.http.connection import MAX_BUFFERED
 from tests.bodies import BODY, ROW
 from tests.wire_client import (
     HEALTH,

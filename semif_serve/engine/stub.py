@@ -12,8 +12,8 @@ import json
 import time
 from typing import Any
 
-from .config import Settings
-from .numerics import softmax
+from ..config import Settings
+from ..decisions.numerics import softmax
 from .scorer import Row, SharedResult
 
 PROMPT_VERSION = "stub-v1"

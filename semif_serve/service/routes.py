@@ -1,7 +1,7 @@
 """The application: every check a request head allows, admission, and the endpoints, with no I/O.
 
 Rule 1: one question per head. The wire hands `Service.answer` a framed head (its
-own framing checks done) and gets back a Reply or a Ticket (routes.py); after
+own framing checks done) and gets back a Reply or a Ticket (http/exchange.py); after
 that it only reads the body a ticket takes and writes what it returns. The order
 of the head checks is `answer`'s: the route (400 target, 404, 405), for a
 protected route the drain (503) then the bearer (401); a GET's reply; for a POST
@@ -13,7 +13,7 @@ Rule 2: every endpoint is declared here (`ROUTES`: path, method, bearer) beside
 its handler, so adding one touches this module alone; its answer is decided here
 (or, for /metrics, by the ops handler the server registers by route name). The
 wire names no route; ops is handed the table for its labels.
-Rule 3: the scorer's failures (scorer.py) become envelopes in one place, `_score`.
+Rule 3: the scorer's failures (engine/scorer.py) become envelopes in one place, `_score`.
 
 Scores pass through untouched (INV-1): the only things added are `calibrated` and
 the order-averaged `combined` view (under orderings "prior", the debiased one).
@@ -33,15 +33,16 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from . import averaging, calibration, request_model
-from .config import Settings
-from .engine import CallTiming, Engine
-from .errors import ApiError, excerpt
-from .prior import METHOD as PRIOR
-from .request_model import DecideRequest, Decision
-from .routes import Handler, Head, Reply, Route, Ticket, route
-from .scorer import OutOfMemory, ScoringFailed
-from .systemone import assemble, catalogue, translate
+from ..config import Settings
+from ..decisions import averaging, calibration, calibration_file, request_model
+from ..decisions.prior import METHOD as PRIOR
+from ..decisions.request_model import DecideRequest, Decision
+from ..engine.scorer import OutOfMemory, ScoringFailed
+from ..engine.worker import CallTiming, Engine
+from ..errors import ApiError, excerpt
+from ..http.exchange import Handler, Head, Reply, Route, Ticket, route
+from ..systemone import assemble, catalogue, translate
+from .admission import Admission
 from .wait_budget import WaitBudget
 
 log = logging.getLogger("semif_serve.service")
@@ -70,24 +71,6 @@ Built = tuple[Any, tuple[tuple[bytes, bytes], ...]]
 Respond = Callable[[Scored, str], Built]
 # A body coding the service does not decode (the SDK may send zstd); a JSON parser must never see it.
 IDENTITY = (None, b"identity")
-
-
-class Admission:
-    """Counts POSTs in progress (queued or scoring); the next one past the limit is refused."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.in_progress = 0
-        self.refused = 0  # read at scrape time: semif_busy_refusals_total{reason="queue"}
-
-    def enter(self) -> None:
-        if self.in_progress >= self.limit:
-            self.refused += 1
-            raise ApiError("busy", f"{self.limit} requests already in progress; retry later")
-        self.in_progress += 1
-
-    def leave(self) -> None:
-        self.in_progress -= 1
 
 
 def render(payload: Any) -> bytes:
@@ -325,12 +308,20 @@ class Service:
         try:
             return await self._score(rows, call)
         finally:
-            self.budget.estimator.leave(admitted, scored=call.ended is not None)
+            self.budget.estimator.leave(admitted, call.started)
 
     def _scorer_call(self, call: CallTiming) -> None:
-        """A scorer call ended (on the loop): a successful one updates the per-row time the budget reads."""
+        """A scorer call ended (on the loop): a successful one updates the per-row time the budget reads,
+        and one kind's calls coming to take longer than the whole budget is logged once per crossing."""
         if call.outcome == "ok" and call.scoring is not None and self.budget is not None:
-            self.budget.estimator.observe(call.kind, call.rows, call.scoring)
+            if self.budget.observe(call.kind, call.rows, call.scoring):
+                log.warning(
+                    "a %s scorer call now takes %.2f s (recent mean), over the SEMIF_MAX_WAIT_S budget of "
+                    "%g s: any request behind one such call is refused busy; raise SEMIF_MAX_WAIT_S",
+                    call.kind,
+                    self.budget.estimator.per_call(call.kind),
+                    self.budget.seconds,
+                )
 
     async def _score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
         """One engine call per request, timed in `call`."""
@@ -384,7 +375,7 @@ class Service:
         (result,) = results
         if workload is None:
             return result
-        temperature = self.settings.calibration[workload][calibration.PLAIN_METHOD]
+        temperature = self.settings.calibration[workload][calibration_file.PLAIN_METHOD]
         return {**result, "calibrated": calibration.calibrated_view(result, workload, temperature)}
 
     def _averaged(

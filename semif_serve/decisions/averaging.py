@@ -12,7 +12,7 @@ collisions and the row cap; this module only refuses what it cannot compute
 
 *Extension (issue 29):* `orderings` may also be "prior": one ordering, the
 caller's, with a position prior fitted per workload divided out of it
-(prior.py holds that arithmetic). It is not an averaging method (METHODS keeps
+(decisions/prior.py holds that arithmetic). It is not an averaging method (METHODS keeps
 the three that average; ORDERINGS is every value a decision may carry), but it
 is expanded and combined like one, so its result keeps the averaged shape.
 

@@ -6,8 +6,8 @@ answer is, the Ticket an accepted request becomes, and `route`, which finds a
 request line's route in a listener's table or refuses it; it runs no handler, reads
 no body and knows no socket. The table itself is the application's (service.ROUTES),
 beside the handlers, so that adding an endpoint touches that one module.
-Rule 2: both sides read it, neither is imported here. service.py (and ops, for
-/metrics) decide what a route answers; wire.py frames and writes; this module
+Rule 2: both sides read it, neither is imported here. service/routes.py (and ops, for
+/metrics) decide what a route answers; http/connection.py frames and writes; this module
 imports neither.
 
 Theory of operation: one question per request head. The wire frames a head, runs
@@ -21,13 +21,15 @@ route it served.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from ..engine.worker import CallTiming
+from ..errors import ApiError, envelope, excerpt
 from . import request_target
-from .engine import CallTiming
-from .errors import ApiError, envelope, excerpt
 
 
 @dataclass(frozen=True)
@@ -120,3 +122,25 @@ def route(method: bytes, target: bytes, host: bytes | None, routes: Mapping[byte
             ((b"allow", allow),),
         )
     return found
+
+
+@dataclass
+class Exchange:
+    """One request from its head (or its first failure) to its written response: what its observer (ops) records."""
+
+    request_id: str
+    method: str
+    path: str
+    route: str
+    started: float = field(default_factory=time.perf_counter)
+    bytes_in: int = 0
+
+
+# Retry-After's range (RFC 9110 10.2.3): whole seconds, at least 1 (0 invites a retry storm), at most 60.
+MIN_RETRY_AFTER = 1
+MAX_RETRY_AFTER = 60
+
+
+def retry_after(seconds: float) -> int:
+    """A wait as Retry-After's value: rounded up to whole seconds, held to MIN_RETRY_AFTER..MAX_RETRY_AFTER."""
+    return min(max(math.ceil(seconds), MIN_RETRY_AFTER), MAX_RETRY_AFTER)

@@ -1,10 +1,8 @@
-"""Calibrated views: per-workload, per-method temperatures applied beside SemIf's native scores.
+"""The calibration file (SEMIF_CALIBRATION) read into a `Table`, and a fitted file's binding to its model.
 
-Rules: this module owns the calibration file (both its forms), the binding of a
-fitted file to the model it was fitted on, and the arithmetic of the calibrated
-views. It knows nothing of HTTP, the engine or torch; the request model refuses
-a workload or method the table lacks before scoring, and service.py only asks
-this module for views.
+Rules: this module owns the file (both its forms) and the binding; calibration.py applies a
+table's temperatures. It knows nothing of HTTP, the engine or torch; the request model refuses
+a workload or method the table lacks before scoring.
 
 Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
 
@@ -18,7 +16,7 @@ Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
 
 *Extension (issue 29):* the bound form may also hold `"priors": {workload: {"<n>":
 {"prior": [p_0..p_{n-1}], "decisions": k}}}`, PriDe's position prior per workload and
-option count (prior.py fits and applies it), under the same binding. A workload may have
+option count (decisions/prior.py fits and applies it), under the same binding. A workload may have
 priors and no temperatures, so a bound file needs "workloads" or "priors" (or both); a
 workload's temperature for method "prior" needs its priors. Every file that loaded before
 loads unchanged: a plain file's values are numbers, so neither key can hold an object there.
@@ -37,14 +35,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from . import prior as position_prior
 from .averaging import MAX_OPTIONS, ORDERINGS
-from .numerics import softmax
 
 T_MIN, T_MAX = 0.05, 20.0
 VARIABLE = "SEMIF_CALIBRATION"
@@ -317,29 +314,3 @@ def check_binding(table: Table, model: str, revision: str, prompt_version: str |
             raise BindingMismatch(
                 f"{VARIABLE} is bound to {key} {expected!r}, but {source} is {actual!r}"
             )
-
-
-def tempered_softmax(logits: Sequence[float], temperature: float) -> list[float]:
-    """softmax(logits / T); max-shifted, so extreme logits stay finite."""
-    return softmax([value / temperature for value in logits])
-
-
-def calibrated_view(result: Mapping[str, Any], workload: str, temperature: float) -> dict[str, Any]:
-    """The `calibrated` key for one SemIf result."""
-    return {
-        "workload": workload,
-        "temperature": temperature,
-        "probabilities": tempered_softmax(result["option_logits"], temperature),
-    }
-
-
-def combined_view(
-    workload: str, method: str, temperature: float, mean_log_probabilities: Sequence[float]
-) -> dict[str, Any]:
-    """`combined.calibrated` for an averaged decision: softmax(mean per-option log-softmax / T)."""
-    return {
-        "workload": workload,
-        "method": method,
-        "temperature": temperature,
-        "probabilities": tempered_softmax(mean_log_probabilities, temperature),
-    }

@@ -1,7 +1,7 @@
 """The socket side of one connection: an asyncio.Protocol that holds what arrives until the wire asks.
 
 Rule 1: bytes only. This module knows nothing of HTTP, h11, the service or the
-log; wire.py turns bytes into events and decisions.
+log; http/connection.py turns bytes into events and decisions.
 Rule 2: one reader. Only the connection's task reads, and it waits on at most one
 future at a time. A peer that sends EOF or goes away wakes that reader and calls
 `on_gone` at once, so a client that leaves while its request is scored is noticed
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 
 def _settle(waiter: asyncio.Future[None] | None) -> None:
@@ -200,3 +201,12 @@ class Channel(asyncio.Protocol):
         self._take(self._size)  # drop what is held, and read again if we had paused
         with contextlib.suppress(TimeoutError):
             await self.read(seconds, 1)  # wakes at the EOF (or a lost peer), never for data
+
+
+def peer_of(writer: Any) -> str:
+    """host:port of a stream's client ([host]:port for IPv6), for the access log."""
+    address = writer.get_extra_info("peername")
+    if not isinstance(address, tuple) or len(address) < 2:
+        return "-"
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"

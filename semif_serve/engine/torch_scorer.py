@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from ..config import Settings
 from . import prefix, snapshot_verify
-from .config import Settings
 from .scorer import OutOfMemory, Row, ScoringFailed, SharedResult
 from .scorer_package import ScorerPackage, resolve
 

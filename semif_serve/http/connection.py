@@ -21,7 +21,7 @@ what a deadline answers are read from the phase alone:
 
 `closable` (shutdown may close it at once) is WAITING with no byte held unread by
 the channel: bytes that arrive while the task sleeps are a head begun
-(`_caught_up`). A close lingers (channel.py Rule 5) from HEAD, BODY and REFUSING.
+(`_caught_up`). A close lingers (http/channel.py Rule 5) from HEAD, BODY and REFUSING.
 A deadline in HEAD answers 408, in WAITING closes silently, in BODY answers 408.
 Rule 2: one question per request head. The wire frames the head and runs the
 framing checks (loose bytes, size, both framings, a repeated SINGLETON), then asks
@@ -50,15 +50,14 @@ import contextlib
 import time
 from collections.abc import Awaitable
 from http import HTTPStatus
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import h11
 
-from .channel import Channel
-from .config import Settings
-from .errors import ApiError, excerpt
-from .ops.operations import Exchange, Operations, peer_of
-from .routes import Answer, Head, Reply, Ticket
+from ..config import Settings
+from ..errors import ApiError, excerpt
+from .channel import Channel, peer_of
+from .exchange import Answer, Exchange, Head, Reply, Ticket
 
 # How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
 LINGER_S = 1.0
@@ -77,6 +76,22 @@ CONTROL_BYTES = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 SINGLETONS = frozenset({b"authorization", b"x-request-id"})
 # Reason phrases looked up once, not through the HTTPStatus enum on every response.
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+
+
+class Observer(Protocol):
+    """Who the wire reports each exchange to (ops.operations.Operations, wired by the server): it opens
+    the exchange's record, adds the headers every response carries, and hears when it is written."""
+
+    def begin(
+        self, request: h11.Request | None, head_bytes: int = 0, request_id: bytes | None = None
+    ) -> Exchange:
+        """The record of a parsed head (with the X-Request-Id it carried once), or of bytes that never became one."""
+
+    def headers(self, exchange: Exchange, reply: Reply) -> list[tuple[bytes, bytes]]:
+        """The operational headers the reply goes out with."""
+
+    def finish(self, exchange: Exchange, reply: Reply, peer: str, bytes_out: int) -> None:
+        """The response is written."""
 
 
 class Phase:
@@ -199,7 +214,7 @@ class HttpConnection:
     """One client connection: reads events with deadlines, asks the application once per head, writes its reply."""
 
     def __init__(
-        self, channel: Channel, answer: Answer, settings: Settings, drain: Drain, ops: Operations
+        self, channel: Channel, answer: Answer, settings: Settings, drain: Drain, ops: Observer
     ) -> None:
         self.channel = channel
         self.answer = (

@@ -2,9 +2,11 @@
 
 Rule 1: the estimate is in rows, never in tokens. Tokens are known only once the
 engine thread tokenises, after admission; rows are known once the body is parsed.
-A request's wait is (the rows admitted ahead of it, not yet scored, + its own rows)
-x the recent scorer time per row. Each call kind (`direct`, `shared`) keeps its own
-per-row time: one shared call over 21 rows costs far less than 21 direct calls.
+A request's wait is the rows admitted ahead of it, not yet scored, x the recent
+scorer time per row; never its own rows: the budget bounds waiting, and a request's
+own cost is the same whenever it is sent, so refusing on it would refuse an idle
+server forever (contract.md says why). Each call kind (`direct`, `shared`) keeps its
+own per-row time: one shared call over 21 rows costs far less than 21 direct calls.
 Rule 2: cold start admits. A kind with no measured call yet prices its rows at 0,
 so its first requests are admitted (SEMIF_MAX_QUEUE alone bounds them) and the
 first call measures it; borrowing the other kind's figure would price a shared row
@@ -13,16 +15,19 @@ Rule 3: a refused request never enters: only `admit` adds rows ahead, only the
 `Admitted` it returns takes them away (`leave`, once, whatever the outcome).
 Rule 4: pure bookkeeping: no I/O, no asyncio, no metrics. Its refusal is data, an
 ApiError whose one header is its own Retry-After, held to the contract's 1..60 by
-ops/retry_after's `clamp` (ops then adds none). The clock is injected (tests pass a
+http/exchange.py's `retry_after` (ops then adds none). The clock is injected (tests pass a
 fake one); observers of the estimate's error are callables.
 
 Theory of operation: the service asks `WaitBudget.admit(kind, rows)` once the body is
 parsed, before the engine call. Admitted, the request's rows count as ahead of every
 later request until it leaves; its predicted wait and the clock at admission travel in
-its `Admitted`. When its call ends, `leave` hands each observer (predicted, actual):
+its `Admitted`. When its call begins, `leave` hands each observer (predicted, actual):
 the metrics' histogram of the error, so an operator can see whether to trust it. The
 call in progress counts whole (its elapsed part is not subtracted): the estimate errs
-high by at most one call, never low on that account.
+high by at most one call, never low on that account. A kind whose recent mean call
+time exceeds the budget makes any request behind one such call wait too long:
+`WaitBudget.observe` says when that starts (the service logs it) and `over` holds it
+(a gauge), so a misconfigured budget shows as itself, not as a wall of 429s.
 """
 
 from __future__ import annotations
@@ -33,16 +38,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .engine import KINDS
-from .errors import ApiError
-from .ops.retry_after import clamp
+from ..engine.worker import KINDS
+from ..errors import ApiError
+from ..http.exchange import retry_after
 
 WINDOW = 64  # recent scorer calls of a kind the per-row time averages over
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A request's predicted wait: the rows ahead of it, its own, and the seconds they cost."""
+    """A request's predicted wait: its kind and rows, the rows ahead of it, and the seconds those cost."""
 
     kind: str
     rows: int
@@ -86,30 +91,33 @@ class WaitEstimator:
             return None
         return sum(seconds for _, seconds in calls) / sum(rows for rows, _ in calls)
 
+    def per_call(self, kind: str) -> float | None:
+        """Recent mean seconds of one call of `kind`; None before its first call."""
+        calls = self._calls[kind]
+        return sum(seconds for _, seconds in calls) / len(calls) if calls else None
+
     def rows_ahead(self) -> int:
         return sum(self._ahead.values())
 
     def estimate(self, kind: str, rows: int) -> Estimate:
-        """This request's wait if admitted now: every admitted row not yet scored, then its own (Rule 1, 2)."""
-        seconds = sum(
-            (self._ahead[k] + (rows if k == kind else 0)) * (self.per_row(k) or 0.0) for k in KINDS
-        )
+        """This request's wait if admitted now: every admitted row not yet scored, its own not (Rule 1, 2)."""
+        seconds = sum(self._ahead[k] * (self.per_row(k) or 0.0) for k in KINDS)
         return Estimate(kind, rows, self.rows_ahead(), seconds)
 
     def enter(self, estimate: Estimate) -> Admitted:
         self._ahead[estimate.kind] += estimate.rows
         return Admitted(estimate, self.clock())
 
-    def leave(self, admitted: Admitted, scored: bool) -> None:
-        """The request's call ended (`scored`) or it left before one ran: its rows are no longer ahead."""
+    def leave(self, admitted: Admitted, started: float | None) -> None:
+        """The request's call ended, having begun at `started` (the clock's time), or it left before one
+        ran (None): its rows are no longer ahead, and its actual wait was until its call began."""
         if admitted.left:
             return
         admitted.left = True
         self._ahead[admitted.estimate.kind] -= admitted.estimate.rows
-        if scored:
-            actual = self.clock() - admitted.since
+        if started is not None:
             for observe in self.observers:
-                observe(admitted.estimate.seconds, actual)
+                observe(admitted.estimate.seconds, started - admitted.since)
 
 
 class WaitBudget:
@@ -119,9 +127,22 @@ class WaitBudget:
         self.seconds = seconds
         self.estimator = estimator
         self.refused = 0  # read at scrape time: semif_busy_refusals_total{reason="wait"}
+        # Per kind: does one call alone (its recent mean) exceed the budget? Read at scrape time (a gauge).
+        self.over: dict[str, bool] = dict.fromkeys(KINDS, False)
+
+    def observe(self, kind: str, rows: int, seconds: float) -> bool:
+        """A successful call of `kind` took `seconds`; True when it made the kind's recent mean call time
+        exceed the budget (once per crossing: the next True comes only after it fell back within)."""
+        self.estimator.observe(kind, rows, seconds)
+        if kind not in self.over:
+            return False
+        per_call = self.estimator.per_call(kind)
+        was, self.over[kind] = self.over[kind], per_call is not None and per_call > self.seconds
+        return self.over[kind] and not was
 
     def admit(self, kind: str, rows: int) -> Admitted:
-        """Admit the request or raise 429 `busy` naming the budget, Retry-After the estimate (1..60 s)."""
+        """Admit the request or raise 429 `busy` naming the budget, Retry-After the time until the rows
+        ahead drain (1..60 s). With nothing ahead the estimate is 0: always admitted."""
         estimate = self.estimator.estimate(kind, rows)
         if estimate.seconds > self.seconds:
             self.refused += 1
@@ -133,17 +154,12 @@ class WaitBudget:
         return self.estimator.enter(estimate)
 
 
-def retry_after(seconds: float) -> int:
-    """The estimate in whole seconds, rounded up, within the contract's 1..60."""
-    return clamp(math.ceil(seconds))
-
-
 def refusal_message(estimate: Estimate, budget: float) -> str:
     """Names the budget; the estimate rounded up to 0.01 s, so a refused one always reads as over it."""
     shown = (
         math.ceil(estimate.seconds * 100 - 1e-9) / 100
     )  # not 2.41 for a float 2.4000000000000004
     return (
-        f"estimated wait {shown:.2f} s ({estimate.rows_ahead} rows ahead + {estimate.rows} of this "
-        f"request) exceeds the SEMIF_MAX_WAIT_S budget of {budget:g} s; retry later"
+        f"estimated wait {shown:.2f} s ({estimate.rows_ahead} rows ahead) exceeds the "
+        f"SEMIF_MAX_WAIT_S budget of {budget:g} s; retry later"
     )

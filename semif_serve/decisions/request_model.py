@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ApiError, excerpt
 from . import averaging
 from .averaging import MAX_OPTIONS
-from .errors import ApiError, excerpt
 from .prior import METHOD as PRIOR
 
 EXPANDED_ID = re.compile(r"#o\d+")

@@ -1,0 +1,1 @@
+"""The scorer and the one worker thread that runs it: interface, torch and stub scorers, their checks."""

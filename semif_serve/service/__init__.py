@@ -1,0 +1,1 @@
+"""The application: the route table and its handlers, admission and the wait budget."""
