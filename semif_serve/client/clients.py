@@ -23,27 +23,32 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 
 from . import bodies, results
 from .bodies import Options, Question, State
-from .errors import TransportError
+from .errors import MissingToken, TransportError
 from .retry import Attempts, Next, RetryPolicy
 
 TOKEN_ENV = "SEMIF_API_TOKEN"
 
 
+# What a call's 2xx body is read into.
+R = TypeVar("R")
+
+
 @dataclass(frozen=True)
-class Call:
+class Call(Generic[R]):
     """One logical call: what to send, how to read a 2xx body, and its retry settings."""
 
     method: str
     path: str
     body: Any
-    read: Callable[[Any], Any]
+    read: Callable[[Any], R]
     ok: tuple[int, ...] = (200,)
+    bearer: bool = True  # the endpoint needs the token
     retry: bool = True
     deadline: float | None = None
     request_id: str | None = None
@@ -52,6 +57,14 @@ class Call:
 def _describe(error: Exception) -> str:
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether the connection was refused (nothing listens there): httpx and httpcore wrap the OSError."""
+    seen: BaseException | None = error
+    while seen is not None and not isinstance(seen, ConnectionRefusedError):
+        seen = seen.__cause__ or seen.__context__
+    return seen is not None
 
 
 class _Base:
@@ -65,6 +78,25 @@ class _Base:
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
 
+    def _begin(self, call: Call[Any]) -> Attempts:
+        """Open a call's attempts; a call that needs the token and has none is refused here, unsent."""
+        attempts = self.policy.begin(call.request_id, call.deadline, call.retry)
+        if call.bearer and not self._headers:
+            raise MissingToken(
+                f"{call.method} {call.path} needs the server's bearer token: "
+                f"pass token= or set {TOKEN_ENV}",
+                attempts.request_id,
+            )
+        return attempts
+
+    def _no_response(self, error: httpx.TransportError, attempts: Attempts) -> Next:
+        """An attempt that got no response, described for the caller and handed to the policy."""
+        refused = _refused(error)
+        message = (
+            f"cannot connect to {self.url}: is the server running?" if refused else _describe(error)
+        )
+        return attempts.no_response(message, isinstance(error, httpx.TimeoutException), refused)
+
     @staticmethod
     def _decide(
         state: State,
@@ -75,7 +107,7 @@ class _Base:
         workload: str | None,
         deadline: float | None,
         request_id: str | None,
-    ) -> Call:
+    ) -> Call[results.Decided]:
         body = bodies.decide(
             state, question, options, id=id, orderings=orderings, workload=workload
         )
@@ -90,7 +122,7 @@ class _Base:
         workload: str | None,
         deadline: float | None,
         request_id: str | None,
-    ) -> Call:
+    ) -> Call[results.Shared]:
         body = bodies.shared(state, decisions, workload=workload)
         return Call(
             "POST",
@@ -102,7 +134,7 @@ class _Base:
         )
 
     @staticmethod
-    def _health(deadline: float | None, request_id: str | None) -> Call:
+    def _health(deadline: float | None, request_id: str | None) -> Call[results.Health]:
         # A probe: one attempt, and a draining server's 503 body is its answer, not an error.
         return Call(
             "GET",
@@ -110,6 +142,7 @@ class _Base:
             None,
             results.Health.from_json,
             ok=(200, 503),
+            bearer=False,
             retry=False,
             deadline=deadline,
             request_id=request_id,
@@ -117,7 +150,7 @@ class _Base:
 
     @staticmethod
     def _request(
-        http: httpx.Client | httpx.AsyncClient, call: Call, attempts: Attempts, timeout: float
+        http: httpx.Client | httpx.AsyncClient, call: Call[Any], attempts: Attempts, timeout: float
     ) -> httpx.Request:
         return http.build_request(
             call.method,
@@ -128,7 +161,7 @@ class _Base:
         )
 
     @staticmethod
-    def _finish(call: Call, step: Next, attempts: Attempts) -> Any:
+    def _finish(call: Call[R], step: Next, attempts: Attempts) -> R:
         try:
             return call.read(step.value)
         except (TypeError, KeyError, ValueError) as error:
@@ -191,8 +224,8 @@ class Client(_Base):
         """GET /health, one attempt; `status` is "draining" while the server shuts down."""
         return self._run(self._health(deadline, request_id))
 
-    def _run(self, call: Call) -> Any:
-        attempts = self.policy.begin(call.request_id, call.deadline, call.retry)
+    def _run(self, call: Call[R]) -> R:
+        attempts = self._begin(call)
         while True:
             timeout = attempts.start()
             step = self._attempt(
@@ -206,7 +239,7 @@ class Client(_Base):
         try:
             response = self._http.send(request, stream=True)
         except httpx.TransportError as error:
-            return attempts.no_response(_describe(error), isinstance(error, httpx.TimeoutException))
+            return self._no_response(error, attempts)
         try:
             chunks = []
             for chunk in response.iter_bytes():
@@ -281,8 +314,8 @@ class AsyncClient(_Base):
         """GET /health, one attempt; `status` is "draining" while the server shuts down."""
         return await self._run(self._health(deadline, request_id))
 
-    async def _run(self, call: Call) -> Any:
-        attempts = self.policy.begin(call.request_id, call.deadline, call.retry)
+    async def _run(self, call: Call[R]) -> R:
+        attempts = self._begin(call)
         while True:
             timeout = attempts.start()
             request = self._request(self._http, call, attempts, timeout)
@@ -301,7 +334,7 @@ class AsyncClient(_Base):
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TransportError as error:
-            return attempts.no_response(_describe(error), isinstance(error, httpx.TimeoutException))
+            return self._no_response(error, attempts)
         try:
             body = await response.aread()
         except httpx.TimeoutException:

@@ -76,6 +76,8 @@ CONTROL_BYTES = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 SINGLETONS = frozenset({b"authorization", b"x-request-id"})
 # Reason phrases looked up once, not through the HTTPStatus enum on every response.
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+# What h11's next_event returns (the wire reads on while it is NEED_DATA).
+Received = h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]
 
 
 class Observer(Protocol):
@@ -150,7 +152,7 @@ class Deadline(Exception):
     """A read did not complete in time."""
 
 
-def _loose(raw: bytes) -> bool:
+def _loose(raw: bytes | bytearray) -> bool:
     """What h11 tolerates in a head but another parser in front may read differently (RFC 9112
     2.2, 5.2; RFC 9110 5.5): a bare LF or CR, an obs-fold line, a control byte other than HTAB.
 
@@ -263,14 +265,14 @@ class HttpConnection:
             self.head += data
         self.conn.receive_data(data)
 
-    async def _next_event(self, deadline: float) -> h11.Event:
+    async def _next_event(self, deadline: float) -> Received:
         while True:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
                 return event
             await self._receive(deadline)
 
-    async def _next_request(self, first: bool) -> tuple[h11.Event, int]:
+    async def _next_request(self, first: bool) -> tuple[Received, int]:
         """The next request head and its size in bytes, under the idle and header deadlines."""
         now = time.monotonic()
         self.head = bytearray(self.conn.trailing_data[0])
@@ -286,7 +288,7 @@ class HttpConnection:
         await self._receive(now + self.settings.idle_timeout)
         return await self._next_head(time.monotonic() + self.settings.header_timeout)
 
-    async def _next_head(self, deadline: float) -> tuple[h11.Event, int]:
+    async def _next_head(self, deadline: float) -> tuple[Received, int]:
         """The next event; a request head must also pass the checks h11 leaves out."""
         event = await self._next_event(deadline)
         if not isinstance(event, h11.Request):

@@ -50,7 +50,7 @@ class Route:
 
 @dataclass(frozen=True)
 class Reply:
-    """A status and a rendered body; an error's code, a scorer call's timing and (extension, issue 29) the
+    """A status and a rendered body; an error's code, a scorer call's timing and (extension) the
     orderings method of each decision answered, for the access log and metrics."""
 
     status: int
@@ -63,9 +63,17 @@ class Reply:
     orderings: tuple[
         str, ...
     ] = ()  # each decision's orderings method, in order (Route.methods are HTTP methods)
+    # Extension: the caller's name for the access log and metrics; "-": not authenticated.
+    caller: str = "-"
 
     @classmethod
-    def error(cls, error: ApiError, timing: CallTiming | None = None, close: bool = False) -> Reply:
+    def error(
+        cls,
+        error: ApiError,
+        timing: CallTiming | None = None,
+        close: bool = False,
+        caller: str = "-",
+    ) -> Reply:
         return cls(
             error.status,
             envelope(error.code, error.message, error.param),
@@ -73,6 +81,7 @@ class Reply:
             error.code,
             timing,
             close=close,
+            caller=caller,
         )
 
 

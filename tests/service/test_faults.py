@@ -197,7 +197,8 @@ async def test_a_parser_that_raises_its_own_bug_is_a_logged_500_envelope_not_a_d
     assert fake.calls == [] and server.service.admission.in_progress == 0
     exposition = (await request(server.port, "GET", "/metrics", headers=[])).body.decode()
     assert (
-        f'semif_http_requests_total{{route="{path}",status="500"}} 1.0' in exposition
+        f'semif_http_requests_total{{caller="default",route="{path}",status="500"}} 1.0'
+        in exposition
     )  # answered and counted
     monkeypatch.undo()
     assert (await request(server.port, "POST", path, body)).status == 200
@@ -503,15 +504,15 @@ def test_routing_refusals_are_exact() -> None:
 def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
     admission = Admission(3)
     for _ in range(3):
-        admission.enter()
+        admission.enter("default")
     assert admission.in_progress == 3
     with pytest.raises(ApiError) as busy:
-        admission.enter()
+        admission.enter("default")
     assert (busy.value.code, busy.value.message) == (
         "busy",
         "3 requests already in progress; retry later",
     )
-    admission.leave()
+    admission.leave("default")
     assert admission.in_progress == 2
 
 
@@ -522,13 +523,18 @@ def test_rendering_keeps_unicode_and_refuses_non_finite_numbers() -> None:
 
 
 async def test_a_refused_token_says_so_exactly(service: Service) -> None:
-    for header in (None, b"Bearer", b"Bearer wrong", b"Basic " + TOKEN.encode()):
+    none = "no bearer token: send the header 'Authorization: Bearer <token>'"
+    invalid = "the bearer token is not one this server accepts"
+    for header, message, challenge in (
+        (None, none, b"Bearer"),
+        (b"Bearer", none, b"Bearer"),
+        (b"Basic " + TOKEN.encode(), none, b"Bearer"),
+        (b"Bearer wrong", invalid, b'Bearer error="invalid_token"'),
+    ):
         with pytest.raises(ApiError) as refused:
             service.authorize(header)
-        assert (refused.value.code, refused.value.message) == (
-            "unauthorized",
-            "missing or wrong bearer token",
-        )
+        assert (refused.value.code, refused.value.message) == ("unauthorized", message)
+        assert refused.value.headers == ((b"www-authenticate", challenge),)
     service.authorize(b"BEARER " + TOKEN.encode())
 
 
