@@ -23,6 +23,8 @@ from tests.timing import timeless
 from tests.wire_client import request
 
 REVISION = "a9ff0de0daefd5bd73ee56338af903feb4000042"
+# Seconds a model answer may take: a 0.5B forward pass is seconds on two loaded cores, not ms.
+ANSWER_S = 300.0
 STATE = {"ticket": "The app crashes every time I open the settings page.", "customer": "Dana"}
 ROWS = [
     {
@@ -75,7 +77,7 @@ async def test_served_equals_in_process(
     )
     model, tokenizer = reference
     for row in ROWS:
-        decided = await request(server.port, "POST", "/decide", row)
+        decided = await request(server.port, "POST", "/decide", row, timeout=ANSWER_S)
         assert decided.status == 200
         assert timeless(decided.json) == timeless(
             direct.score(model, tokenizer, row, tiny_metadata, 4096)
@@ -84,7 +86,7 @@ async def test_served_equals_in_process(
         "state": STATE,
         "decisions": [{key: row[key] for key in ("id", "question", "options")} for row in ROWS],
     }
-    served = await request(server.port, "POST", "/decide/shared", body)
+    served = await request(server.port, "POST", "/decide/shared", body, timeout=ANSWER_S)
     assert served.status == 200
     assert (
         served.json["results"]
