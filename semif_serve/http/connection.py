@@ -55,7 +55,7 @@ from typing import ClassVar, Protocol
 import h11
 
 from ..config import Settings
-from ..errors import ApiError, excerpt
+from ..errors import ApiError, excerpt, too_large
 from .channel import Channel, peer_of
 from .exchange import Answer, Exchange, Head, Reply, Ticket
 
@@ -314,7 +314,7 @@ class HttpConnection:
             event = await self._next_event(deadline)
             if isinstance(event, h11.Data):
                 if size + len(event.data) > limit:
-                    raise ApiError("request_too_large", f"body over the {limit}-byte limit")
+                    raise too_large(limit, declared=False)
                 chunks.append(event.data)
                 size += len(event.data)
             elif isinstance(event, h11.EndOfMessage):

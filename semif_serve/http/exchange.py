@@ -122,7 +122,11 @@ def route(method: bytes, target: bytes, host: bytes | None, routes: Mapping[byte
         raise ApiError("bad_request", str(error)) from None
     found = routes.get(path)
     if found is None:
-        raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
+        here = ", ".join(f"{each.method.decode()} {name.decode()}" for name, each in routes.items())
+        raise ApiError(
+            "not_found",
+            f"no endpoint at {excerpt(path.decode('latin-1'), 60)}; the endpoints: {here}",
+        )
     if method not in found.methods:
         allow = b", ".join(found.methods)
         raise ApiError(
