@@ -133,7 +133,6 @@ class Exchange:
     path: str
     route: str
     started: float = field(default_factory=time.perf_counter)
-    bytes_in: int = 0
 
 
 # Retry-After's range (RFC 9110 10.2.3): whole seconds, at least 1 (0 invites a retry storm), at most 60.

@@ -169,7 +169,6 @@ class Service:
         except ApiError as error:
             return Reply.error(error)
         try:
-            self._check_length(head.fields.get(b"content-length"))
             self.check_content(
                 head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name
             )
@@ -177,14 +176,6 @@ class Service:
             self.admission.leave()
             return Reply.error(error, close=True)
         return SlotTicket(self, name)
-
-    def _check_length(self, length: bytes | None) -> None:
-        """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
-        if length is not None and int(length) > self.settings.max_body_bytes:
-            raise ApiError(
-                "request_too_large",
-                f"declared body over the {self.settings.max_body_bytes}-byte limit",
-            )
 
     def authorize(self, header: bytes | None) -> None:
         """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or
