@@ -12,13 +12,13 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-import asyncio  # noqa: E402 - after the offline switch on purpose
-import logging  # noqa: E402
-import sys  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
 
-from . import config  # noqa: E402
-from .decisions import calibration_file  # noqa: E402
+from . import config
+from .decisions import calibration_file
 
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
        semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings
@@ -37,13 +37,15 @@ def _serve() -> int:
 
     configure(settings.log_format, settings.log_flush_s)
     from .server import serve
+    from .service.callers import TokensFileError
 
     try:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             code = runner.run(serve(settings))
     except (
-        calibration_file.BindingMismatch
-    ) as error:  # an invalid setting, found once the scorer is known
+        calibration_file.BindingMismatch,
+        TokensFileError,
+    ) as error:  # an invalid setting, found once the scorer is known or the tokens file read
         _refusal(settings, str(error))
         return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam

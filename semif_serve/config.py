@@ -3,7 +3,7 @@
 A bad value is a ValueError naming the variable, so an operator sees which knob
 is wrong before the model loads (contract: C1, S1, S8).
 
-Extension (issue 30): an operator coming from SemIf's own System One server
+Extension: an operator coming from SemIf's own System One server
 (`src/semif_api/runtime.py` in SemIf) keeps its environment. Where SemIf's name
 means what ours means it is read as ours (SEMIF_NAMES; both names set to
 different values is refused); where it does not, the value is refused naming
@@ -16,7 +16,8 @@ import importlib.util
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, TypedDict
 
 from .decisions import averaging, calibration_file, prior
 from .errors import excerpt
@@ -67,11 +68,28 @@ SEMIF_ONLY: dict[str, tuple[str | None, str]] = {
 }
 
 
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def auto_metrics() -> bool:
+    """SEMIF_METRICS=auto (the default): on when prometheus_client is installed."""
+    return _installed("prometheus_client")
+
+
+def auto_event_loop() -> str:
+    """SEMIF_EVENT_LOOP=auto (the default): uvloop when installed (the `fast` extra), else asyncio."""
+    return "uvloop" if _installed("uvloop") else "asyncio"
+
+
 @dataclass(frozen=True)
 class Settings:
     """The validated settings of one server process."""
 
-    api_token: str = field(repr=False)  # never printed with the settings
+    api_token: str = field(repr=False)  # never printed with the settings; "" with a tokens file
+    # Extension: SEMIF_API_TOKENS_FILE, named callers and their tokens, read (and on SIGHUP
+    # re-read) by service/callers.py; None: the one caller `default` of api_token.
+    api_tokens_file: str | None = None
     model: str = DEFAULT_MODEL
     revision: str = DEFAULT_REVISION
     device: str = "cuda"
@@ -80,10 +98,13 @@ class Settings:
     max_decisions: int = 64
     max_body_bytes: int = 1 << 20
     max_queue: int = 32
-    # Extension (issue 31): admission by a wait budget, checked once the body's rows are known (None: off).
+    # Extension: the most in-progress POSTs one caller may hold (None: max_queue).
+    max_queue_per_caller: int | None = None
+    # Extension: admission by a wait budget, checked once the body's rows are known (None: off).
     max_wait_s: float | None = None
     # workload -> {method: T}; a plain {workload: T} mapping is accepted and validated.
     calibration: calibration_file.Table = field(default_factory=calibration_file.Table)
+    calibration_path: str | None = None  # SEMIF_CALIBRATION, re-read on SIGHUP (extension)
     verify_weights: str = "hash"
     scorer: str = "semif_phase1"
     stub_delay_ms: int = 0
@@ -102,11 +123,11 @@ class Settings:
     # Operating it in a fleet (semif_serve/ops): log format, access log, Prometheus metrics.
     log_format: str = "text"
     access_log: bool = True
-    metrics: bool = True
+    metrics: bool = field(default_factory=auto_metrics)
     # Extension (perf): access lines are buffered and written at most this long after they are
     # made (0: each line written at once); and which event loop runs the server.
     log_flush_s: float = 0.5
-    event_loop: str = "asyncio"
+    event_loop: str = field(default_factory=auto_event_loop)
     # Extension (/v1/systemone): the names `model` may carry besides the served id, and the
     # averaging and calibration a System One caller gets without asking (request `semif` overrides).
     model_aliases: tuple[str, ...] = DEFAULT_ALIASES
@@ -115,6 +136,17 @@ class Settings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calibration", calibration_file.as_table(self.calibration))
+        if self.max_queue_per_caller is None:
+            object.__setattr__(self, "max_queue_per_caller", self.max_queue)
+
+
+def default(name: str) -> Any:
+    """A setting's default: its Settings field's, so `load` and `Settings(...)` never disagree."""
+    found = _FIELDS[name]
+    return found.default if found.default_factory is MISSING else found.default_factory()
+
+
+_FIELDS = {found.name: found for found in fields(Settings)}
 
 
 def _named(env: Mapping[str, str], ours: str) -> str:
@@ -140,9 +172,18 @@ def _semif_only(env: Mapping[str, str]) -> None:
             )
 
 
-def _token(env: Mapping[str, str]) -> str:
+def _bearer(env: Mapping[str, str]) -> dict[str, Any]:
+    """The bearer form: SEMIF_API_TOKEN (or SEMIF_API_KEY), the one caller `default`, or
+    SEMIF_API_TOKENS_FILE, named callers (its file is read and checked by the server before the model
+    loads: service/callers.py); exactly one of them."""
     name = _named(env, "SEMIF_API_TOKEN")
-    token = env.get(name)
+    token, path = env.get(name), env.get("SEMIF_API_TOKENS_FILE")
+    if token is not None and path is not None:
+        raise ValueError(
+            f"{name} and SEMIF_API_TOKENS_FILE are both set; set one (the file's callers replace the one token)"
+        )
+    if path is not None:
+        return {"api_token": "", "api_tokens_file": path}
     if token is None:
         raise ValueError("SEMIF_API_TOKEN is required")
     # A CR, LF or NUL can never arrive in a header, so such a token locks everyone out (S2).
@@ -150,7 +191,18 @@ def _token(env: Mapping[str, str]) -> str:
         raise ValueError(
             f"{name} must be at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
         )
-    return token
+    return {"api_token": token}
+
+
+def _per_caller(env: Mapping[str, str], max_queue: int) -> int:
+    """SEMIF_MAX_QUEUE_PER_CALLER: 1..SEMIF_MAX_QUEUE (its default), since a larger share never applies."""
+    share = _positive_int(env, "SEMIF_MAX_QUEUE_PER_CALLER", max_queue)
+    if share > max_queue:
+        raise ValueError(
+            f"SEMIF_MAX_QUEUE_PER_CALLER must be at most SEMIF_MAX_QUEUE ({max_queue}), got {share}: "
+            "a larger share never applies"
+        )
+    return share
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -164,8 +216,8 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return int(text)
 
 
-def _port(env: Mapping[str, str], name: str = "SEMIF_PORT", default: int = 8000) -> int:
-    port = _positive_int(env, name, default)
+def _port(env: Mapping[str, str], name: str = "SEMIF_PORT") -> int:
+    port = _positive_int(env, name, default("port"))
     if port > 65535:
         raise ValueError(f"{name} must be 1..65535, got {port}")
     return port
@@ -187,10 +239,20 @@ def _metrics_port(env: Mapping[str, str], port: int, metrics: bool) -> int | Non
     return metrics_port
 
 
-def _positive_float(env: Mapping[str, str], name: str, default: float | None) -> float | None:
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name)
-    if raw is None or (default is None and raw == ""):
-        return default
+    return default if raw is None else _parse_positive_float(name, raw)
+
+
+def _optional_positive_float(
+    env: Mapping[str, str], name: str, default: float | None
+) -> float | None:
+    """As `_positive_float`, for a setting that may be absent: empty means unset."""
+    raw = env.get(name)
+    return default if raw is None or raw == "" else _parse_positive_float(name, raw)
+
+
+def _parse_positive_float(name: str, raw: str) -> float:
     try:
         value = float(raw)
     except ValueError:
@@ -199,6 +261,11 @@ def _positive_float(env: Mapping[str, str], name: str, default: float | None) ->
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be finite and > 0, got {raw!r}")
     return value
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """`on` or `off`."""
+    return _choice(env, name, "on" if default else "off", ("on", "off")) == "on"
 
 
 def _choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
@@ -216,7 +283,7 @@ def _nonempty(env: Mapping[str, str], name: str, default: str) -> str:
 
 
 def _device(env: Mapping[str, str]) -> str:
-    value = _nonempty(env, "SEMIF_DEVICE", "cuda")
+    value = _nonempty(env, "SEMIF_DEVICE", default("device"))
     if value == "auto":  # SemIf's default: whatever accelerator it finds
         raise ValueError(
             "SEMIF_DEVICE=auto (SemIf's default) is refused: INV-3 wants the device said explicitly, "
@@ -236,35 +303,38 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     _semif_only(env)
     path = env.get("SEMIF_CALIBRATION")
-    calibration_table = (
-        calibration_file.load(path) if path is not None else calibration_file.Table()
-    )
+    calibration_table = calibration_file.load(path) if path is not None else default("calibration")
     port, metrics = _port(env), _metrics(env)
+    max_queue = _positive_int(env, "SEMIF_MAX_QUEUE", default("max_queue"))
     return Settings(
-        api_token=_token(env),
-        model=_nonempty(env, "SEMIF_MODEL", DEFAULT_MODEL),
-        revision=_nonempty(env, "SEMIF_REVISION", DEFAULT_REVISION),
+        **_bearer(env),
+        model=_nonempty(env, "SEMIF_MODEL", default("model")),
+        revision=_nonempty(env, "SEMIF_REVISION", default("revision")),
         device=_device(env),
-        vram_cap_gib=_positive_float(env, "SEMIF_VRAM_CAP_GIB", None),
-        max_tokens=_positive_int(env, _named(env, "SEMIF_MAX_TOKENS"), 4096),
-        max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", 64),
-        max_body_bytes=_positive_int(env, "SEMIF_MAX_BODY_BYTES", 1 << 20),
-        max_queue=_positive_int(env, "SEMIF_MAX_QUEUE", 32),
-        max_wait_s=_positive_float(env, "SEMIF_MAX_WAIT_S", None),
+        vram_cap_gib=_optional_positive_float(env, "SEMIF_VRAM_CAP_GIB", default("vram_cap_gib")),
+        max_tokens=_positive_int(env, _named(env, "SEMIF_MAX_TOKENS"), default("max_tokens")),
+        max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", default("max_decisions")),
+        max_body_bytes=_positive_int(env, "SEMIF_MAX_BODY_BYTES", default("max_body_bytes")),
+        max_queue=max_queue,
+        max_queue_per_caller=_per_caller(env, max_queue),
+        max_wait_s=_optional_positive_float(env, "SEMIF_MAX_WAIT_S", default("max_wait_s")),
         calibration=calibration_table,
-        verify_weights=_choice(env, "SEMIF_VERIFY_WEIGHTS", "hash", VERIFY_MODES),
-        scorer=_choice(env, "SEMIF_SCORER", "semif_phase1", SCORERS),
-        stub_delay_ms=_non_negative_int(env, "SEMIF_STUB_DELAY_MS", 0),
-        host=_nonempty(env, "SEMIF_HOST", "127.0.0.1"),
+        calibration_path=path,
+        verify_weights=_choice(
+            env, "SEMIF_VERIFY_WEIGHTS", default("verify_weights"), VERIFY_MODES
+        ),
+        scorer=_choice(env, "SEMIF_SCORER", default("scorer"), SCORERS),
+        stub_delay_ms=_non_negative_int(env, "SEMIF_STUB_DELAY_MS", default("stub_delay_ms")),
+        host=_nonempty(env, "SEMIF_HOST", default("host")),
         port=port,
         metrics_port=_metrics_port(env, port, metrics),
-        header_timeout=_positive_float(env, "SEMIF_HEADER_TIMEOUT_S", 10.0),
-        body_timeout=_positive_float(env, "SEMIF_BODY_TIMEOUT_S", 30.0),
-        idle_timeout=_positive_float(env, "SEMIF_IDLE_TIMEOUT_S", 60.0),
-        max_connections=_positive_int(env, "SEMIF_MAX_CONNECTIONS", 512),
-        shutdown_grace=_positive_float(env, "SEMIF_SHUTDOWN_GRACE_S", 30.0),
-        log_format=_choice(env, "SEMIF_LOG_FORMAT", "text", LOG_FORMATS),
-        access_log=_choice(env, "SEMIF_ACCESS_LOG", "on", ("on", "off")) == "on",
+        header_timeout=_positive_float(env, "SEMIF_HEADER_TIMEOUT_S", default("header_timeout")),
+        body_timeout=_positive_float(env, "SEMIF_BODY_TIMEOUT_S", default("body_timeout")),
+        idle_timeout=_positive_float(env, "SEMIF_IDLE_TIMEOUT_S", default("idle_timeout")),
+        max_connections=_positive_int(env, "SEMIF_MAX_CONNECTIONS", default("max_connections")),
+        shutdown_grace=_positive_float(env, "SEMIF_SHUTDOWN_GRACE_S", default("shutdown_grace")),
+        log_format=_choice(env, "SEMIF_LOG_FORMAT", default("log_format"), LOG_FORMATS),
+        access_log=_switch(env, "SEMIF_ACCESS_LOG", default("access_log")),
         metrics=metrics,
         log_flush_s=_log_flush(env),
         event_loop=_event_loop(env),
@@ -279,7 +349,7 @@ def _log_flush(env: Mapping[str, str]) -> float:
     """Seconds an access line may wait in the buffer: 0 (unbuffered) up to 1, like nginx's `flush=`."""
     raw = env.get("SEMIF_LOG_FLUSH_S")
     if raw is None:
-        return 0.5
+        return float(default("log_flush_s"))
     try:
         value = float(raw)
     except ValueError:
@@ -290,18 +360,17 @@ def _log_flush(env: Mapping[str, str]) -> float:
 
 
 def _event_loop(env: Mapping[str, str]) -> str:
-    """`auto` (default): uvloop when installed (the `fast` extra), else asyncio; `uvloop` insists on it."""
+    """`auto` (default): `auto_event_loop`, as Settings' default is; `uvloop` insists on it."""
     value = _choice(env, "SEMIF_EVENT_LOOP", "auto", ("auto", "asyncio", "uvloop"))
-    installed = importlib.util.find_spec("uvloop") is not None
-    if value == "uvloop" and not installed:
+    if value == "uvloop" and not _installed("uvloop"):
         raise ValueError("SEMIF_EVENT_LOOP=uvloop needs uvloop: pip install 'semif-serve[fast]'")
-    return "uvloop" if value == "uvloop" or (value == "auto" and installed) else "asyncio"
+    return auto_event_loop() if value == "auto" else value
 
 
 def _metrics(env: Mapping[str, str]) -> bool:
-    """`auto` (default): on when prometheus_client is installed; `on` insists on it; `off`."""
+    """`auto` (default): `auto_metrics`, as Settings' default is; `on` insists on it; `off`."""
     value = _choice(env, "SEMIF_METRICS", "auto", ("auto", "on", "off"))
-    installed = importlib.util.find_spec("prometheus_client") is not None
+    installed = auto_metrics()
     if value == "on" and not installed:
         raise ValueError(
             "SEMIF_METRICS=on needs prometheus_client: pip install 'semif-serve[metrics]'"
@@ -325,7 +394,7 @@ MAX_ALIAS_LENGTH = 100
 def _aliases(env: Mapping[str, str]) -> tuple[str, ...]:
     """SEMIF_MODEL_ALIASES: comma-separated names `model` may carry; empty means none.
     The default is SemIf's server's names (the SDK's own default model, `jev-latest`, among them)."""
-    raw = env.get("SEMIF_MODEL_ALIASES", ", ".join(DEFAULT_ALIASES))
+    raw = env.get("SEMIF_MODEL_ALIASES", ", ".join(default("model_aliases")))
     names = tuple(name.strip() for name in raw.split(",")) if raw.strip() else ()
     for name in names:
         if not name or len(name) > MAX_ALIAS_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in name):
@@ -338,10 +407,18 @@ def _aliases(env: Mapping[str, str]) -> tuple[str, ...]:
     return names
 
 
-def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> dict[str, object]:
+class _SystemOne(TypedDict):
+    model_aliases: tuple[str, ...]
+    systemone_orderings: str
+    systemone_workload: str | None
+
+
+def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> _SystemOne:
     """The /v1/systemone defaults: an orderings method, and a workload that has a temperature for it
     (for "prior", a workload is required and needs priors; its temperature is optional)."""
-    orderings = _choice(env, "SEMIF_SYSTEMONE_ORDERINGS", "none", averaging.ORDERINGS)
+    orderings = _choice(
+        env, "SEMIF_SYSTEMONE_ORDERINGS", default("systemone_orderings"), averaging.ORDERINGS
+    )
     workload = env.get("SEMIF_SYSTEMONE_WORKLOAD") or None
     if workload is None and orderings == prior.METHOD:
         raise ValueError(

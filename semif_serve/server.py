@@ -26,7 +26,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .config import Settings
 from .decisions import calibration_file
@@ -40,6 +40,7 @@ from .ops import logs
 from .ops.logs import log_settings
 from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
+from .service import callers
 from .service.admission import Admission
 from .service.routes import METRICS_ROUTES, ROUTES, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
@@ -77,22 +78,23 @@ def build_scorer(settings: Settings) -> Scorer:
 class Server:
     """The listening sockets, their connections and the shared drain flag."""
 
-    def __init__(self, settings: Settings, engine: Engine) -> None:
+    def __init__(
+        self, settings: Settings, engine: Engine, table: callers.Callers | None = None
+    ) -> None:
+        """`table`: the callers, read before the model loaded (None: read from the settings now)."""
         self.settings = settings
         self.engine = engine
         self.drain = Drain(time.monotonic)
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
-        admission = Admission(settings.max_queue)
-        # Extension (issue 31): admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
+        admission = Admission(settings.max_queue, settings.max_queue_per_caller)
+        # Extension: admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
         budget = (
             None
             if settings.max_wait_s is None
             else WaitBudget(settings.max_wait_s, WaitEstimator())
         )
-        busy = (
-            None if budget is None else lambda: {"queue": admission.refused, "wait": budget.refused}
-        )
+        busy = _busy_reasons(admission, budget, settings)
         self.ops = ops = Operations(
             settings,
             ROUTES,
@@ -104,7 +106,12 @@ class Server:
         )
         # /metrics is a route like any other; its answer lives in ops.
         self.service = Service(
-            settings, engine, admission, {"metrics": lambda head: ops.metrics_reply()}, budget
+            settings,
+            engine,
+            admission,
+            {"metrics": lambda head: ops.metrics_reply()},
+            budget,
+            table,
         )
         engine.observers.append(self.ops.scorer_call)
         if budget is not None and ops.metrics is not None:
@@ -204,6 +211,26 @@ class Server:
             await asyncio.wait(pending, timeout=1.0)
 
 
+def _busy_reasons(
+    admission: Admission, budget: WaitBudget | None, settings: Settings
+) -> Callable[[], dict[str, int]] | None:
+    """429 busy by reason, exported only where more than the queue's can happen: with a wait budget
+    (`wait`) or a share per caller below the queue (`caller`); otherwise the exposition is as before."""
+    shared = settings.max_queue_per_caller != settings.max_queue
+    if budget is None and not shared:
+        return None
+
+    def reasons() -> dict[str, int]:
+        counts = {"queue": admission.refused}
+        if shared:
+            counts["caller"] = admission.refused_share
+        if budget is not None:
+            counts["wait"] = budget.refused
+        return counts
+
+    return reasons
+
+
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
     """`uvloop` or `asyncio`: the loop actually running, as the startup line reports it."""
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
@@ -211,8 +238,10 @@ def loop_name(loop: asyncio.AbstractEventLoop) -> str:
 
 async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
+    # Before the model loads: a tokens file that cannot be used refuses startup (exit 2, as a bad setting),
+    table = callers.for_settings(settings)
     scorer = scorer if scorer is not None else build_scorer(settings)
-    # Before the model loads: a table fitted on another model or prompt refuses startup.
+    # and so does a table fitted on another model or prompt.
     calibration_file.check_binding(
         settings.calibration,
         settings.model,
@@ -222,7 +251,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     log_settings(log, settings)  # once every setting is known valid, before the (long) load
     engine = Engine(scorer)
     await engine.start()
-    server = Server(settings, engine)
+    server = Server(settings, engine, table)
     port = await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -5,18 +5,20 @@ Rules: bench-only. Every request leaves at its scheduled time whatever the compl
 server of a shape is offered the very same arrivals (the seed, the shape and the rate
 seed them). One server runs at a time, a fresh process for each rate (a backlog one
 rate leaves, such as a peer still scoring requests its callers abandoned, never loads
-the next), so one server alone has both cores; `url` is the exception, one server shared
-by every cell, so each of its cells waits until its `in_progress` is 0 and the report says so. At each rate the servers run one after
-another (rate by rate, not server by server), so a drift in a shared machine's load falls
-on them alike. The load generator checks itself: its
-own CPU share and how late its sends left against the schedule; the verdict says
-whether it could have been the bottleneck. Figures are reported as measured.
+the next), so one server alone has both cores; `url` is the exception, one server
+shared by every cell, so each of its cells waits until its `in_progress` is 0, and the
+report says so. At each rate the servers run one after another (rate by rate, not
+server by server), so a drift in a shared machine's load falls on them alike. The load
+generator checks itself: its own CPU share and how late its sends left against the
+schedule; the verdict says whether it could have been the bottleneck. Figures are
+reported as measured.
 
 Theory: a *cell* is one server at one offered rate on one request shape. A shape
 is a System One request of 1 question or of 21 (bench/data/speed21.json). Rates are
 absolute (`2.5`) or multiples of the capacity (`1.5x`), measured once per shape on
 the first server listed for it: one connection, one request at a time, requests
-answered per second over at least 5 calls after a first, cold one that is discarded. Servers (`--cell SHAPE/SERVERS/RATES`):
+answered per second over at least 5 calls after a first, cold one that is discarded.
+Servers (`--cell SHAPE/SERVERS/RATES`):
 
 * `semif`: semif-serve as configured (SEMIF_MAX_WAIT_S unset, SEMIF_MAX_QUEUE 32);
 * `semif-wait`: the same with SEMIF_MAX_WAIT_S=`--budget` (admission by a wait budget);
@@ -603,6 +605,10 @@ def _ms(seconds: float) -> str:
     return "-" if seconds is None or math.isnan(seconds) else f"{seconds * 1e3:.0f}"
 
 
+def _known(value: float, spec: str) -> str:
+    return "-" if math.isnan(value) else format(value, spec)
+
+
 def _drained(cell: dict[str, Any]) -> str:
     if not cell["shared"]:
         return "-"
@@ -628,8 +634,8 @@ def table(shape: dict[str, Any], questions: str) -> str:
                 f"{c['answers_equal_idle']}/{c['ok']}",
                 f"{_ms(health['p50_s'])} / {_ms(health['p99_s'])} / {_ms(health['max_s'])}",
                 f"{health['failed']}/{health['probes']}",
-                f"{c['server_cpu_cores']:.2f}",
-                f"{c['server_peak_rss_mib']:.0f}",
+                _known(c["server_cpu_cores"], ".2f"),  # NaN: `url` without --pid
+                _known(c["server_peak_rss_mib"], ".0f"),
                 f"{c['loadgen']['cpu_share']:.0%} / {c['loadgen']['lag_p99_s'] * 1e3:.1f}",
                 " / ".join(f"{x:.1f}" for x in c["loadavg_1m"]),
                 _drained(c),

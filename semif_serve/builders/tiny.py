@@ -268,7 +268,8 @@ def _weights(model: Qwen3_5ForCausalLM) -> bytes:
     tensors = {
         production_key(name): tensor.contiguous() for name, tensor in model.state_dict().items()
     }
-    return save(tensors, metadata={"format": "pt"})
+    blob: bytes = save(tensors, metadata={"format": "pt"})
+    return blob
 
 
 def render_files() -> dict[str, bytes]:

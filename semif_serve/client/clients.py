@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -35,14 +35,18 @@ from .retry import Attempts, Next, RetryPolicy
 TOKEN_ENV = "SEMIF_API_TOKEN"
 
 
+# What a call's 2xx body is read into.
+R = TypeVar("R")
+
+
 @dataclass(frozen=True)
-class Call:
+class Call(Generic[R]):
     """One logical call: what to send, how to read a 2xx body, and its retry settings."""
 
     method: str
     path: str
     body: Any
-    read: Callable[[Any], Any]
+    read: Callable[[Any], R]
     ok: tuple[int, ...] = (200,)
     retry: bool = True
     deadline: float | None = None
@@ -75,7 +79,7 @@ class _Base:
         workload: str | None,
         deadline: float | None,
         request_id: str | None,
-    ) -> Call:
+    ) -> Call[results.Decided]:
         body = bodies.decide(
             state, question, options, id=id, orderings=orderings, workload=workload
         )
@@ -90,7 +94,7 @@ class _Base:
         workload: str | None,
         deadline: float | None,
         request_id: str | None,
-    ) -> Call:
+    ) -> Call[results.Shared]:
         body = bodies.shared(state, decisions, workload=workload)
         return Call(
             "POST",
@@ -102,7 +106,7 @@ class _Base:
         )
 
     @staticmethod
-    def _health(deadline: float | None, request_id: str | None) -> Call:
+    def _health(deadline: float | None, request_id: str | None) -> Call[results.Health]:
         # A probe: one attempt, and a draining server's 503 body is its answer, not an error.
         return Call(
             "GET",
@@ -117,7 +121,7 @@ class _Base:
 
     @staticmethod
     def _request(
-        http: httpx.Client | httpx.AsyncClient, call: Call, attempts: Attempts, timeout: float
+        http: httpx.Client | httpx.AsyncClient, call: Call[Any], attempts: Attempts, timeout: float
     ) -> httpx.Request:
         return http.build_request(
             call.method,
@@ -128,7 +132,7 @@ class _Base:
         )
 
     @staticmethod
-    def _finish(call: Call, step: Next, attempts: Attempts) -> Any:
+    def _finish(call: Call[R], step: Next, attempts: Attempts) -> R:
         try:
             return call.read(step.value)
         except (TypeError, KeyError, ValueError) as error:
@@ -191,7 +195,7 @@ class Client(_Base):
         """GET /health, one attempt; `status` is "draining" while the server shuts down."""
         return self._run(self._health(deadline, request_id))
 
-    def _run(self, call: Call) -> Any:
+    def _run(self, call: Call[R]) -> R:
         attempts = self.policy.begin(call.request_id, call.deadline, call.retry)
         while True:
             timeout = attempts.start()
@@ -281,7 +285,7 @@ class AsyncClient(_Base):
         """GET /health, one attempt; `status` is "draining" while the server shuts down."""
         return await self._run(self._health(deadline, request_id))
 
-    async def _run(self, call: Call) -> Any:
+    async def _run(self, call: Call[R]) -> R:
         attempts = self.policy.begin(call.request_id, call.deadline, call.retry)
         while True:
             timeout = attempts.start()

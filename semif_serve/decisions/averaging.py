@@ -10,7 +10,7 @@ Pure arithmetic and expansion: no I/O, no torch. The request model validates
 collisions and the row cap; this module only refuses what it cannot compute
 (ValueError).
 
-*Extension (issue 29):* `orderings` may also be "prior": one ordering, the
+*Extension:* `orderings` may also be "prior": one ordering, the
 caller's, with a position prior fitted per workload divided out of it
 (decisions/prior.py holds that arithmetic). It is not an averaging method (METHODS keeps
 the three that average; ORDERINGS is every value a decision may carry), but it

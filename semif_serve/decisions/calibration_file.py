@@ -8,13 +8,13 @@ Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
 
 * plain (the contract's): `{workload: T}`; T is the temperature of method `none`
   (decisions scored in the caller's order only);
-* bound (an extension, issue 10): `{"model", "revision", "prompt_version",
+* bound (an extension): `{"model", "revision", "prompt_version",
   "fitted": {...}, "workloads": {name: {"none"|"rotations"|"all": T}}}`. A
   temperature fitted on one model's logits means nothing on another's, so the
   file names what it was fitted on, and startup refuses it unless the model,
   revision and prompt version loaded are exactly those (`check_binding`).
 
-*Extension (issue 29):* the bound form may also hold `"priors": {workload: {"<n>":
+*Extension:* the bound form may also hold `"priors": {workload: {"<n>":
 {"prior": [p_0..p_{n-1}], "decisions": k}}}`, PriDe's position prior per workload and
 option count (decisions/prior.py fits and applies it), under the same binding. A workload may have
 priors and no temperatures, so a bound file needs "workloads" or "priors" (or both); a
@@ -298,7 +298,7 @@ def as_table(value: Table | Mapping[str, float]) -> Table:
 def check_binding(table: Table, model: str, revision: str, prompt_version: str | None) -> None:
     """Refuse a bound table unless it was fitted on exactly the model, revision and prompt loaded.
 
-    model and revision are SEMIF_MODEL and SEMIF_REVISION (the torch engine loads exactly
+    model and revision are SEMIF_MODEL and SEMIF_REVISION (the torch scorer loads exactly
     that snapshot); prompt_version is the scorer package's, from its health facts.
     """
     if table.binding is None:

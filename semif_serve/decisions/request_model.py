@@ -59,7 +59,7 @@ class Limits:
     # workload -> the orderings methods it has a temperature for; a workload absent
     # here has only "none" (the contract's plain {workload: T} table).
     methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    # Extension (issue 29): workload -> the option counts it has a position prior for.
+    # Extension: workload -> the option counts it has a position prior for.
     priors: Mapping[str, frozenset[int]] = field(default_factory=dict)
 
     def methods_of(self, workload: str) -> frozenset[str]:
@@ -173,7 +173,7 @@ def checked_orderings(
             f'{field} "all" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}',
             param,
         )
-    return value
+    return str(value)
 
 
 def _decision(item: Mapping[str, Any], state: Any, where: str) -> Decision:

@@ -62,14 +62,14 @@ def make_wrapper(original: StatePrefix, encode_prompt: EncodePrompt) -> StatePre
     """Wrap upstream's `_state_prefix` so it never reaches past the real prompt."""
 
     def boundary_safe_prefix(tokenizer: Any, state: Any) -> list[int]:
-        boundary_safe_prefix.calls += 1  # type: ignore[attr-defined]
+        boundary_safe_prefix.calls += 1  # type: ignore[attr-defined]  # a counter kept on the wrapper itself
         upstream = original(tokenizer, state)
         # No limit here: the real rows are checked against max_tokens by score_shared itself.
         full, _, _ = encode_prompt(tokenizer, probe_row(state), sys.maxsize)
         return upstream[: common_length(upstream, full)]
 
-    boundary_safe_prefix.__wrapped__ = original  # type: ignore[attr-defined]
-    boundary_safe_prefix.calls = 0  # type: ignore[attr-defined]
+    boundary_safe_prefix.__wrapped__ = original  # type: ignore[attr-defined]  # functools' name for the wrapped
+    boundary_safe_prefix.calls = 0  # type: ignore[attr-defined]  # the counter, on the function
     setattr(boundary_safe_prefix, _MARK, True)
     return boundary_safe_prefix
 

@@ -2,9 +2,9 @@
 
 Rule 1: this module holds only the interface, its plain data types and the
 failures a scorer raises (OutOfMemory, ScoringFailed); it imports nothing of the
-project's, so every scorer (the stub, the torch engine, a test's fake) and the
+project's, so every scorer (the stub, the torch scorer, a test's fake) and the
 engine can depend on it without depending on each other, or on HTTP. What a
-failure answers on the wire is decided in one place, service.Service._score.
+failure answers on the wire is decided in one place, `Service._score` (service/routes.py).
 Rule 2: which concrete scorer a process runs is decided where the process is
 assembled (server.py), never here or in the engine.
 """
@@ -26,7 +26,7 @@ class ScoringFailed(Exception):
 
 
 class Scorer(Protocol):
-    """What the engine thread drives (the stub and the torch engine implement it).
+    """What the engine thread drives (the stub and the torch scorer implement it).
 
     `score` and `score_shared` raise ValueError for input the scorer refuses,
     OutOfMemory and ScoringFailed (the service answers 422, 503 and 500).

@@ -111,7 +111,7 @@ def _blob(snapshot: Path, blobs: Path, name: str) -> Path:
 
 def _listed(snapshot: Path) -> list[str]:
     """Every file the snapshot directory holds, as names relative to it."""
-    names = []
+    names: list[str] = []
     for folder, _, files in os.walk(snapshot):
         names.extend(os.path.relpath(os.path.join(folder, name), snapshot) for name in files)
     return sorted(names)

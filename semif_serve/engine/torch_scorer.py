@@ -41,6 +41,25 @@ Loaded = tuple[Any, Any, dict[str, Any]]
 ModelLoader = Callable[[Settings, str, str, ModuleType], Loaded]
 
 
+class CudaKernelAdvice(logging.Filter):
+    """Drops transformers' advice to install `causal_conv1d` or `flash-linear-attention` (Qwen3.5's
+    linear-attention kernels), which are CUDA kernels: on the CPU it cannot apply, so it is noise
+    in every start's log. Any other record passes; on CUDA the advice is not filtered."""
+
+    PACKAGES = ("causal_conv1d", "flash-linear-attention")
+    LOGGER = "transformers.integrations.hub_kernels"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (
+            "is falling back to its reference PyTorch implementation" in message
+            and any(f"because `{name}` is not installed" in message for name in self.PACKAGES)
+        )
+
+
+CUDA_KERNEL_ADVICE = CudaKernelAdvice()
+
+
 def _log_through_root(transformers: ModuleType) -> None:
     """transformers writes to stderr through a handler of its own and draws progress bars;
     both would break SEMIF_LOG_FORMAT=json's one JSON object per stderr line. Its records
@@ -52,7 +71,7 @@ def _log_through_root(transformers: ModuleType) -> None:
 
 def load_model(settings: Settings, device: str, dtype: str, torch: ModuleType) -> Loaded:
     """Load the pinned model from the local HF cache only, the way SemIf does (INV-5),
-    once the snapshot has proved itself (issue 10: never a half-loaded model)."""
+    once the snapshot has proved itself (never a half-loaded model)."""
     verified = snapshot_verify.verify(
         settings.model, settings.revision, hash_blobs=settings.verify_weights == "hash"
     )
@@ -67,6 +86,10 @@ def load_model(settings: Settings, device: str, dtype: str, torch: ModuleType) -
     import transformers
 
     _log_through_root(transformers)
+    if device == "cpu":
+        logging.getLogger(CudaKernelAdvice.LOGGER).addFilter(
+            CUDA_KERNEL_ADVICE
+        )  # added once, however many loads
     common = {"revision": settings.revision, "local_files_only": True, "trust_remote_code": False}
     config = transformers.AutoConfig.from_pretrained(settings.model, **common)
     tokenizer = transformers.AutoTokenizer.from_pretrained(settings.model, **common)
@@ -171,7 +194,8 @@ class TorchScorer:
         name = self._settings.device
         text = name.partition(":")[2]
         if not text:
-            return self._torch.cuda.current_device()
+            current: int = self._torch.cuda.current_device()
+            return current
         if not (text.isascii() and text.isdigit()) or int(text) >= self._torch.cuda.device_count():
             raise RuntimeError(f"SEMIF_DEVICE={name} names no visible CUDA device")
         return int(text)
@@ -196,11 +220,13 @@ class TorchScorer:
 
     def score(self, row: Row) -> dict[str, Any]:
         loaded = self._require_loaded()
-        return self._call(self._package.direct.score, loaded, row)
+        result: dict[str, Any] = self._call(self._package.direct.score, loaded, row)
+        return result
 
     def score_shared(self, rows: list[Row]) -> SharedResult:
         loaded = self._require_loaded()
-        return self._call(self._package.shared.score_shared, loaded, rows)
+        results: SharedResult = self._call(self._package.shared.score_shared, loaded, rows)
+        return results
 
     def _require_loaded(self) -> _Model:
         if self._loaded is None:
@@ -272,7 +298,7 @@ class TorchScorer:
         facts: dict[str, Any] = {
             "scorer": self._package.name,
             "semif_commit": self._package.provenance,
-            # The package's prompt format: a bound calibration file must name it (issue 10).
+            # The package's prompt format: a bound calibration file must name it.
             "prompt_version": getattr(self._package.direct, "PROMPT_VERSION", None),
             "model": self._settings.model,
             "revision": self._settings.revision,

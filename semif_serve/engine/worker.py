@@ -14,9 +14,9 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .scorer import OutOfMemory, Row, Scorer, SharedResult
 
@@ -24,6 +24,7 @@ from .scorer import OutOfMemory, Row, Scorer, SharedResult
 SCORER_LOCK = threading.Lock()
 # The kinds of scorer call a request makes (CallTiming.kind; the engine's own load is not one).
 KINDS = ("direct", "shared")
+T = TypeVar("T")
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Engine:
         ] = []  # called on the loop after each call
 
     @staticmethod
-    def _serialised(timing: CallTiming, fn: Any, *args: Any) -> Any:
+    def _serialised(timing: CallTiming, fn: Callable[..., T], *args: Any) -> T:
         with SCORER_LOCK:
             timing.started = time.perf_counter()
             try:
@@ -74,7 +75,7 @@ class Engine:
             finally:
                 timing.ended = time.perf_counter()
 
-    async def _submit(self, timing: CallTiming, fn: Any, *args: Any) -> Any:
+    async def _submit(self, timing: CallTiming, fn: Callable[..., T], *args: Any) -> T:
         """Run fn on the engine thread, filling `timing`; observers see every call that began."""
         timing.submitted = time.perf_counter()
         try:
@@ -85,7 +86,7 @@ class Engine:
                     observe(timing)
 
     @staticmethod
-    async def _await(future: Any) -> Any:
+    async def _await(future: Future[T]) -> T:
         """The call's result; a caller cancelled while it runs waits it out, so the slot stays held."""
         try:
             return await asyncio.wrap_future(future)

@@ -64,7 +64,7 @@ class Channel(asyncio.Protocol):
     # -- asyncio's side ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream server's is a Transport
         self.peer = peer_of(transport)
         self._closed = asyncio.get_running_loop().create_future()
         self._opened(self)
@@ -186,7 +186,7 @@ class Channel(asyncio.Protocol):
             await asyncio.wait_for(asyncio.shield(self._closed), timeout)
         except (TimeoutError, asyncio.CancelledError):
             with contextlib.suppress(Exception):
-                self.transport.abort()  # type: ignore[union-attr]
+                self.transport.abort()  # type: ignore[union-attr]  # set: _closed exists only after connection_made
 
     async def _linger(self, seconds: float) -> None:
         """Half-close, then drop what arrives until the peer's EOF or `seconds` pass."""

@@ -4,8 +4,8 @@ Rule 1: the phase moves only by phases.after (http/phases.py holds the table); w
 close the connection, how it closes and what a deadline answers are read from the phase.
 Rule 2: one question per request head. The wire frames the head, runs its own checks
 (`head_refusal`), asks the application once (`answer`): a Reply it writes, or a Ticket
-whose body it reads (`body_refusal` at the declared length and at each chunk) and whose
-reply it writes, releasing the ticket however the exchange ends. It names no route.
+whose body it reads (`body_refusal` before each chunk is kept) and whose reply it writes,
+releasing the ticket however the exchange ends. It names no route.
 Rule 3: every wait has a deadline, read from the injected clock; a client that leaves
 while its request waits never reaches the scorer.
 Rule 4: bytes come and go through a channel.Channel (never a socket or a transport); each
@@ -31,7 +31,7 @@ import h11
 from ..config import Settings
 from ..errors import ApiError, excerpt
 from .channel import Channel
-from .exchange import Answer, Exchange, Head, Reply, Ticket
+from .exchange import Answer, Exchange, Head, Reply, Ticket, body_refusal
 from .phases import REPLIED, STILL_SENDING, Phase, Step, after
 
 # How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
@@ -51,6 +51,8 @@ CONTROL_BYTES = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 SINGLETONS = frozenset({b"authorization", b"x-request-id"})
 # Reason phrases looked up once, not through the HTTPStatus enum on every response.
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+# What h11's next_event returns (the wire reads on while it is NEED_DATA).
+Received = h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]
 # Seconds from an arbitrary start: time.monotonic in a server, a test's own clock in a test.
 Clock = Callable[[], float]
 
@@ -79,7 +81,7 @@ class Deadline(Exception):
     """A read did not complete in time."""
 
 
-def _loose(raw: bytes) -> bool:
+def _loose(raw: bytes | bytearray) -> bool:
     """What h11 tolerates in a head but another parser in front may read differently (RFC 9112
     2.2, 5.2; RFC 9110 5.5): a bare LF or CR, an obs-fold line, a control byte other than HTAB.
 
@@ -123,7 +125,7 @@ class Fields:
         return b"transfer-encoding" in self.first or (length is not None and int(length) > 0)
 
 
-def head_refusal(raw: bytes, fields: Fields) -> ApiError | None:
+def head_refusal(raw: bytes | bytearray, fields: Fields) -> ApiError | None:
     """The wire's own checks on a head h11 has framed, in order; None when the application may see it.
 
     A head over 16 KiB (h11 parses one that arrives in one read), one another parser could
@@ -143,16 +145,6 @@ def head_refusal(raw: bytes, fields: Fields) -> ApiError | None:
             "bad_request", f"the {fields.repeated[0].decode()} field appears more than once"
         )
     return None
-
-
-def body_refusal(size: int, limit: int, declared: bool = False) -> ApiError | None:
-    """A body of `size` bytes over `limit`: checked from the declared length before a byte is read,
-    and while streaming, before the chunk that would pass it is kept (a chunked body declares none)."""
-    if size <= limit:
-        return None
-    return ApiError(
-        "request_too_large", f"{'declared ' if declared else ''}body over the {limit}-byte limit"
-    )
 
 
 class Drain:
@@ -224,14 +216,14 @@ class HttpConnection:
             self.head += data
         self.conn.receive_data(data)
 
-    async def _next_event(self, deadline: float) -> h11.Event:
+    async def _next_event(self, deadline: float) -> Received:
         while True:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
                 return event
             await self._receive(deadline)
 
-    async def _next_request(self, first: bool) -> tuple[h11.Event, bytes]:
+    async def _next_request(self, first: bool) -> tuple[Received, bytearray]:
         """The next request head and its raw bytes, under the idle and header deadlines."""
         now = self.clock()
         self.head = bytearray(self.conn.trailing_data[0])
@@ -247,13 +239,13 @@ class HttpConnection:
         await self._receive(now + self.settings.idle_timeout)
         return await self._next_head(self.clock() + self.settings.header_timeout)
 
-    async def _next_head(self, deadline: float) -> tuple[h11.Event, bytes]:
+    async def _next_head(self, deadline: float) -> tuple[Received, bytearray]:
         """The next event, and the raw bytes of the head when it is a request."""
         event = await self._next_event(deadline)
         if not isinstance(event, h11.Request):
-            return event, b""
+            return event, bytearray()
         self.head_only = event.method == b"HEAD"
-        raw = bytes(self.head[: len(self.head) - len(self.conn.trailing_data[0])])
+        raw = self.head[: len(self.head) - len(self.conn.trailing_data[0])]
         self.head = bytearray()
         return event, raw
 
@@ -370,9 +362,7 @@ class HttpConnection:
         self.received = len(raw)
         self.exchange = self.ops.begin(event, fields.once(b"x-request-id"))
         refusal = head_refusal(raw, fields)
-        if (
-            refusal is not None
-        ):  # the head is ambiguous: close rather than guess where the next begins
+        if refusal is not None:  # ambiguous: close rather than guess where the next head begins
             await self._refuse(refusal, close=True)
             return False
         try:
@@ -407,20 +397,15 @@ class HttpConnection:
             await self._send(answer, close=unread or answer.close)
             return self._reusable()
         try:
-            return await self._take(answer, fields, unread)
+            return await self._take(answer, unread)
         finally:
             answer.release()
 
-    async def _take(self, ticket: Ticket, fields: Fields, unread: bool) -> bool:
-        """The body the ticket takes (its declared length checked first), then its reply."""
+    async def _take(self, ticket: Ticket, unread: bool) -> bool:
+        """The body the ticket takes, then its reply."""
         try:
             if unread:
                 self.phase = after(self.phase, Step.TAKEN)
-                length = fields.get(b"content-length")  # h11 checked its digits
-                if length is not None and (
-                    refusal := body_refusal(int(length), self.settings.max_body_bytes, True)
-                ):
-                    raise refusal
             if self.conn.they_are_waiting_for_100_continue:
                 self.channel.write(
                     self.conn.send(h11.InformationalResponse(status_code=100, headers=[]))

@@ -2,8 +2,8 @@
 
 Rule 1: types and one lookup. This module holds what a route is (its handler name,
 method, whether it needs the bearer), the Head the wire hands over, the Reply every
-answer is, the Ticket an accepted request becomes, and `route`, which finds a
-request line's route in a listener's table or refuses it; it runs no handler, reads
+answer is, the Ticket an accepted request becomes, `route`, which finds a
+request line's route in a listener's table or refuses it, and the body limit both sides check; it runs no handler, reads
 no body and knows no socket. The table itself is the application's (service.ROUTES),
 beside the handlers, so that adding an endpoint touches that one module.
 Rule 2: both sides read it, neither is imported here. service/routes.py (and ops, for
@@ -50,7 +50,7 @@ class Route:
 
 @dataclass(frozen=True)
 class Reply:
-    """A status and a rendered body; an error's code, a scorer call's timing and (extension, issue 29) the
+    """A status and a rendered body; an error's code, a scorer call's timing and (extension) the
     orderings method of each decision answered, for the access log and metrics."""
 
     status: int
@@ -63,9 +63,17 @@ class Reply:
     orderings: tuple[
         str, ...
     ] = ()  # each decision's orderings method, in order (Route.methods are HTTP methods)
+    # Extension: the caller's name for the access log and metrics; "-": not authenticated.
+    caller: str = "-"
 
     @classmethod
-    def error(cls, error: ApiError, timing: CallTiming | None = None, close: bool = False) -> Reply:
+    def error(
+        cls,
+        error: ApiError,
+        timing: CallTiming | None = None,
+        close: bool = False,
+        caller: str = "-",
+    ) -> Reply:
         return cls(
             error.status,
             envelope(error.code, error.message, error.param),
@@ -73,6 +81,7 @@ class Reply:
             error.code,
             timing,
             close=close,
+            caller=caller,
         )
 
 
@@ -133,6 +142,17 @@ class Exchange:
     path: str
     route: str
     started: float = field(default_factory=time.perf_counter)
+
+
+def body_refusal(size: int, limit: int, declared: bool = False) -> ApiError | None:
+    """The body limit, checked at two points: a declared length before a byte of the body is read
+    (the application's, after admission), and the running size before each chunk is kept (the wire's;
+    a chunked body declares none)."""
+    if size <= limit:
+        return None
+    return ApiError(
+        "request_too_large", f"{'declared ' if declared else ''}body over the {limit}-byte limit"
+    )
 
 
 # Retry-After's range (RFC 9110 10.2.3): whole seconds, at least 1 (0 invites a retry storm), at most 60.

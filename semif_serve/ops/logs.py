@@ -39,7 +39,7 @@ import logging
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 REDACTED = "<redacted>"
 ACCESS_LOGGER = "semif_serve.access"
@@ -102,8 +102,11 @@ def _json_line(
 class TextFormatter(logging.Formatter):
     """The classic line, with the record's fields appended as key=value."""
 
+    FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    MSEC_FORMAT = "%s,%03d"  # logging.Formatter.default_msec_format, typed as never None
+
     def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        super().__init__(self.FORMAT)
         self._second: tuple[int | None, str] = (None, "")  # as utc_time: one strftime a second
 
     def formatMessage(self, record: logging.LogRecord) -> str:
@@ -115,10 +118,10 @@ class TextFormatter(logging.Formatter):
         second = int(created)
         if self._second[0] != second:
             self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
-        asctime = self.default_msec_format % (self._second[1], int((created - second) * 1000))
-        text = self._fmt % {
+        asctime = self.MSEC_FORMAT % (self._second[1], int((created - second) * 1000))
+        text = self.FORMAT % {
             "asctime": asctime,
-            "levelname": logging.getLevelName(logging.INFO),  # type: ignore[operator]
+            "levelname": logging.getLevelName(logging.INFO),
             "name": ACCESS_LOGGER,
             "message": message,
         }
@@ -143,7 +146,7 @@ def _text(value: Any) -> str:
     )
 
 
-class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class BufferedStreamHandler(logging.StreamHandler[TextIO]):
     """A StreamHandler that holds access lines back and writes them in one go (see the module's rules)."""
 
     def __init__(self, stream: Any, buffered: bool, limit: int = BUFFER_BYTES) -> None:
@@ -163,10 +166,10 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def write_access(self, created: float, message: str, fields: Mapping[str, Any]) -> None:
         """The access logger's direct path (see the module's rules): what `emit` does for an
         access record, under the same lock, into the same buffer, without the record."""
-        with self.lock:  # type: ignore[union-attr]
+        with self.lock:  # type: ignore[union-attr]  # Handler.__init__ made it (createLock)
             try:
                 self._keep(
-                    self.formatter.format_access(created, message, fields) + self.terminator,  # type: ignore[union-attr]
+                    self.formatter.format_access(created, message, fields) + self.terminator,  # type: ignore[union-attr]  # configure() set one of ours
                     may_wait=True,
                 )
             except Exception:  # noqa: BLE001 - as emit: report, never raise into the caller
@@ -191,7 +194,7 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def flush(self) -> None:
         """Write what is held in one call, then flush the stream."""
-        with self.lock:  # type: ignore[union-attr]
+        with self.lock:  # type: ignore[union-attr]  # Handler.__init__ made it (createLock)
             if self._lines:
                 data, self._lines, self._size = "".join(self._lines), [], 0
                 self.stream.write(data)
@@ -253,7 +256,7 @@ def configure(log_format: str, flush_s: float = 0.0) -> None:
     root.setLevel(logging.INFO)
     # The logging HOWTO's "Optimization" switches: neither format uses the caller's file, the
     # thread or the process, and an access line is written per request.
-    logging._srcfile = None  # type: ignore[attr-defined]
+    logging._srcfile = None
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

@@ -3,7 +3,8 @@
 Rules: the only module that imports prometheus_client. Names follow Prometheus
 conventions: `semif_` prefix, base units (seconds, bytes), `_total` on counters.
 Labels have bounded values only: a route is one of the known paths or `other`,
-never the raw target; a code is a row of errors.STATUS. No request content, id,
+never the raw target; a code is a row of errors.STATUS; a caller is a name of the
+tokens file (at most 64) or `-`, never a token. No request content, id,
 peer or header ever becomes a label or a value.
 
 Theory: one registry per server (tests run several in one process). Per-request
@@ -111,7 +112,7 @@ class _CudaMemory(Collector):
 
 
 class _BusyRefusals(Collector):
-    """429 `busy` by reason, read at scrape time from the counts admission keeps (extension, issue 31)."""
+    """429 `busy` by reason, read at scrape time from the counts admission keeps (extension)."""
 
     def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
         self._counts = counts
@@ -119,8 +120,8 @@ class _BusyRefusals(Collector):
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(
             "semif_busy_refusals",
-            "429 busy by reason: queue (SEMIF_MAX_QUEUE, before "
-            "the body) or wait (SEMIF_MAX_WAIT_S, after it).",
+            "429 busy by reason: queue (SEMIF_MAX_QUEUE, before the body), caller "
+            "(SEMIF_MAX_QUEUE_PER_CALLER, before the body) or wait (SEMIF_MAX_WAIT_S, after it).",
             labels=("reason",),
         )
         for reason, count in self._counts().items():
@@ -162,8 +163,8 @@ class Metrics:
         self.registry = registry = CollectorRegistry(auto_describe=True)
         self._requests = Counter(
             "semif_http_requests",
-            "HTTP requests answered, by route and status.",
-            ("route", "status"),
+            "HTTP requests answered, by route, status and caller (- for none).",
+            ("route", "status", "caller"),
             registry=registry,
         )
         self._duration = Histogram(
@@ -193,20 +194,23 @@ class Metrics:
             registry=registry,
         )
         self._refusals = Counter(
-            "semif_refusals", "Error responses, by error code.", ("code",), registry=registry
+            "semif_refusals",
+            "Error responses, by error code and caller (- for none).",
+            ("code", "caller"),
+            registry=registry,
         )
         self._oom = Counter(
             "semif_out_of_memory_events",
             "Scorer calls that ran out of accelerator memory.",
             registry=registry,
         )
-        decisions = Counter(
+        self._decisions = Counter(
             "semif_decisions",
-            "Decisions answered, by orderings method (none, rotations, all, prior).",
-            ("method",),
+            "Decisions answered, by orderings method (none, rotations, all, prior) and caller.",
+            ("method", "caller"),
             registry=registry,
         )
-        self._per_method = {method: decisions.labels(method) for method in ORDERINGS}
+        self._per_method: dict[tuple[str, str], Any] = {}
         Gauge(
             "semif_requests_in_progress",
             "POSTs holding an admission slot (queued or scoring).",
@@ -247,22 +251,28 @@ class Metrics:
                 buckets=ERROR_BUCKETS,
                 registry=registry,
             )
-        self._per_request: dict[tuple[str, int, str | None], tuple[Any, Any, Any]] = {}
+        self._per_request: dict[tuple[str, int, str | None, str], tuple[Any, Any, Any]] = {}
         self._per_call: dict[str, tuple[Any, Any]] = {}
+        # Every refusal code and orderings method at 0 from the start, for the unauthenticated `-` only: a
+        # named caller's series appear with its first request, so /metrics never lists the callers.
         for code in STATUS:
-            self._refusals.labels(code)
+            self._refusals.labels(code, "-")
+        for method in ORDERINGS:
+            self._per_method[(method, "-")] = self._decisions.labels(method, "-")
         for kind in KINDS:
             self._bind_call(kind)
 
-    def request(self, route: str, status: int, code: str | None, seconds: float) -> None:
-        children = self._per_request.get((route, status, code))
+    def request(
+        self, route: str, status: int, code: str | None, seconds: float, caller: str = "-"
+    ) -> None:
+        children = self._per_request.get((route, status, code, caller))
         if (
             children is None
         ):  # labels() is the costly part of an increment: bound once per combination
-            children = self._per_request[(route, status, code)] = (
-                self._requests.labels(route, str(status)),
+            children = self._per_request[(route, status, code, caller)] = (
+                self._requests.labels(route, str(status), caller),
                 self._duration.labels(route),
-                None if code is None else self._refusals.labels(code),
+                None if code is None else self._refusals.labels(code, caller),
             )
         requests, duration, refusals = children
         requests.inc()
@@ -270,10 +280,13 @@ class Metrics:
         if refusals is not None:
             refusals.inc()
 
-    def decisions(self, methods: tuple[str, ...]) -> None:
+    def decisions(self, methods: tuple[str, ...], caller: str = "-") -> None:
         """One answered request's decisions, each under its orderings method (an empty tuple: none)."""
         for method in methods:
-            self._per_method[method].inc()
+            child = self._per_method.get((method, caller))
+            if child is None:
+                child = self._per_method[(method, caller)] = self._decisions.labels(method, caller)
+            child.inc()
 
     def scorer_call(
         self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool

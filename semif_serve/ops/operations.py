@@ -108,14 +108,15 @@ class Operations:
         """The response is written (the wire read `bytes_in` of the request): log it and count it."""
         total = time.perf_counter() - exchange.started
         if self.metrics is not None:
-            self.metrics.request(exchange.route, reply.status, reply.code, total)
-            self.metrics.decisions(reply.orderings)
+            self.metrics.request(exchange.route, reply.status, reply.code, total, reply.caller)
+            self.metrics.decisions(reply.orderings, reply.caller)
         if self.access_log:
             timing = reply.timing
             access_log.write(
                 access_log.AccessRecord(
                     exchange.request_id,
                     peer,
+                    reply.caller,
                     exchange.method,
                     exchange.path,
                     reply.status,

@@ -20,17 +20,17 @@ the order-averaged `combined` view (under orderings "prior", the debiased one).
 *Extension:* /v1/systemone and /v1/models speak TypeSafe's System One API through
 the pure `systemone` package; its requests take
 the same request model, engine call and views as /decide and /decide/shared. Like
-SemIf's own server (issue 30) they name the weights in SemIf's id form, send
+SemIf's own server they name the weights in SemIf's id form, send
 `x-semif-mode` and `x-semif-backend`, and /healthz answers SemIf's probe.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..config import Settings
@@ -40,8 +40,9 @@ from ..decisions.request_model import DecideRequest, Decision
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
 from ..errors import ApiError, excerpt
-from ..http.exchange import Handler, Head, Reply, Route, Ticket, route
+from ..http.exchange import Handler, Head, Reply, Route, Ticket, body_refusal, route
 from ..systemone import assemble, catalogue, translate
+from . import callers
 from .admission import Admission
 from .wait_budget import WaitBudget
 
@@ -57,7 +58,7 @@ ROUTES = {
     # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
     b"/v1/systemone": Route("systemone", b"POST", protected=True, typesafe=True),
     b"/v1/models": Route("models", b"GET", protected=True, typesafe=True),
-    # Extension (issue 30): SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
+    # Extension: SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
     b"/healthz": Route("healthz", b"GET", protected=False, typesafe=True),
 }
 # Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
@@ -86,19 +87,21 @@ def _rows(decision: Decision) -> list[dict[str, Any]]:
 
 
 class SlotTicket:
-    """The ticket of a POST that holds an admission slot: its body in, its reply out, the slot freed once."""
+    """The ticket of a POST that holds an admission slot: its body in, its reply (by its caller) out,
+    the slot freed once."""
 
-    __slots__ = ("_service", "_name")
+    __slots__ = ("_service", "_name", "_caller")
 
-    def __init__(self, service: Service, name: str) -> None:
+    def __init__(self, service: Service, name: str, caller: str) -> None:
         self._service = service
         self._name = name
+        self._caller = caller
 
-    def take(self, body: bytes) -> Awaitable[Reply]:
-        return self._service.post(self._name, body)
+    async def take(self, body: bytes) -> Reply:
+        return dataclasses.replace(await self._service.post(self._name, body), caller=self._caller)
 
     def release(self) -> None:
-        self._service.admission.leave()
+        self._service.admission.leave(self._caller)
 
 
 class Service:
@@ -111,13 +114,20 @@ class Service:
         admission: Admission | None = None,
         handlers: Mapping[str, Handler] | None = None,
         budget: WaitBudget | None = None,
+        known: callers.Callers | None = None,
     ) -> None:
         """`admission` and `budget` are shared with whoever reports them (ops); `handlers` are the GET
-        routes whose answer lives elsewhere, by route name (the server registers ops's /metrics)."""
+        routes whose answer lives elsewhere, by route name (the server registers ops's /metrics);
+        `known` is the callers (None: read from the settings), replaced whole on reload."""
         self.settings = settings
         self.engine = engine
-        self.admission = admission if admission is not None else Admission(settings.max_queue)
-        # Extension (issue 31): SEMIF_MAX_WAIT_S, built by the server beside admission; None: by count alone.
+        self.admission = (
+            admission
+            if admission is not None
+            else Admission(settings.max_queue, settings.max_queue_per_caller)
+        )
+        self.callers = known if known is not None else callers.for_settings(settings)
+        # Extension: SEMIF_MAX_WAIT_S, built by the server beside admission; None: by count alone.
         self.budget = budget
         if budget is not None:
             engine.observers.append(self._scorer_call)
@@ -131,9 +141,8 @@ class Service:
         self.limits = request_model.Limits(
             settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
         )
-        self._token = settings.api_token.encode()
         facts = engine.health()
-        # The System One routes name the weights in SemIf's form (issue 30); SEMIF_MODEL, the id they named
+        # The System One routes name the weights in SemIf's form; SEMIF_MODEL, the id they named
         # before, stays accepted as the first alias. /health and the calibration binding keep SEMIF_MODEL.
         self.backend = catalogue.backend(facts)
         self.served_model = catalogue.model_id(facts)
@@ -148,6 +157,7 @@ class Service:
 
     def answer(self, head: Head, routes: Mapping[bytes, Route] = ROUTES) -> Reply | Ticket:
         """The one answer to a request head among a listener's `routes`: a Reply now, or a ticket for its body."""
+        caller = callers.UNAUTHENTICATED
         try:
             found = route(head.method, head.target, head.fields.get(b"host"), routes)
             if found.protected:
@@ -155,35 +165,44 @@ class Service:
                     raise ApiError(
                         "shutting_down", "the server is shutting down; retry on another instance"
                     )
-                self.authorize(head.fields.get(b"authorization"))
+                caller = self.authorize(head.fields.get(b"authorization"))
         except ApiError as error:
             return Reply.error(error)
         if found.method == b"GET":
-            return self.handlers[found.name](head)
-        return self._admit(head, found.name)
+            reply = self.handlers[found.name](head)
+            return reply if not found.protected else dataclasses.replace(reply, caller=caller)
+        return self._admit(head, found.name, caller)
 
-    def _admit(self, head: Head, name: str) -> Reply | Ticket:
-        """A POST's slot, then the checks on its body's head; a refusal after the slot closes the connection."""
+    def _admit(self, head: Head, name: str, caller: str) -> Reply | Ticket:
+        """A POST's slot (the queue's, then its caller's share), then the checks on its body's head; a
+        refusal after the slot closes the connection."""
         try:
-            self.admission.enter()
+            self.admission.enter(caller)
         except ApiError as error:
-            return Reply.error(error)
+            return Reply.error(error, caller=caller)
         try:
+            length = head.fields.get(b"content-length")  # h11 checked its digits
+            if length is not None and (
+                refusal := body_refusal(int(length), self.settings.max_body_bytes, declared=True)
+            ):
+                raise refusal
             self.check_content(
                 head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name
             )
         except ApiError as error:
-            self.admission.leave()
-            return Reply.error(error, close=True)
-        return SlotTicket(self, name)
+            self.admission.leave(caller)
+            return Reply.error(error, close=True, caller=caller)
+        return SlotTicket(self, name, caller)
 
-    def authorize(self, header: bytes | None) -> None:
-        """Constant-time bearer check over the token's bytes alone (INV-6). The field is `Bearer`, one or
-        more spaces, the token (RFC 6750 2.1, `1*SP`); a tab is not a space there, so it stays in the token."""
+    def authorize(self, header: bytes | None) -> str:
+        """The caller a bearer names, by a constant-time check over the token's bytes alone (INV-6,
+        service/callers.py). The field is `Bearer`, one or more spaces, the token (RFC 6750 2.1, `1*SP`);
+        a tab is not a space there, so it stays in the token."""
         scheme, _, spaced = (header or b"").partition(b" ")
-        valid = hmac.compare_digest(spaced.lstrip(b" "), self._token)
-        if scheme.lower() != b"bearer" or not valid:
+        caller = self.callers.identify(spaced.lstrip(b" "))
+        if scheme.lower() != b"bearer" or caller is None:
             raise ApiError("unauthorized", "missing or wrong bearer token")
+        return caller
 
     def health(self, draining: bool = False) -> Reply:
         """The engine's facts and the limits; 503 `draining` once shutdown began, so a
@@ -198,7 +217,7 @@ class Service:
             "max_queue": self.settings.max_queue,
             "in_progress": self.admission.in_progress,
             "workloads": sorted(self.settings.calibration),
-            # Extension (issue 10): each workload's methods and temperatures, and the file's binding.
+            # Extension: each workload's methods and temperatures, and the file's binding.
             "calibration": self.settings.calibration.describe(),
         }
         return Reply(503 if draining else 200, render(payload))
@@ -208,7 +227,7 @@ class Service:
         return Reply(200, render(catalogue.listing(self.served_model, self.aliases)))
 
     def healthz(self, draining: bool = False) -> Reply:
-        """GET /healthz (extension, issue 30): SemIf's server's probe, its fields with its meanings, and our
+        """GET /healthz (extension): SemIf's server's probe, its fields with its meanings, and our
         queue beside them; 503 `draining` once shutdown began, as /health. Never the scorer, never a slot."""
         payload = {
             "status": "draining" if draining else "ready",
@@ -228,8 +247,7 @@ class Service:
     ) -> None:
         """Head checks on a POST's body before a byte of it is read: a coding we do not
         decode is a 415; System One's multipart asset upload is refused (text only)."""
-        coding = None if content_encoding is None else content_encoding.strip().lower()
-        if coding not in IDENTITY:
+        if content_encoding is not None and content_encoding.strip().lower() not in IDENTITY:
             raise ApiError(
                 "unsupported_media_type",
                 f"Content-Encoding {excerpt(content_encoding.decode('latin-1'), 40)!r} is not supported; "

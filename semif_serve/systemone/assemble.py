@@ -13,7 +13,7 @@ Where we differ, and why:
 - `output_tokens` is 0: SemIf reads option logits and generates nothing.
 - The probabilities are the view the service built (INV-1): native, or `calibrated`
   when a workload applies, or `combined` (and `combined.calibrated`) when averaged;
-  under orderings "prior" (extension, issue 29), `combined` is the debiased view, and
+  under orderings "prior" (extension), `combined` is the debiased view, and
   `combined.calibrated` is read where the workload has a temperature for "prior".
 - Extension: each answer's `semif` holds that view unchanged (the native result, or
   every ordering's native result with `combined`); the top-level `semif` holds the

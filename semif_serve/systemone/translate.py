@@ -83,7 +83,7 @@ def refuse(message: str, param: str | None) -> ApiError:
     return ApiError("invalid_request", message, param=param)
 
 
-class _Repeated(dict):  # type: ignore[type-arg]
+class _Repeated(dict[str, Any]):
     """An object that repeated a key (the JSON rules refuse it; the path says where)."""
 
     repeated: str
@@ -160,9 +160,9 @@ def _noul(criteria: Any, param: str) -> tuple[list[dict[str, str]], None]:
 
 
 def _choice(criteria: Any, param: str) -> tuple[list[dict[str, str]], None]:
-    if not isinstance(criteria, dict) or not 2 <= len(criteria) <= request_model.MAX_OPTIONS:
+    if not isinstance(criteria, dict) or not 2 <= len(criteria) <= averaging.MAX_OPTIONS:
         raise refuse(
-            f"{param} must be an object of 2..{request_model.MAX_OPTIONS} options (SemIf's letters A..P), "
+            f"{param} must be an object of 2..{averaging.MAX_OPTIONS} options (SemIf's letters A..P), "
             f"got {len(criteria) if isinstance(criteria, dict) else type(criteria).__name__}",
             param,
         )

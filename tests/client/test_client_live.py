@@ -56,9 +56,9 @@ def counted(server: Any) -> dict[str, int]:
         counts["posts"] += 1
         return await post(name, body)
 
-    def counting_enter() -> None:
+    def counting_enter(caller: str) -> None:
         try:
-            enter()
+            enter(caller)
         except ServerApiError:
             counts["busy"] += 1
             raise

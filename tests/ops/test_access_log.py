@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 from typing import Any
 
@@ -91,6 +92,7 @@ async def test_every_log_line_is_json_and_carries_no_token_or_body() -> None:
         "time",
         "request_id",
         "peer",
+        "caller",
         "method",
         "path",
         "status",
@@ -114,6 +116,11 @@ async def test_every_log_line_is_json_and_carries_no_token_or_body() -> None:
     assert ok["bytes_in"] > len(json.dumps(ROW)) and ok["bytes_out"] > 0
     assert ok["queued_s"] >= 0 and ok["scoring_s"] >= 0 and ok["total_s"] >= ok["scoring_s"]
     assert ok["peer"].startswith("127.0.0.1:")
+    assert (ok["caller"], by_id["wrong-1"]["caller"], by_id["probe-1"]["caller"]) == (
+        "default",
+        "-",
+        "-",
+    )  # the one token's caller by name; no name without a right token, nor on an open route
     assert (
         by_id["wrong-1"]["status"],
         by_id["wrong-1"]["code"],
@@ -140,6 +147,8 @@ async def test_text_format_carries_no_token_either() -> None:
     for secret in (TOKEN, WRONG_TOKEN, BODY_MARKER):
         assert secret not in output
     assert '"api_token": "<redacted>"' in output and "request_id=ok-1" in output
+    assert re.search(r"request_id=ok-1 peer=127\.0\.0\.1:\d+ caller=default method=POST", output)
+    assert re.search(r"request_id=wrong-1 peer=127\.0\.0\.1:\d+ caller=- method=POST", output)
 
 
 async def test_access_log_off_writes_no_access_lines() -> None:

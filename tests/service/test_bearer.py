@@ -8,12 +8,14 @@ the one constant-time comparison sees the token's bytes alone.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 import pytest
 
 from semif_serve.engine.worker import Engine
 from semif_serve.errors import ApiError
+from semif_serve.service.callers import MAX_CALLERS
 from semif_serve.service.routes import Service
 from tests.bodies import BODY, ROW
 from tests.fake_scorer import FakeScorer
@@ -117,5 +119,6 @@ def test_the_constant_time_comparison_sees_the_token_alone(service, monkeypatch)
         return real(a, b)
 
     monkeypatch.setattr(hmac, "compare_digest", spy)
-    service.authorize(b"Bearer   " + X_TOKEN)
-    assert seen == [(X_TOKEN, X_TOKEN)]
+    assert service.authorize(b"Bearer   " + X_TOKEN) == "default"
+    # The token's digest alone, against every slot of the callers table (service/callers.py, Rule 2).
+    assert [a for a, _ in seen] == [hashlib.sha256(X_TOKEN).digest()] * MAX_CALLERS

@@ -9,6 +9,7 @@ exactly its cases. The process-level exit status is in test_entry_point.py.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from semif_serve import cli, config, server
 from semif_serve.config import Settings
+from semif_serve.service import callers
 from tests.wire_client import TOKEN
 
 POSITIVE_INTS = (
@@ -144,6 +146,34 @@ def test_a_bad_calibration_file_is_refused(tmp_path: Path, text: str, problem: s
         config.load(valid_env(SEMIF_CALIBRATION=str(path)))
 
 
+@pytest.mark.parametrize("installed", [True, False], ids=["extras-installed", "extras-missing"])
+def test_settings_and_load_agree_on_every_default(
+    monkeypatch: pytest.MonkeyPatch, installed: bool
+) -> None:
+    """`Settings(api_token=t)` is `config.load({"SEMIF_API_TOKEN": t})`, field by field, whether or not
+    the packages the `auto` choices look for are installed and whatever the process environment says."""
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name in ("uvloop", "prometheus_client"):
+            return real(name, *args, **kwargs) if installed else None
+        return real(name, *args, **kwargs)
+
+    if installed and not all(real(name) for name in ("uvloop", "prometheus_client")):
+        pytest.skip("needs uvloop and prometheus_client installed (the test extra has both)")
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    for name, value in (
+        ("SEMIF_PORT", "9999"),
+        ("SEMIF_METRICS", "off"),
+        ("SEMIF_EVENT_LOOP", "asyncio"),
+    ):
+        monkeypatch.setenv(name, value)
+    built, loaded = Settings(api_token=TOKEN), config.load({"SEMIF_API_TOKEN": TOKEN})
+    for field in dataclasses.fields(Settings):
+        assert getattr(loaded, field.name) == getattr(built, field.name), field.name
+    assert (built.metrics, built.event_loop) == (installed, "uvloop" if installed else "asyncio")
+
+
 def test_the_defaults_are_the_contracts() -> None:
     loaded = config.load(valid_env())
     # SEMIF_EVENT_LOOP=auto resolves to uvloop exactly when the `fast` extra is installed.
@@ -224,6 +254,8 @@ def test_the_boundary_values_are_accepted(tmp_path: Path) -> None:
         idle_timeout=7.0,
         shutdown_grace=2.5,
         calibration={"triage": 2.5},
+        calibration_path=str(path),
+        event_loop="asyncio",
     )
     assert type(loaded.port) is int and type(loaded.header_timeout) is float
 
@@ -293,3 +325,53 @@ def test_the_entry_point_exits_2_without_a_token(entry_env, capsys) -> None:
 def test_the_entry_point_usage(entry_env, capsys, argv: list[str], status: int) -> None:
     assert cli.main(argv) == status
     assert capsys.readouterr().err.startswith("usage: semif-serve")
+
+
+# -- the callers (extension, issue 39) ----------------------------------------------------------
+
+
+def tokens_file(tmp_path: Path, text: str = f"alice {'a' * 32}\nbob {'b' * 32}\n") -> str:
+    path = tmp_path / "tokens"
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_a_tokens_file_names_the_callers_and_the_one_token_is_the_caller_default(
+    tmp_path: Path,
+) -> None:
+    """config says which form is set; the server reads the file (service/callers.py) before the model loads."""
+    path = tokens_file(tmp_path)
+    named = config.load({"SEMIF_API_TOKENS_FILE": path})
+    assert (named.api_tokens_file, named.api_token) == (path, "")
+    assert callers.for_settings(named).names == ("alice", "bob")
+    one = config.load(valid_env())
+    assert (one.api_tokens_file, one.api_token) == (None, TOKEN)
+    assert callers.for_settings(one).names == ("default",)
+    assert callers.for_settings(one).identify(TOKEN.encode()) == "default"
+
+
+@pytest.mark.parametrize("name", ["SEMIF_API_TOKEN", "SEMIF_API_KEY"])
+def test_both_bearer_forms_stop_startup(tmp_path: Path, name: str) -> None:
+    env = {name: TOKEN, "SEMIF_API_TOKENS_FILE": tokens_file(tmp_path)}
+    with pytest.raises(ValueError) as refused:
+        config.load(env)
+    assert str(refused.value) == (
+        f"{name} and SEMIF_API_TOKENS_FILE are both set; set one (the file's callers replace the one token)"
+    )
+
+
+def test_the_share_per_caller_defaults_to_the_queue_and_never_exceeds_it() -> None:
+    assert config.load(valid_env()).max_queue_per_caller == 32
+    assert config.load(valid_env(SEMIF_MAX_QUEUE="8")).max_queue_per_caller == 8
+    assert config.load(valid_env(SEMIF_MAX_QUEUE_PER_CALLER="3")).max_queue_per_caller == 3
+    assert Settings(api_token=TOKEN, max_queue=5).max_queue_per_caller == 5
+    with pytest.raises(ValueError) as refused:
+        config.load(valid_env(SEMIF_MAX_QUEUE="8", SEMIF_MAX_QUEUE_PER_CALLER="9"))
+    assert str(refused.value) == (
+        "SEMIF_MAX_QUEUE_PER_CALLER must be at most SEMIF_MAX_QUEUE (8), got 9: a larger share never applies"
+    )
+    with pytest.raises(
+        ValueError, match="^SEMIF_MAX_QUEUE_PER_CALLER must be an integer >= 1, got '0'$"
+    ):
+        config.load(valid_env(SEMIF_MAX_QUEUE_PER_CALLER="0"))

@@ -197,7 +197,8 @@ async def test_a_parser_that_raises_its_own_bug_is_a_logged_500_envelope_not_a_d
     assert fake.calls == [] and server.service.admission.in_progress == 0
     exposition = (await request(server.port, "GET", "/metrics", headers=[])).body.decode()
     assert (
-        f'semif_http_requests_total{{route="{path}",status="500"}} 1.0' in exposition
+        f'semif_http_requests_total{{caller="default",route="{path}",status="500"}} 1.0'
+        in exposition
     )  # answered and counted
     monkeypatch.undo()
     assert (await request(server.port, "POST", path, body)).status == 200
@@ -503,15 +504,15 @@ def test_routing_refusals_are_exact() -> None:
 def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
     admission = Admission(3)
     for _ in range(3):
-        admission.enter()
+        admission.enter("default")
     assert admission.in_progress == 3
     with pytest.raises(ApiError) as busy:
-        admission.enter()
+        admission.enter("default")
     assert (busy.value.code, busy.value.message) == (
         "busy",
         "3 requests already in progress; retry later",
     )
-    admission.leave()
+    admission.leave("default")
     assert admission.in_progress == 2
 
 
@@ -565,14 +566,23 @@ async def test_draining_refuses_a_protected_route_before_its_bearer(service: Ser
 
 
 async def test_a_refusal_after_the_slot_gives_it_back_and_closes(service: Service) -> None:
-    """A coding it does not decode (the declared length is the wire's: tests/wire/test_body_limit.py)."""
-    refused = service.answer(head(b"POST", b"/decide", content_encoding=b"gzip"))
-    assert isinstance(refused, Reply) and refused.status == 415 and refused.close
-    assert (
-        json.loads(refused.body)["error"]["message"]
-        == "Content-Encoding 'gzip' is not supported; send the body uncompressed (identity)"
-    )
-    assert service.admission.in_progress == 0
+    limit = service.settings.max_body_bytes
+    for fields, status, message in (
+        (
+            {"content_length": b"%d" % (limit + 1)},
+            413,
+            f"declared body over the {limit}-byte limit",
+        ),
+        (
+            {"content_encoding": b"gzip"},
+            415,
+            "Content-Encoding 'gzip' is not supported; send the body uncompressed (identity)",
+        ),
+    ):
+        refused = service.answer(head(b"POST", b"/decide", **fields))
+        assert isinstance(refused, Reply) and refused.status == status and refused.close
+        assert json.loads(refused.body)["error"]["message"] == message
+        assert service.admission.in_progress == 0
 
 
 async def test_a_ticket_holds_its_slot_until_released(service: Service) -> None:

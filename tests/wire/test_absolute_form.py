@@ -69,7 +69,8 @@ async def test_an_absolute_form_post_is_routed_by_its_path_and_scored(
     assert after.status == 200 and len(fake.calls) == 1
     (metrics, _) = await answers(server.port, b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
     assert (
-        'semif_http_requests_total{route="/decide",status="200"} 1.0' in metrics.body.decode()
+        'semif_http_requests_total{caller="default",route="/decide",status="200"} 1.0'
+        in metrics.body.decode()
     )  # counted by path
 
 

@@ -1,5 +1,6 @@
-"""The body limit is one function (`body_refusal`) with two call sites in the wire: the declared
-length before a byte of the body is read, and the running size before each chunk is kept.
+"""The body limit is one function (`body_refusal`) with two call sites: the declared length
+before a byte of the body is read (Service._admit, after admission), and the running size
+before the wire keeps each chunk.
 The head's own checks are one function too (`head_refusal`), tested here as a list.
 On a real socket: test_overload.py (a declared 413 frees its slot), test_chunk_size.py and
 test_raw_wire.py (per chunk); here in memory, which call site answered and what it said."""
@@ -9,7 +10,8 @@ from __future__ import annotations
 import h11
 import pytest
 
-from semif_serve.http.connection import MAX_HEAD, Fields, body_refusal, head_refusal
+from semif_serve.http.connection import MAX_HEAD, Fields, head_refusal
+from semif_serve.http.exchange import body_refusal
 from tests.bodies import BODY
 from tests.wire_client import raw_request
 
