@@ -162,9 +162,16 @@ def _stop(process: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None
     try:
         process.wait(grace)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(5.0)
+        _kill(process)
+    except KeyboardInterrupt:  # interrupted while it drains: it goes now, not left behind
+        _kill(process)
+        raise
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(5.0)
 
 
 @contextlib.contextmanager

@@ -39,7 +39,7 @@ from ..decisions.prior import METHOD as PRIOR
 from ..decisions.request_model import DecideRequest, Decision
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
-from ..errors import ApiError, excerpt
+from ..errors import ApiError, excerpt, unauthorized
 from ..http.exchange import Handler, Head, Reply, Route, Ticket, body_refusal, route
 from ..systemone import assemble, catalogue, translate
 from . import callers
@@ -197,11 +197,14 @@ class Service:
     def authorize(self, header: bytes | None) -> str:
         """The caller a bearer names, by a constant-time check over the token's bytes alone (INV-6,
         service/callers.py). The field is `Bearer`, one or more spaces, the token (RFC 6750 2.1, `1*SP`);
-        a tab is not a space there, so it stays in the token."""
+        a tab is not a space there, so it stays in the token. Another scheme, or `Bearer` with nothing
+        after it, presents no token (RFC 6750 3.1)."""
         scheme, _, spaced = (header or b"").partition(b" ")
-        caller = self.callers.identify(spaced.lstrip(b" "))
-        if scheme.lower() != b"bearer" or caller is None:
-            raise ApiError("unauthorized", "missing or wrong bearer token")
+        token = spaced.lstrip(b" ")
+        caller = self.callers.identify(token)
+        bearer = scheme.lower() == b"bearer"
+        if not bearer or caller is None:
+            raise unauthorized(presented=bearer and token != b"")
         return caller
 
     def health(self, draining: bool = False) -> Reply:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -327,3 +328,47 @@ async def test_capacity_leaves_out_the_cold_first_call_and_times_at_least_five(
     cold, latencies, _wall = await calls
     assert cold >= 0.5 and len(latencies) == openloop.CAPACITY_CALLS
     assert len(fake.calls) == openloop.CAPACITY_CALLS + 1  # the cold call was made, and left out
+
+
+def test_an_interrupt_while_a_server_drains_kills_it_rather_than_leaving_it(tmp_path: Path) -> None:
+    """A signal that lands while a server is being stopped (SIGTERM sent, its drain waited for) must
+    not leave it running: it is killed at once, and the interrupt goes on. A real process stops a
+    real one that outlives SIGTERM (it notes the SIGTERM in a file), and gets SIGINT meanwhile."""
+    termed = tmp_path / "termed"
+    server = (
+        "import pathlib, signal, time; "
+        f"signal.signal(signal.SIGTERM, lambda *_: pathlib.Path({str(termed)!r}).touch()); "
+        "print(flush=True); time.sleep(120)"
+    )
+    stopper = f"""
+import subprocess, sys
+from bench.common import procs
+server = subprocess.Popen([sys.executable, "-c", {server!r}], stdout=subprocess.PIPE, start_new_session=True)
+server.stdout.readline()
+print(server.pid, flush=True)
+try:
+    procs._stop(server, grace=60.0)
+except KeyboardInterrupt:
+    print(server.poll(), flush=True)
+"""
+    process = subprocess.Popen(
+        [sys.executable, "-c", stopper], cwd=procs.ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    pid = int(process.stdout.readline())
+    try:
+        deadline = time.monotonic() + 60
+        while not termed.exists():
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        assert process.stdout.readline().strip() == str(-signal.SIGKILL)
+        assert process.wait(30) == 0 and time.monotonic() - started < 30  # not the 60 s grace
+        assert not Path(f"/proc/{pid}").exists()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)  # the server, had the guard failed

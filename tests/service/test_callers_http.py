@@ -65,8 +65,9 @@ async def test_each_token_is_its_callers_and_a_near_miss_is_a_401_with_no_name(
         response = await request(server.port, "POST", "/decide", ROW, bearer(wrong))
         assert (response.status, response.json["error"]["message"]) == (
             401,
-            "missing or wrong bearer token",
+            "the bearer token is not one this server accepts",
         )
+        assert response.headers[b"www-authenticate"] == b'Bearer error="invalid_token"'
     assert (await request(server.port, "GET", "/v1/models", headers=bearer(CAROL))).status == 200
     metrics = await scrape(server.port)
     requests = "semif_http_requests_total"

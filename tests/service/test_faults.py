@@ -523,13 +523,18 @@ def test_rendering_keeps_unicode_and_refuses_non_finite_numbers() -> None:
 
 
 async def test_a_refused_token_says_so_exactly(service: Service) -> None:
-    for header in (None, b"Bearer", b"Bearer wrong", b"Basic " + TOKEN.encode()):
+    none = "no bearer token: send the header 'Authorization: Bearer <token>'"
+    invalid = "the bearer token is not one this server accepts"
+    for header, message, challenge in (
+        (None, none, b"Bearer"),
+        (b"Bearer", none, b"Bearer"),
+        (b"Basic " + TOKEN.encode(), none, b"Bearer"),
+        (b"Bearer wrong", invalid, b'Bearer error="invalid_token"'),
+    ):
         with pytest.raises(ApiError) as refused:
             service.authorize(header)
-        assert (refused.value.code, refused.value.message) == (
-            "unauthorized",
-            "missing or wrong bearer token",
-        )
+        assert (refused.value.code, refused.value.message) == ("unauthorized", message)
+        assert refused.value.headers == ((b"www-authenticate", challenge),)
     service.authorize(b"BEARER " + TOKEN.encode())
 
 
