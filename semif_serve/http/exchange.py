@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from ..engine.worker import CallTiming
-from ..errors import ApiError, envelope, excerpt
+from ..errors import ApiError, envelope, excerpt, too_large
 from . import request_target
 
 
@@ -122,7 +122,11 @@ def route(method: bytes, target: bytes, host: bytes | None, routes: Mapping[byte
         raise ApiError("bad_request", str(error)) from None
     found = routes.get(path)
     if found is None:
-        raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
+        here = ", ".join(f"{each.method.decode()} {name.decode()}" for name, each in routes.items())
+        raise ApiError(
+            "not_found",
+            f"no endpoint at {excerpt(path.decode('latin-1'), 60)}; the endpoints: {here}",
+        )
     if method not in found.methods:
         allow = b", ".join(found.methods)
         raise ApiError(
@@ -148,11 +152,7 @@ def body_refusal(size: int, limit: int, declared: bool = False) -> ApiError | No
     """The body limit, checked at two points: a declared length before a byte of the body is read
     (the application's, after admission), and the running size before each chunk is kept (the wire's;
     a chunked body declares none)."""
-    if size <= limit:
-        return None
-    return ApiError(
-        "request_too_large", f"{'declared ' if declared else ''}body over the {limit}-byte limit"
-    )
+    return too_large(limit, declared) if size > limit else None
 
 
 # Retry-After's range (RFC 9110 10.2.3): whole seconds, at least 1 (0 invites a retry storm), at most 60.

@@ -16,6 +16,7 @@ from tests.bodies import BODY
 from tests.wire_client import raw_request
 
 LIMIT = 100
+RAISE = "the server's SEMIF_MAX_BODY_BYTES raises it"
 
 
 def test_the_limit_itself_is_allowed_and_one_byte_over_is_refused() -> None:
@@ -23,7 +24,7 @@ def test_the_limit_itself_is_allowed_and_one_byte_over_is_refused() -> None:
     for declared, message in ((False, "body over"), (True, "declared body over")):
         refusal = body_refusal(LIMIT + 1, LIMIT, declared)
         assert refusal is not None and (refusal.status, refusal.code) == (413, "request_too_large")
-        assert refusal.message == f"{message} the {LIMIT}-byte limit"
+        assert refusal.message == f"{message} the {LIMIT}-byte limit; {RAISE}"
 
 
 async def test_a_declared_length_over_the_limit_is_refused_before_any_body_or_100_continue(
@@ -36,7 +37,9 @@ async def test_a_declared_length_over_the_limit_is_refused_before_any_body_or_10
     )
     (response,) = wire.channel.responses()  # no 100 Continue before it
     assert (response.status, response.code) == (413, "request_too_large")
-    assert response.json["error"]["message"] == f"declared body over the {LIMIT}-byte limit"
+    assert (
+        response.json["error"]["message"] == f"declared body over the {LIMIT}-byte limit; {RAISE}"
+    )
     assert response.headers[b"connection"] == b"close" and wire.done
     assert memory.server.service.admission.in_progress == 0 and fake.calls == []
 
@@ -50,7 +53,8 @@ async def test_a_chunked_body_is_refused_at_the_chunk_that_passes_the_limit(
     await wire.channel.send(raw_request(fields=b"transfer-encoding: chunked\r\n", body=chunks))
     (response,) = wire.channel.responses()
     assert (response.status, response.code) == (413, "request_too_large")
-    assert response.json["error"]["message"] == f"body over the {len(BODY) - 1}-byte limit"
+    message = f"body over the {len(BODY) - 1}-byte limit; {RAISE}"
+    assert response.json["error"]["message"] == message
     assert memory.server.service.admission.in_progress == 0 and fake.calls == []
 
 
