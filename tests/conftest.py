@@ -14,11 +14,13 @@ from semif_serve.builders import reading, smollm2
 from semif_serve.config import Settings
 from semif_serve.engine.scorer import Scorer
 from semif_serve.engine.worker import Engine
+from semif_serve.http.connection import Drain
 from semif_serve.server import Server
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
 from tests.reading_wheels import require_parts
 from tests.smollm2_wheel import require_gguf
+from tests.wire.memory import FakeClock, Memory
 
 Start = Callable[..., Awaitable[Server]]
 
@@ -44,6 +46,24 @@ async def start_server() -> Any:
 @pytest.fixture
 def fake() -> FakeScorer:
     return FakeScorer()
+
+
+@pytest.fixture
+async def memory_server(fake: FakeScorer) -> Any:
+    """memory_server(**settings) -> Memory: the fake scorer behind a Server that does not listen, its
+    connections in memory on a fake clock (tests/wire/memory.py)."""
+    engines: list[Engine] = []
+
+    async def start(**overrides: object) -> Memory:
+        engine = Engine(fake)
+        await engine.start()
+        engines.append(engine)
+        clock = FakeClock()
+        return Memory(Server(settings(**overrides), engine), clock, Drain(clock))
+
+    yield start
+    for engine in engines:
+        engine.close()
 
 
 # -- the real models: the tiny one built once per module, SmolLM2 once per session ----------------

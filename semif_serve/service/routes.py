@@ -42,8 +42,8 @@ from ..decisions.prior import METHOD as PRIOR
 from ..decisions.request_model import DecideRequest, Decision
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
-from ..errors import ApiError, excerpt, too_large, unauthorized
-from ..http.exchange import Handler, Head, Reply, Route, Ticket, route
+from ..errors import ApiError, excerpt, unauthorized
+from ..http.exchange import Handler, Head, Reply, Route, Ticket, body_refusal, route
 from ..systemone import assemble, catalogue, translate
 from . import callers
 from .admission import Admission
@@ -210,7 +210,11 @@ class Service:
         except ApiError as error:
             return Reply.error(error, caller=caller)
         try:
-            self._check_length(head.fields.get(b"content-length"))
+            length = head.fields.get(b"content-length")  # h11 checked its digits
+            if length is not None and (
+                refusal := body_refusal(int(length), self.settings.max_body_bytes, declared=True)
+            ):
+                raise refusal
             self.check_content(
                 head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name
             )
@@ -218,11 +222,6 @@ class Service:
             self.admission.leave(caller)
             return Reply.error(error, close=True, caller=caller)
         return SlotTicket(self, name, caller)
-
-    def _check_length(self, length: bytes | None) -> None:
-        """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
-        if length is not None and int(length) > self.settings.max_body_bytes:
-            raise too_large(self.settings.max_body_bytes, declared=True)
 
     def authorize(self, header: bytes | None) -> str:
         """The caller a bearer names, by a constant-time check over the token's bytes alone (INV-6,
