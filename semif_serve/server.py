@@ -28,6 +28,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Mapping
 
 from .config import Settings
@@ -35,7 +36,7 @@ from .decisions import calibration_file
 from .engine.scorer import Scorer
 from .engine.worker import Engine
 from .errors import ApiError, envelope
-from .http.channel import Channel, peer_of
+from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
 from .http.exchange import Answer, Head, Reply, Ticket
 from .ops import logs
@@ -86,7 +87,7 @@ class Server:
         """`table`: the callers, read before the model loaded (None: read from the settings now)."""
         self.settings = settings
         self.engine = engine
-        self.drain = Drain()
+        self.drain = Drain(time.monotonic)
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
         admission = Admission(settings.max_queue, settings.max_queue_per_caller)
@@ -189,11 +190,11 @@ class Server:
             data = full(exchange.request_id)
             channel.write(data)
             channel.close()
-            self.ops.finish(
-                exchange, Reply.error(_FULL_ERROR), peer_of(channel.transport), len(data)
-            )
+            self.ops.finish(exchange, Reply.error(_FULL_ERROR), channel.peer, 0, len(data))
             return
-        connection = HttpConnection(channel, answer, self.settings, self.drain, self.ops)
+        connection = HttpConnection(
+            channel, answer, self.settings, self.drain, self.ops, time.monotonic
+        )
         task = asyncio.get_running_loop().create_task(connection.run())
         connections[task] = connection
         task.add_done_callback(lambda ended: self._ended(ended, connections))

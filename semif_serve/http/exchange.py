@@ -2,10 +2,11 @@
 
 Rule 1: types and one lookup. This module holds what a route is to the wire and ops (its
 name, method, whether it needs the bearer), the Head the wire hands over, the Reply every
-answer is, the Ticket an accepted request becomes, and `route`, which finds a
-request line's route in a listener's table or refuses it; it runs no handler, reads
-no body and knows no socket. The table itself is the application's (service.ROUTES), whose
-routes carry their handlers, so that adding an endpoint touches that one module.
+answer is, the Ticket an accepted request becomes, `route`, which finds a request line's
+route in a listener's table or refuses it, and the body limit both sides check; it runs no
+handler, reads no body and knows no socket. The table itself is the application's
+(service.ROUTES), whose routes carry their handlers, so that adding an endpoint touches that
+one module.
 Rule 2: both sides read it, neither is imported here. service/routes.py (and ops, for
 /metrics) decide what a route answers; http/connection.py frames and writes; this module
 imports neither.
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, TypeVar
 
 from ..engine.worker import CallTiming
-from ..errors import ApiError, envelope, excerpt
+from ..errors import ApiError, envelope, excerpt, too_large
 from . import request_target
 
 
@@ -147,7 +148,13 @@ class Exchange:
     path: str
     route: str
     started: float = field(default_factory=time.perf_counter)
-    bytes_in: int = 0
+
+
+def body_refusal(size: int, limit: int, declared: bool = False) -> ApiError | None:
+    """The body limit, checked at two points: a declared length before a byte of the body is read
+    (the application's, after admission), and the running size before each chunk is kept (the wire's;
+    a chunked body declares none)."""
+    return too_large(limit, declared) if size > limit else None
 
 
 # Retry-After's range (RFC 9110 10.2.3): whole seconds, at least 1 (0 invites a retry storm), at most 60.

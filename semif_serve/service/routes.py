@@ -43,8 +43,17 @@ from ..decisions.request_model import DecideRequest
 from ..decisions.views import View, as_json
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
-from ..errors import ApiError, excerpt, too_large, unauthorized
-from ..http.exchange import Handler, Head, Reply, Route, Ticket, retry_after, route
+from ..errors import ApiError, excerpt, unauthorized
+from ..http.exchange import (
+    Handler,
+    Head,
+    Reply,
+    Route,
+    Ticket,
+    body_refusal,
+    retry_after,
+    route,
+)
 from ..systemone import assemble, catalogue, translate
 from . import callers
 from .admission import Admission
@@ -271,18 +280,17 @@ class Service:
         except ApiError as error:
             return Reply.error(error, caller=caller)
         try:
-            self._check_length(head.fields.get(b"content-length"))
+            length = head.fields.get(b"content-length")  # h11 checked its digits
+            if length is not None and (
+                refusal := body_refusal(int(length), self.settings.max_body_bytes, declared=True)
+            ):
+                raise refusal
             check_encoding(head.fields.get(b"content-encoding"))
             endpoint.content(head.fields.get(b"content-type"))
         except ApiError as error:
             self.admission.leave(caller)
             return Reply.error(error, close=True, caller=caller)
         return SlotTicket(self, endpoint, caller)
-
-    def _check_length(self, length: bytes | None) -> None:
-        """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
-        if length is not None and int(length) > self.settings.max_body_bytes:
-            raise too_large(self.settings.max_body_bytes, declared=True)
 
     def authorize(self, header: bytes | None) -> str:
         """The caller a bearer names, by a constant-time check over the token's bytes alone (INV-6,
