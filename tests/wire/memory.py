@@ -131,6 +131,7 @@ class Wire:
 
     server: Server
     channel: MemoryChannel
+    connection: HttpConnection
     task: asyncio.Task[None]
 
     @property
@@ -170,4 +171,4 @@ class Memory:
         )
         task = asyncio.ensure_future(connection.run())
         await settle()
-        return Wire(self.server, channel, task)
+        return Wire(self.server, channel, connection, task)
