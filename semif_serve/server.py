@@ -28,6 +28,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Mapping
 
 from .config import Settings
@@ -35,16 +36,16 @@ from .decisions import calibration_file
 from .engine.scorer import Scorer
 from .engine.worker import Engine
 from .errors import ApiError, envelope
-from .http.channel import Channel, peer_of
+from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
-from .http.exchange import Answer, Head, Reply, Route, Ticket
+from .http.exchange import Answer, Head, Reply, Ticket
 from .ops import logs
 from .ops.logs import log_settings
 from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
 from .service import callers, reload
 from .service.admission import Admission
-from .service.routes import METRICS_ROUTES, ROUTES, Service
+from .service.routes import METRICS_ROUTES, ROUTES, Endpoint, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
 
 log = logging.getLogger("semif_serve.server")
@@ -86,7 +87,7 @@ class Server:
         """`table`: the callers, read before the model loaded (None: read from the settings now)."""
         self.settings = settings
         self.engine = engine
-        self.drain = Drain()
+        self.drain = Drain(time.monotonic)
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
         admission = Admission(settings.max_queue, settings.max_queue_per_caller)
@@ -111,10 +112,14 @@ class Server:
             settings,
             engine,
             admission,
-            {"metrics": lambda head: ops.metrics_reply()},
-            budget,
-            table,
+            metrics=lambda head: ops.metrics_reply(),
+            budget=budget,
+            known=table,
         )
+        # Every observer is wired here: the engine's scorer calls to ops and (with a budget) the service;
+        # the estimate's error and the kinds over budget to the metrics.
+        if budget is not None:
+            engine.observers.append(self.service.scorer_call)
         engine.observers.append(self.ops.scorer_call)
         self._calibration_shown()
         if budget is not None and ops.metrics is not None:
@@ -159,7 +164,7 @@ class Server:
         port: int,
         connections: dict[asyncio.Task[None], HttpConnection],
         cap: int,
-        routes: Mapping[bytes, Route],
+        routes: Mapping[bytes, Endpoint],
     ) -> tuple[asyncio.base_events.Server, int]:
         def answer(head: Head) -> Reply | Ticket:
             return self.service.answer(head, routes)
@@ -185,11 +190,11 @@ class Server:
             data = full(exchange.request_id)
             channel.write(data)
             channel.close()
-            self.ops.finish(
-                exchange, Reply.error(_FULL_ERROR), peer_of(channel.transport), len(data)
-            )
+            self.ops.finish(exchange, Reply.error(_FULL_ERROR), channel.peer, 0, len(data))
             return
-        connection = HttpConnection(channel, answer, self.settings, self.drain, self.ops)
+        connection = HttpConnection(
+            channel, answer, self.settings, self.drain, self.ops, time.monotonic
+        )
         task = asyncio.get_running_loop().create_task(connection.run())
         connections[task] = connection
         task.add_done_callback(lambda ended: self._ended(ended, connections))
