@@ -29,6 +29,9 @@ SCORERS = ("semif_phase1", "fastjev", "stub")
 VERIFY_MODES = ("hash", "presence")
 LOG_FORMATS = ("text", "json")  # SEMIF_LOG_FORMAT: ops/logs.py formats each
 MIN_TOKEN_LENGTH = 32
+TOKEN_RULE = f"at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
+# How to make one, said wherever a token is missing or refused.
+TOKEN_RECIPE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one"
 # The names /v1/systemone accepts in `model` by default: SemIf's server's own (its Jev aliases and its alias).
 DEFAULT_ALIASES = ("jev-latest", "jev-preview", "jev-1.13.0", "semif-latest")
 # Our setting -> SemIf's name for the same thing; either is read (a value set under both must agree).
@@ -185,13 +188,21 @@ def _bearer(env: Mapping[str, str]) -> dict[str, Any]:
     if path is not None:
         return {"api_token": "", "api_tokens_file": path}
     if token is None:
-        raise ValueError("SEMIF_API_TOKEN is required")
-    # A CR, LF or NUL can never arrive in a header, so such a token locks everyone out (S2).
-    if len(token) < MIN_TOKEN_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in token):
         raise ValueError(
-            f"{name} must be at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
+            f"SEMIF_API_TOKEN is required: {TOKEN_RULE} ({TOKEN_RECIPE}), "
+            "or SEMIF_API_TOKENS_FILE for named callers"
         )
+    if (problem := token_problem(token)) is not None:
+        raise ValueError(f"{name} {problem} ({TOKEN_RECIPE})")
     return {"api_token": token}
+
+
+def token_problem(token: str) -> str | None:
+    """Why a token cannot be used, or None. A CR, LF or NUL can never arrive in a header, so such a
+    token would lock its caller out (S2); a short one is guessable."""
+    if len(token) < MIN_TOKEN_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in token):
+        return f"must be {TOKEN_RULE}"
+    return None
 
 
 def _per_caller(env: Mapping[str, str], max_queue: int) -> int:

@@ -66,6 +66,15 @@ def unauthorized(presented: bool) -> ApiError:
     return ApiError("unauthorized", message, ((b"www-authenticate", challenge),))
 
 
+def too_large(limit: int, declared: bool) -> ApiError:
+    """The 413 for a body over SEMIF_MAX_BODY_BYTES, declared in Content-Length or found while reading."""
+    body = "declared body" if declared else "body"
+    return ApiError(
+        "request_too_large",
+        f"{body} over the {limit}-byte limit; the server's SEMIF_MAX_BODY_BYTES raises it",
+    )
+
+
 def envelope(code: str, message: str, param: str | None = None) -> bytes:
     """Render the contract's error body `{"error": {"code", "message"}}`, plus (extension) the
     API's `type` for the code and, when a field is to blame, its JSON path as `param`."""

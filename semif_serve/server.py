@@ -5,6 +5,8 @@ answers new requests 503 with `Connection: close`, lets in-flight calls finish
 within the grace period, answers any still waiting 503, and exits 0. The port
 opens only after the model has loaded and warmed up (`Engine.start`), so a
 connection refused means "not ready yet" and a 503 `draining` means "leaving".
+On SIGHUP it re-reads the tokens file and SEMIF_CALIBRATION (service/reload.py), each
+swapped in whole or, when invalid, not at all.
 Every effective setting is logged once at startup, the token redacted. Here the
 parts meet: one Admission shared by the service (which takes and frees slots) and
 ops (which reports it), with SEMIF_MAX_WAIT_S the WaitBudget beside it, ops's
@@ -24,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import time
 from collections.abc import Callable, Mapping
 
 from .config import Settings
@@ -32,14 +36,14 @@ from .decisions import calibration_file
 from .engine.scorer import Scorer
 from .engine.worker import Engine
 from .errors import ApiError, envelope
-from .http.channel import Channel, peer_of
+from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
 from .http.exchange import Answer, Head, Reply, Route, Ticket
 from .ops import logs
 from .ops.logs import log_settings
 from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
-from .service import callers
+from .service import callers, reload
 from .service.admission import Admission
 from .service.routes import METRICS_ROUTES, ROUTES, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
@@ -83,7 +87,7 @@ class Server:
         """`table`: the callers, read before the model loaded (None: read from the settings now)."""
         self.settings = settings
         self.engine = engine
-        self.drain = Drain()
+        self.drain = Drain(time.monotonic)
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
         admission = Admission(settings.max_queue, settings.max_queue_per_caller)
@@ -113,6 +117,7 @@ class Server:
             table,
         )
         engine.observers.append(self.ops.scorer_call)
+        self._calibration_shown()
         if budget is not None and ops.metrics is not None:
             budget.estimator.observers.append(ops.metrics.wait_error)
             ops.metrics.calls_over_budget(lambda: budget.over)
@@ -120,6 +125,23 @@ class Server:
         self._metrics_listener: asyncio.base_events.Server | None = None
         self.port = 0
         self.metrics_port: int | None = None
+
+    def reload(self, env: Mapping[str, str]) -> None:
+        """SIGHUP: re-read the tokens file and the calibration (service/reload.py), each counted by outcome."""
+        done = {
+            "tokens": reload.tokens(self.service),
+            "calibration": reload.calibration(self.service, env),
+        }
+        if self.ops.metrics is not None:
+            for file, outcome in done.items():
+                if outcome is not None:
+                    self.ops.metrics.reloaded(file, outcome)
+        self._calibration_shown()
+
+    def _calibration_shown(self) -> None:
+        if self.ops.metrics is not None:
+            current = self.service.calibration
+            self.ops.metrics.calibration(current.sha256, current.loaded_at)
 
     async def start(self) -> int:
         """Listen; return the bound port (SEMIF_PORT, or the one the OS chose for 0). The
@@ -164,11 +186,11 @@ class Server:
             data = full(exchange.request_id)
             channel.write(data)
             channel.close()
-            self.ops.finish(
-                exchange, Reply.error(_FULL_ERROR), peer_of(channel.transport), len(data)
-            )
+            self.ops.finish(exchange, Reply.error(_FULL_ERROR), channel.peer, 0, len(data))
             return
-        connection = HttpConnection(channel, answer, self.settings, self.drain, self.ops)
+        connection = HttpConnection(
+            channel, answer, self.settings, self.drain, self.ops, time.monotonic
+        )
         task = asyncio.get_running_loop().create_task(connection.run())
         connections[task] = connection
         task.add_done_callback(lambda ended: self._ended(ended, connections))
@@ -258,6 +280,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     # once, and it must start a drain, not kill the process (-15) with the default action.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload, os.environ)
     if (
         server.metrics_port is not None
     ):  # before the listening line: whoever reads that one may scrape at once
@@ -281,7 +304,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     try:
         await stop.wait()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
     log.info("shutting down: draining %d connection(s)", len(server.connections))

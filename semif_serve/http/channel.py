@@ -49,6 +49,7 @@ class Channel(asyncio.Protocol):
         self.limit = limit
         self._opened = opened
         self.transport: asyncio.Transport | None = None
+        self.peer = "-"  # host:port of the client, for the access log
         self.on_gone: Callable[[], None] | None = None  # set by the wire while a request is scored
         self._chunks: list[bytes] = []
         self._size = 0
@@ -64,6 +65,7 @@ class Channel(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a stream server's is a Transport
+        self.peer = peer_of(transport)
         self._closed = asyncio.get_running_loop().create_future()
         self._opened(self)
 

@@ -2,8 +2,8 @@
 
 Rule 1: types and one lookup. This module holds what a route is (its handler name,
 method, whether it needs the bearer), the Head the wire hands over, the Reply every
-answer is, the Ticket an accepted request becomes, and `route`, which finds a
-request line's route in a listener's table or refuses it; it runs no handler, reads
+answer is, the Ticket an accepted request becomes, `route`, which finds a
+request line's route in a listener's table or refuses it, and the body limit both sides check; it runs no handler, reads
 no body and knows no socket. The table itself is the application's (service.ROUTES),
 beside the handlers, so that adding an endpoint touches that one module.
 Rule 2: both sides read it, neither is imported here. service/routes.py (and ops, for
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from ..engine.worker import CallTiming
-from ..errors import ApiError, envelope, excerpt
+from ..errors import ApiError, envelope, excerpt, too_large
 from . import request_target
 
 
@@ -122,7 +122,11 @@ def route(method: bytes, target: bytes, host: bytes | None, routes: Mapping[byte
         raise ApiError("bad_request", str(error)) from None
     found = routes.get(path)
     if found is None:
-        raise ApiError("not_found", f"no endpoint at {excerpt(path.decode('latin-1'), 60)}")
+        here = ", ".join(f"{each.method.decode()} {name.decode()}" for name, each in routes.items())
+        raise ApiError(
+            "not_found",
+            f"no endpoint at {excerpt(path.decode('latin-1'), 60)}; the endpoints: {here}",
+        )
     if method not in found.methods:
         allow = b", ".join(found.methods)
         raise ApiError(
@@ -142,7 +146,13 @@ class Exchange:
     path: str
     route: str
     started: float = field(default_factory=time.perf_counter)
-    bytes_in: int = 0
+
+
+def body_refusal(size: int, limit: int, declared: bool = False) -> ApiError | None:
+    """The body limit, checked at two points: a declared length before a byte of the body is read
+    (the application's, after admission), and the running size before each chunk is kept (the wire's;
+    a chunked body declares none)."""
+    return too_large(limit, declared) if size > limit else None
 
 
 # Retry-After's range (RFC 9110 10.2.3): whole seconds, at least 1 (0 invites a retry storm), at most 60.

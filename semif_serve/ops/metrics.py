@@ -239,6 +239,21 @@ class Metrics:
             {key: "" if info.get(key) is None else str(info[key]) for key in INFO_KEYS}
         )
         registry.register(_CudaMemory(facts))
+        self._reloads = Counter(
+            "semif_reloads",
+            "SIGHUP reloads by file (tokens, calibration) and outcome (ok; invalid: the old one kept).",
+            ("file", "outcome"),
+            registry=registry,
+        )
+        for file in ("tokens", "calibration"):
+            for outcome in ("ok", "invalid"):
+                self._reloads.labels(file, outcome)
+        self._calibration = Info(
+            "semif_calibration",
+            "The SEMIF_CALIBRATION file served: its sha256 (empty without one) and when it was "
+            "loaded (unix seconds).",
+            registry=registry,
+        )
         self._wait_error: Any = None
         if (
             busy_refusals is not None
@@ -301,6 +316,13 @@ class Metrics:
     def wait_error(self, predicted: float, actual: float) -> None:
         """One admitted request's call ended: how far its wait was from the estimate (registered only with a budget)."""
         self._wait_error.observe(actual - predicted)
+
+    def reloaded(self, file: str, outcome: str) -> None:
+        self._reloads.labels(file, outcome).inc()
+
+    def calibration(self, sha256: str | None, loaded_at: float) -> None:
+        """The calibration now served (at start and after each reload)."""
+        self._calibration.info({"sha256": sha256 or "", "loaded_at": f"{loaded_at:.3f}"})
 
     def calls_over_budget(self, over: Callable[[], dict[str, bool]]) -> None:
         """With SEMIF_MAX_WAIT_S: export, per kind, whether one call alone exceeds the budget."""

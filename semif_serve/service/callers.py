@@ -17,23 +17,13 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..config import Settings
+from ..config import Settings, token_problem
 
-MIN_TOKEN_LENGTH = 32
 MAX_CALLERS = 64  # bounds the `caller` label's cardinality, and the slots every check compares
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 UNAUTHENTICATED = "-"  # the metrics' and the access log's name for a request with no caller
 DEFAULT = "default"  # the one caller of SEMIF_API_TOKEN (or SemIf's SEMIF_API_KEY)
 NAME_RULE = "a caller's name must match [A-Za-z0-9._-]{1,64} and not be '-' alone"
-TOKEN_RULE = f"at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
-
-
-def token_problem(token: str) -> str | None:
-    """Why a token cannot be used, or None. A CR, LF or NUL can never arrive in a header, so such a
-    token would lock its caller out; a short one is guessable."""
-    if len(token) < MIN_TOKEN_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in token):
-        return f"must be {TOKEN_RULE}"
-    return None
 
 
 def _digest(token: bytes) -> bytes:

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
@@ -40,7 +43,7 @@ from ..decisions.request_model import DecideRequest, Decision
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
 from ..errors import ApiError, excerpt, unauthorized
-from ..http.exchange import Handler, Head, Reply, Route, Ticket, route
+from ..http.exchange import Handler, Head, Reply, Route, Ticket, body_refusal, route
 from ..systemone import assemble, catalogue, translate
 from . import callers
 from .admission import Admission
@@ -84,6 +87,26 @@ def _rows(decision: Decision) -> list[dict[str, Any]]:
     return (
         averaging.expand(decision.row, decision.orderings) if decision.averaged else [decision.row]
     )
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """One calibration table and what the routes derive from it, swapped whole on reload: a request
+    reads it once, at its parse, and keeps it to its response."""
+
+    table: calibration_file.Table
+    limits: request_model.Limits
+    policy: translate.Policy
+    sha256: str | None  # of the SEMIF_CALIBRATION file; None without one
+    loaded_at: float  # unix time
+
+
+def file_digest(path: str | None) -> str | None:
+    """A file's sha256 in hex (None for no file): which calibration a replica serves, for /health and metrics."""
+    if path is None:
+        return None
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 class SlotTicket:
@@ -137,10 +160,6 @@ class Service:
             "healthz": lambda head: self.healthz(draining=head.draining),
             **(handlers or {}),
         }
-        table = settings.calibration
-        self.limits = request_model.Limits(
-            settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
-        )
         facts = engine.health()
         # The System One routes name the weights in SemIf's form; SEMIF_MODEL, the id they named
         # before, stays accepted as the first alias. /health and the calibration binding keep SEMIF_MODEL.
@@ -148,12 +167,22 @@ class Service:
         self.served_model = catalogue.model_id(facts)
         self.prompt_version = facts.get("prompt_version")
         self.aliases = (facts["model"], *settings.model_aliases)
-        self.systemone_policy = translate.Policy(
-            self.limits,
-            frozenset({self.served_model, *self.aliases}),
-            settings.systemone_orderings,
-            settings.systemone_workload,
+        self.calibration = self.calibrated(
+            settings.calibration, file_digest(settings.calibration_path)
         )
+
+    def calibrated(self, table: calibration_file.Table, sha256: str | None) -> Calibrated:
+        """What a calibration table gives the routes: their request limits and the System One policy."""
+        limits = request_model.Limits(
+            self.settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
+        )
+        policy = translate.Policy(
+            limits,
+            frozenset({self.served_model, *self.aliases}),
+            self.settings.systemone_orderings,
+            self.settings.systemone_workload,
+        )
+        return Calibrated(table, limits, policy, sha256, time.time())
 
     def answer(self, head: Head, routes: Mapping[bytes, Route] = ROUTES) -> Reply | Ticket:
         """The one answer to a request head among a listener's `routes`: a Reply now, or a ticket for its body."""
@@ -181,7 +210,11 @@ class Service:
         except ApiError as error:
             return Reply.error(error, caller=caller)
         try:
-            self._check_length(head.fields.get(b"content-length"))
+            length = head.fields.get(b"content-length")  # h11 checked its digits
+            if length is not None and (
+                refusal := body_refusal(int(length), self.settings.max_body_bytes, declared=True)
+            ):
+                raise refusal
             self.check_content(
                 head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name
             )
@@ -189,14 +222,6 @@ class Service:
             self.admission.leave(caller)
             return Reply.error(error, close=True, caller=caller)
         return SlotTicket(self, name, caller)
-
-    def _check_length(self, length: bytes | None) -> None:
-        """A declared body over the limit is refused before a byte of it is read (h11 checked the digits)."""
-        if length is not None and int(length) > self.settings.max_body_bytes:
-            raise ApiError(
-                "request_too_large",
-                f"declared body over the {self.settings.max_body_bytes}-byte limit",
-            )
 
     def authorize(self, header: bytes | None) -> str:
         """The caller a bearer names, by a constant-time check over the token's bytes alone (INV-6,
@@ -223,9 +248,11 @@ class Service:
             "max_decisions": self.settings.max_decisions,
             "max_queue": self.settings.max_queue,
             "in_progress": self.admission.in_progress,
-            "workloads": sorted(self.settings.calibration),
-            # Extension: each workload's methods and temperatures, and the file's binding.
-            "calibration": self.settings.calibration.describe(),
+            "workloads": sorted(self.calibration.table),
+            # Extension: each workload's methods and temperatures, and the file's binding; the file's
+            # sha256 (null without SEMIF_CALIBRATION), so each replica's version shows after a reload.
+            "calibration": self.calibration.table.describe(),
+            "calibration_sha256": self.calibration.sha256,
         }
         return Reply(503 if draining else 200, render(payload))
 
@@ -294,14 +321,16 @@ class Service:
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
 
     def _read(self, name: str, body: bytes) -> tuple[DecideRequest, Respond]:
-        """The body as a request, and how this route's response is built from its scores. A parser's
+        """The body as a request, and how this route's response is built from its scores, both under the
+        one calibration current now (a reload meanwhile never mixes two). A parser's
         own bug is a 500 in the envelope (C3), never a dropped connection with no answer and no access line."""
+        current = self.calibration
         try:
             if name == "systemone":
-                plan = translate.translate(body, self.systemone_policy)
-                return plan.request, functools.partial(self._answers, plan)
-            request = PARSERS[name](body, self.limits)
-            return request, lambda scored, _kind: (self._build(request, scored), ())
+                plan = translate.translate(body, current.policy)
+                return plan.request, functools.partial(self._answers, plan, current.table)
+            request = PARSERS[name](body, current.limits)
+            return request, lambda scored, _kind: (self._build(request, scored, current.table), ())
         except ApiError:
             raise
         except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
@@ -357,54 +386,73 @@ class Service:
             log.exception("scorer call failed")
             raise ApiError("scoring_failed", "scoring failed") from None
 
-    def _build(self, request: DecideRequest, scored: Scored) -> Any:
+    def _build(self, request: DecideRequest, scored: Scored, table: calibration_file.Table) -> Any:
         """A /decide or /decide/shared response: the views, and for shared SemIf's own timing beside them."""
         results, semif_timing = scored
-        built = self._views(request, results)
+        built = self._views(request, results, table)
         return {"results": built, "timing": semif_timing} if request.shared else built[0]
 
-    def _answers(self, plan: translate.Plan, scored: Scored, kind: str) -> Built:
+    def _answers(
+        self, plan: translate.Plan, table: calibration_file.Table, scored: Scored, kind: str
+    ) -> Built:
         """A System One response from the same views /decide/shared would return for the rows, with SemIf's
         server's headers: the engine call made (direct or shared) and the backend that made it."""
         results, semif_timing = scored
         body = assemble.response(
-            plan, self.served_model, self._views(plan.request, results), results, kind, semif_timing
+            plan,
+            self.served_model,
+            self._views(plan.request, results, table),
+            results,
+            kind,
+            semif_timing,
         )
         return body, ((b"x-semif-mode", kind.encode()), (b"x-semif-backend", self.backend.encode()))
 
-    def _views(self, request: DecideRequest, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _views(
+        self, request: DecideRequest, results: list[dict[str, Any]], table: calibration_file.Table
+    ) -> list[dict[str, Any]]:
         """Each decision's view of its results: native, calibrated, or combined over its orderings."""
         built, offset = [], 0
         for decision in request.decisions:
             count = len(averaging.orderings(len(decision.row["options"]), decision.orderings))
-            built.append(self._one(decision, results[offset : offset + count], request.workload))
+            built.append(
+                self._one(decision, results[offset : offset + count], request.workload, table)
+            )
             offset += count
         if offset != len(results):
             raise RuntimeError(f"scorer returned {len(results)} results for {offset} rows")
         return built
 
     def _one(
-        self, decision: Decision, results: list[dict[str, Any]], workload: str | None
+        self,
+        decision: Decision,
+        results: list[dict[str, Any]],
+        workload: str | None,
+        table: calibration_file.Table,
     ) -> dict[str, Any]:
         if decision.averaged:
-            return self._averaged(decision, results, workload)
+            return self._averaged(decision, results, workload, table)
         (result,) = results
         if workload is None:
             return result
-        temperature = self.settings.calibration[workload][calibration_file.PLAIN_METHOD]
+        temperature = table[workload][calibration_file.PLAIN_METHOD]
         return {**result, "calibrated": calibration.calibrated_view(result, workload, temperature)}
 
     def _averaged(
-        self, decision: Decision, results: list[dict[str, Any]], workload: str | None
+        self,
+        decision: Decision,
+        results: list[dict[str, Any]],
+        workload: str | None,
+        table: calibration_file.Table,
     ) -> dict[str, Any]:
         """The combined view, plus `combined.calibrated` when a workload is named (the
         request model already refused a workload without this method's temperature)."""
         method = decision.orderings
         if method == PRIOR:  # the request model refused a prior decision without a workload
-            return self._debiased(decision, results, workload or "")
+            return self._debiased(decision, results, workload or "", table)
         if workload is None:
             return averaging.combine(decision.row, method, results)
-        temperature = self.settings.calibration[workload][method]
+        temperature = table[workload][method]
         return averaging.combine(
             decision.row,
             method,
@@ -413,12 +461,15 @@ class Service:
         )
 
     def _debiased(
-        self, decision: Decision, results: list[dict[str, Any]], workload: str
+        self,
+        decision: Decision,
+        results: list[dict[str, Any]],
+        workload: str,
+        table: calibration_file.Table,
     ) -> dict[str, Any]:
         """The combined view under the workload's position prior for this option count (the request
         model refused a decision without one), plus `combined.calibrated` only where the workload has
         a temperature for "prior": for the prior a temperature is optional."""
-        table = self.settings.calibration
         prior = table.priors[workload][len(decision.row["options"])].prior
         temperature = table[workload].get(PRIOR)
         temper = (

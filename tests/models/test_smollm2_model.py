@@ -82,24 +82,6 @@ def tiny_built(smollm2_build: dict[str, str]) -> dict[str, str]:
     return smollm2_build
 
 
-@pytest.fixture(scope="module")
-def reference(smollm2_build: dict[str, str], tiny_settings: Any) -> tuple[Any, Any]:
-    """The same snapshot loaded independently with transformers, as a caller of fastjev would."""
-    import torch
-    import transformers
-
-    common = {
-        "revision": smollm2_build["SEMIF_REVISION"],
-        "cache_dir": smollm2_build["HF_HUB_CACHE"],
-        "local_files_only": True,
-    }
-    tokenizer = transformers.AutoTokenizer.from_pretrained(smollm2_build["SEMIF_MODEL"], **common)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        smollm2_build["SEMIF_MODEL"], dtype=torch.float32, **common
-    )
-    return model.eval(), tokenizer
-
-
 def test_the_build_is_deterministic_and_found_again_without_converting(
     smollm2_build, monkeypatch
 ) -> None:

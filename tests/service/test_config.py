@@ -103,7 +103,8 @@ def test_the_metrics_port_is_off_unless_set_and_needs_metrics() -> None:
     [
         (
             {"SEMIF_API_TOKEN": "x"},
-            "SEMIF_API_TOKEN must be at least 32 characters of visible ASCII (33-126)",
+            "SEMIF_API_TOKEN must be at least 32 characters of visible ASCII (33-126) "
+            "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)",
         ),
         ({"SEMIF_MODEL": ""}, "SEMIF_MODEL must not be empty"),
         ({"SEMIF_DEVICE": "cuda:x"}, "SEMIF_DEVICE must be cuda, cuda:N or cpu, got 'cuda:x'"),
@@ -125,9 +126,17 @@ def test_the_refusal_says_what_is_allowed(env: dict[str, str], message: str) -> 
     assert str(refused.value) == message
 
 
-def test_a_missing_token_is_refused() -> None:
-    with pytest.raises(ValueError, match="^SEMIF_API_TOKEN is required$"):
+MISSING_TOKEN = (
+    "SEMIF_API_TOKEN is required: at least 32 characters of visible ASCII (33-126) "
+    "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one), "
+    "or SEMIF_API_TOKENS_FILE for named callers"
+)
+
+
+def test_a_missing_token_is_refused_saying_what_a_valid_one_is() -> None:
+    with pytest.raises(ValueError) as refused:
         config.load({})
+    assert str(refused.value) == MISSING_TOKEN
 
 
 @pytest.mark.parametrize(
@@ -316,7 +325,7 @@ def test_the_entry_point_exits_2_with_one_line_naming_the_variable(
 def test_the_entry_point_exits_2_without_a_token(entry_env, capsys) -> None:
     entry_env.delenv("SEMIF_API_TOKEN")
     assert cli.main(["serve"]) == 2
-    assert capsys.readouterr().err == "semif-serve: SEMIF_API_TOKEN is required\n"
+    assert capsys.readouterr().err == f"semif-serve: {MISSING_TOKEN}\n"
 
 
 @pytest.mark.parametrize(

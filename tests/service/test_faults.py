@@ -366,6 +366,7 @@ async def test_health_reports_the_engine_facts_and_the_limits(service: Service) 
             "workloads": {"a": {"none": 2.0}, "b": {"none": 1.0}},
             "priors": {},
         },
+        "calibration_sha256": None,  # no SEMIF_CALIBRATION file: the table came from the settings
     }
 
 
@@ -490,8 +491,12 @@ def test_routing_refusals_are_exact() -> None:
         route(b"GET", b"/" + b"n" * 100 + b"?q", None, service_routes.ROUTES)
     assert (missing.value.code, missing.value.message) == (
         "not_found",
-        "no endpoint at /" + "n" * 59 + "…",
+        "no endpoint at /" + "n" * 59 + "…; the endpoints: GET /health, POST /decide, "
+        "POST /decide/shared, GET /metrics, POST /v1/systemone, GET /v1/models, GET /healthz",
     )
+    with pytest.raises(ApiError) as scrape_only:
+        route(b"GET", b"/health", None, service_routes.METRICS_ROUTES)
+    assert scrape_only.value.message == "no endpoint at /health; the endpoints: GET /metrics"
     with pytest.raises(ApiError) as wrong:
         route(b"GET", b"/decide/shared?x", None, service_routes.ROUTES)
     assert (wrong.value.code, wrong.value.message) == (
@@ -576,7 +581,7 @@ async def test_a_refusal_after_the_slot_gives_it_back_and_closes(service: Servic
         (
             {"content_length": b"%d" % (limit + 1)},
             413,
-            f"declared body over the {limit}-byte limit",
+            f"declared body over the {limit}-byte limit; the server's SEMIF_MAX_BODY_BYTES raises it",
         ),
         (
             {"content_encoding": b"gzip"},
