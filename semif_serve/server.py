@@ -38,14 +38,14 @@ from .engine.worker import Engine
 from .errors import ApiError, envelope
 from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
-from .http.exchange import Answer, Head, Reply, Route, Ticket
+from .http.exchange import Answer, Head, Reply, Ticket
 from .ops import logs
 from .ops.logs import log_settings
 from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
 from .service import callers, reload
 from .service.admission import Admission
-from .service.routes import METRICS_ROUTES, ROUTES, Service
+from .service.routes import METRICS_ROUTES, ROUTES, Endpoint, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
 
 log = logging.getLogger("semif_serve.server")
@@ -112,10 +112,14 @@ class Server:
             settings,
             engine,
             admission,
-            {"metrics": lambda head: ops.metrics_reply()},
-            budget,
-            table,
+            metrics=lambda head: ops.metrics_reply(),
+            budget=budget,
+            known=table,
         )
+        # Every observer is wired here: the engine's scorer calls to ops and (with a budget) the service;
+        # the estimate's error and the kinds over budget to the metrics.
+        if budget is not None:
+            engine.observers.append(self.service.scorer_call)
         engine.observers.append(self.ops.scorer_call)
         self._calibration_shown()
         if budget is not None and ops.metrics is not None:
@@ -160,7 +164,7 @@ class Server:
         port: int,
         connections: dict[asyncio.Task[None], HttpConnection],
         cap: int,
-        routes: Mapping[bytes, Route],
+        routes: Mapping[bytes, Endpoint],
     ) -> tuple[asyncio.base_events.Server, int]:
         def answer(head: Head) -> Reply | Ticket:
             return self.service.answer(head, routes)

@@ -174,6 +174,24 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait(5.0)
 
 
+def stop_children() -> list[int]:
+    """SIGKILL every child process of this one still running, and its group; the PIDs.
+
+    After an interrupt: a signal handler that raises inside `subprocess.Popen` (while the child
+    execs) loses the handle of a child that exists, so `running` cannot stop it; it is found here.
+    """
+    import psutil
+
+    children = psutil.Process().children()
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)  # its group: it leads one once it has started
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    psutil.wait_procs(children, timeout=5.0)
+    return [child.pid for child in children]
+
+
 @contextlib.contextmanager
 def running(
     argv: list[str],

@@ -977,7 +977,15 @@ def main(argv: list[str] | None = None) -> int:
             run(args, result)
         except Stopped as stopped:
             result["stopped"] = str(stopped)
-            note(f"openloop: stopped by {stopped}; every server it started is stopped")
+            strays = procs.stop_children()  # a server whose start the signal cut short
+            note(
+                f"openloop: stopped by {stopped}; every server it started is stopped"
+                + (
+                    f" (killed, its start cut short: pid {', '.join(map(str, strays))})"
+                    if strays
+                    else ""
+                )
+            )
         finish(result)
         write_json(args.out, result)
         if args.plot is not None:

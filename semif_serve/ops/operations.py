@@ -109,7 +109,7 @@ class Operations:
         total = time.perf_counter() - exchange.started
         if self.metrics is not None:
             self.metrics.request(exchange.route, reply.status, reply.code, total, reply.caller)
-            self.metrics.decisions(reply.orderings, reply.caller)
+            self.metrics.decisions(reply.decision_methods, reply.caller)
         if self.access_log:
             timing = reply.timing
             access_log.write(
