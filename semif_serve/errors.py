@@ -52,6 +52,29 @@ class ApiError(Exception):
         return f"{self.code}: {self.message}"
 
 
+# The 401s (RFC 6750 3): `Bearer` on every one, `error="invalid_token"` only when a token was presented.
+# presented -> (message, WWW-Authenticate); a wrong token and a nearly right one get the same.
+UNAUTHORIZED = {
+    False: ("no bearer token: send the header 'Authorization: Bearer <token>'", b"Bearer"),
+    True: ("the bearer token is not one this server accepts", b'Bearer error="invalid_token"'),
+}
+
+
+def unauthorized(presented: bool) -> ApiError:
+    """The 401 for a request whose bearer did not pass, by whether it presented a token at all."""
+    message, challenge = UNAUTHORIZED[presented]
+    return ApiError("unauthorized", message, ((b"www-authenticate", challenge),))
+
+
+def too_large(limit: int, declared: bool) -> ApiError:
+    """The 413 for a body over SEMIF_MAX_BODY_BYTES, declared in Content-Length or found while reading."""
+    body = "declared body" if declared else "body"
+    return ApiError(
+        "request_too_large",
+        f"{body} over the {limit}-byte limit; the server's SEMIF_MAX_BODY_BYTES raises it",
+    )
+
+
 def envelope(code: str, message: str, param: str | None = None) -> bytes:
     """Render the contract's error body `{"error": {"code", "message"}}`, plus (extension) the
     API's `type` for the code and, when a field is to blame, its JSON path as `param`."""

@@ -5,6 +5,8 @@ answers new requests 503 with `Connection: close`, lets in-flight calls finish
 within the grace period, answers any still waiting 503, and exits 0. The port
 opens only after the model has loaded and warmed up (`Engine.start`), so a
 connection refused means "not ready yet" and a 503 `draining` means "leaving".
+On SIGHUP it re-reads the tokens file and SEMIF_CALIBRATION (service/reload.py), each
+swapped in whole or, when invalid, not at all.
 Every effective setting is logged once at startup, the token redacted. Here the
 parts meet: one Admission shared by the service (which takes and frees slots) and
 ops (which reports it), with SEMIF_MAX_WAIT_S the WaitBudget beside it, ops's
@@ -24,23 +26,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 from .config import Settings
 from .decisions import calibration_file
 from .engine.scorer import Scorer
 from .engine.worker import Engine
 from .errors import ApiError, envelope
-from .http.channel import Channel, peer_of
+from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
-from .http.exchange import Answer, Head, Reply, Route, Ticket
+from .http.exchange import Answer, Head, Reply, Ticket
 from .ops import logs
 from .ops.logs import log_settings
 from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
+from .service import callers, reload
 from .service.admission import Admission
-from .service.routes import METRICS_ROUTES, ROUTES, Service
+from .service.routes import METRICS_ROUTES, ROUTES, Endpoint, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
 
 log = logging.getLogger("semif_serve.server")
@@ -76,22 +81,23 @@ def build_scorer(settings: Settings) -> Scorer:
 class Server:
     """The listening sockets, their connections and the shared drain flag."""
 
-    def __init__(self, settings: Settings, engine: Engine) -> None:
+    def __init__(
+        self, settings: Settings, engine: Engine, table: callers.Callers | None = None
+    ) -> None:
+        """`table`: the callers, read before the model loaded (None: read from the settings now)."""
         self.settings = settings
         self.engine = engine
-        self.drain = Drain()
+        self.drain = Drain(time.monotonic)
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
-        admission = Admission(settings.max_queue)
+        admission = Admission(settings.max_queue, settings.max_queue_per_caller)
         # Extension: admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
         budget = (
             None
             if settings.max_wait_s is None
             else WaitBudget(settings.max_wait_s, WaitEstimator())
         )
-        busy = (
-            None if budget is None else lambda: {"queue": admission.refused, "wait": budget.refused}
-        )
+        busy = _busy_reasons(admission, budget, settings)
         self.ops = ops = Operations(
             settings,
             ROUTES,
@@ -103,9 +109,19 @@ class Server:
         )
         # /metrics is a route like any other; its answer lives in ops.
         self.service = Service(
-            settings, engine, admission, {"metrics": lambda head: ops.metrics_reply()}, budget
+            settings,
+            engine,
+            admission,
+            metrics=lambda head: ops.metrics_reply(),
+            budget=budget,
+            known=table,
         )
+        # Every observer is wired here: the engine's scorer calls to ops and (with a budget) the service;
+        # the estimate's error and the kinds over budget to the metrics.
+        if budget is not None:
+            engine.observers.append(self.service.scorer_call)
         engine.observers.append(self.ops.scorer_call)
+        self._calibration_shown()
         if budget is not None and ops.metrics is not None:
             budget.estimator.observers.append(ops.metrics.wait_error)
             ops.metrics.calls_over_budget(lambda: budget.over)
@@ -113,6 +129,23 @@ class Server:
         self._metrics_listener: asyncio.base_events.Server | None = None
         self.port = 0
         self.metrics_port: int | None = None
+
+    def reload(self, env: Mapping[str, str]) -> None:
+        """SIGHUP: re-read the tokens file and the calibration (service/reload.py), each counted by outcome."""
+        done = {
+            "tokens": reload.tokens(self.service),
+            "calibration": reload.calibration(self.service, env),
+        }
+        if self.ops.metrics is not None:
+            for file, outcome in done.items():
+                if outcome is not None:
+                    self.ops.metrics.reloaded(file, outcome)
+        self._calibration_shown()
+
+    def _calibration_shown(self) -> None:
+        if self.ops.metrics is not None:
+            current = self.service.calibration
+            self.ops.metrics.calibration(current.sha256, current.loaded_at)
 
     async def start(self) -> int:
         """Listen; return the bound port (SEMIF_PORT, or the one the OS chose for 0). The
@@ -131,7 +164,7 @@ class Server:
         port: int,
         connections: dict[asyncio.Task[None], HttpConnection],
         cap: int,
-        routes: Mapping[bytes, Route],
+        routes: Mapping[bytes, Endpoint],
     ) -> tuple[asyncio.base_events.Server, int]:
         def answer(head: Head) -> Reply | Ticket:
             return self.service.answer(head, routes)
@@ -157,11 +190,11 @@ class Server:
             data = full(exchange.request_id)
             channel.write(data)
             channel.close()
-            self.ops.finish(
-                exchange, Reply.error(_FULL_ERROR), peer_of(channel.transport), len(data)
-            )
+            self.ops.finish(exchange, Reply.error(_FULL_ERROR), channel.peer, 0, len(data))
             return
-        connection = HttpConnection(channel, answer, self.settings, self.drain, self.ops)
+        connection = HttpConnection(
+            channel, answer, self.settings, self.drain, self.ops, time.monotonic
+        )
         task = asyncio.get_running_loop().create_task(connection.run())
         connections[task] = connection
         task.add_done_callback(lambda ended: self._ended(ended, connections))
@@ -203,6 +236,26 @@ class Server:
             await asyncio.wait(pending, timeout=1.0)
 
 
+def _busy_reasons(
+    admission: Admission, budget: WaitBudget | None, settings: Settings
+) -> Callable[[], dict[str, int]] | None:
+    """429 busy by reason, exported only where more than the queue's can happen: with a wait budget
+    (`wait`) or a share per caller below the queue (`caller`); otherwise the exposition is as before."""
+    shared = settings.max_queue_per_caller != settings.max_queue
+    if budget is None and not shared:
+        return None
+
+    def reasons() -> dict[str, int]:
+        counts = {"queue": admission.refused}
+        if shared:
+            counts["caller"] = admission.refused_share
+        if budget is not None:
+            counts["wait"] = budget.refused
+        return counts
+
+    return reasons
+
+
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
     """`uvloop` or `asyncio`: the loop actually running, as the startup line reports it."""
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
@@ -210,8 +263,10 @@ def loop_name(loop: asyncio.AbstractEventLoop) -> str:
 
 async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
+    # Before the model loads: a tokens file that cannot be used refuses startup (exit 2, as a bad setting),
+    table = callers.for_settings(settings)
     scorer = scorer if scorer is not None else build_scorer(settings)
-    # Before the model loads: a table fitted on another model or prompt refuses startup.
+    # and so does a table fitted on another model or prompt.
     calibration_file.check_binding(
         settings.calibration,
         settings.model,
@@ -221,7 +276,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     log_settings(log, settings)  # once every setting is known valid, before the (long) load
     engine = Engine(scorer)
     await engine.start()
-    server = Server(settings, engine)
+    server = Server(settings, engine, table)
     port = await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -229,6 +284,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     # once, and it must start a drain, not kill the process (-15) with the default action.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload, os.environ)
     if (
         server.metrics_port is not None
     ):  # before the listening line: whoever reads that one may scrape at once
@@ -252,7 +308,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     try:
         await stop.wait()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
     log.info("shutting down: draining %d connection(s)", len(server.connections))

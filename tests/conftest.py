@@ -1,5 +1,6 @@
 """Fixtures: a real server on an ephemeral loopback port, driven by a given scorer; the real
-tiny model and SmolLM2, built once, and the settings that serve each through the production path."""
+tiny model, SmolLM2 and the 0.5B reading model, built once, and the settings that serve each
+through the production path."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ from typing import Any
 
 import pytest
 
-from semif_serve.builders import smollm2
+from semif_serve.builders import reading, smollm2
 from semif_serve.config import Settings
 from semif_serve.engine.scorer import Scorer
 from semif_serve.engine.worker import Engine
+from semif_serve.http.connection import Drain
 from semif_serve.server import Server
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
+from tests.reading_wheels import require_parts
 from tests.smollm2_wheel import require_gguf
+from tests.wire.memory import FakeClock, Memory
 
 Start = Callable[..., Awaitable[Server]]
 
@@ -44,6 +48,24 @@ def fake() -> FakeScorer:
     return FakeScorer()
 
 
+@pytest.fixture
+async def memory_server(fake: FakeScorer) -> Any:
+    """memory_server(**settings) -> Memory: the fake scorer behind a Server that does not listen, its
+    connections in memory on a fake clock (tests/wire/memory.py)."""
+    engines: list[Engine] = []
+
+    async def start(**overrides: object) -> Memory:
+        engine = Engine(fake)
+        await engine.start()
+        engines.append(engine)
+        clock = FakeClock()
+        return Memory(Server(settings(**overrides), engine), clock, Drain(clock))
+
+    yield start
+    for engine in engines:
+        engine.close()
+
+
 # -- the real models: the tiny one built once per module, SmolLM2 once per session ----------------
 
 
@@ -59,6 +81,15 @@ def smollm2_build() -> dict[str, str]:
     """Build (or find) SmolLM2 in the per-machine cache; skip, or under CI=true fail, without the wheel."""
     require_gguf()
     return smollm2.build()
+
+
+@pytest.fixture(scope="session")
+def reading_build() -> dict[str, str]:
+    """Build (or find) the 0.5B reading model in the per-machine cache; skip, or under CI=true
+    fail, without its parts."""
+    model = reading.MODELS["0.5b"]
+    require_parts(model)
+    return reading.build(model)
 
 
 @contextlib.contextmanager

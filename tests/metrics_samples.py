@@ -4,7 +4,9 @@ the exposition happens to spell them.
 
 Rule 1: parsing only; what a value should be is each test's business.
 Rule 2: `value` reads an absent sample as 0 (a counter nothing has moved yet); `sample` insists
-that it exists, for a series whose presence is part of what is tested."""
+that it exists, for a series whose presence is part of what is tested.
+Rule 3: labels a test does not name are summed over, as PromQL's `sum without (...)`: a test about
+refusals by code reads them over every caller; one about callers names the caller."""
 
 from __future__ import annotations
 
@@ -29,11 +31,19 @@ async def scrape(port: int) -> Samples:
     return samples
 
 
+def _matching(samples: Samples, name: str, labels: dict[str, str]) -> list[float]:
+    wanted = frozenset(labels.items())
+    return [v for (found, held), v in samples.items() if found == name and wanted <= held]
+
+
 def value(samples: Samples, name: str, **labels: str) -> float:
-    """The sample's value, 0 when it is not exposed (yet)."""
-    return samples.get((name, frozenset(labels.items())), 0.0)
+    """The sum of the samples with these labels (and any others), 0 when none is exposed (yet)."""
+    return sum(_matching(samples, name, labels))
 
 
 def sample(samples: Samples, name: str, **labels: str) -> float:
-    """The sample's value; a KeyError naming it when it is not exposed."""
-    return samples[(name, frozenset(labels.items()))]
+    """The sum of the samples with these labels (and any others); a KeyError naming it when none is exposed."""
+    matching = _matching(samples, name, labels)
+    if not matching:
+        raise KeyError((name, labels))
+    return sum(matching)

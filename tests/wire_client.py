@@ -94,10 +94,11 @@ class Connection:
         path: str,
         body: Any = None,
         headers: list[tuple[bytes, bytes]] | None = None,
+        timeout: float = 10.0,
     ) -> Response:
         raw = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
         self.send_request(method, path, raw, headers)
-        return await self.read_response()
+        return await self.read_response(timeout)
 
     async def closed_by_peer(self, timeout: float = 5.0) -> bool:
         """True when the server closed the connection (EOF), after any response bytes."""
@@ -120,11 +121,12 @@ async def request(
     path: str,
     body: Any = None,
     headers: list[tuple[bytes, bytes]] | None = None,
+    timeout: float = 10.0,
 ) -> Response:
-    """One request on a fresh connection."""
+    """One request on a fresh connection; timeout: seconds to wait for each read of the answer."""
     connection = await Connection.open(port)
     try:
-        return await connection.request(method, path, body, headers)
+        return await connection.request(method, path, body, headers, timeout)
     finally:
         await connection.close()
 

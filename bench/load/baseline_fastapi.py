@@ -52,14 +52,14 @@ def _response(reply: Reply) -> Response:
 async def _post(name: str, request: Request) -> Response:
     """Auth, then an admission slot before the body is read, as our wire layer does."""
     try:
-        service.authorize(request.headers.get("authorization", "").encode("latin-1"))
-        service.admission.enter()
+        caller = service.authorize(request.headers.get("authorization", "").encode("latin-1"))
+        service.admission.enter(caller)
     except ApiError as error:
         return _response(Reply.error(error))
     try:
         return _response(await service.post(name, await request.body()))
     finally:
-        service.admission.leave()
+        service.admission.leave(caller)
 
 
 @app.get("/health")

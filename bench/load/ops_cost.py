@@ -54,10 +54,10 @@ def cost(metrics: bool, access_log: bool, repeats: int, batches: int = 5) -> flo
     for _ in range(batches):
         started = time.process_time()
         for _ in range(repeats):
-            exchange = ops.begin(REQUEST, 200)
+            exchange = ops.begin(REQUEST)
             ops.headers(exchange, reply)
             ops.scorer_call(reply.timing)
-            ops.finish(exchange, reply, "127.0.0.1:5555", 800)
+            ops.finish(exchange, reply, "127.0.0.1:5555", 200, 800)
         best = min(best, (time.process_time() - started) / repeats)
     return best * 1e6
 

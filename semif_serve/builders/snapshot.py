@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub.file_download import repo_folder_name
@@ -52,12 +53,48 @@ LFS_SUFFIXES = frozenset(
 GIT_MAX_BYTES = 10 * 1024 * 1024
 
 
+@dataclass(frozen=True)
+class _File:
+    """One file to publish: its name, its content hash, and its bytes in memory or staged on disk
+    (a staged file is moved into its blob, so a multi-GB weight file is never held in memory)."""
+
+    name: str
+    size: int
+    sha256: bytes
+    data: bytes | None = None
+    staged: Path | None = None
+
+    @classmethod
+    def of_bytes(cls, name: str, data: bytes) -> _File:
+        return cls(name, len(data), hashlib.sha256(data).digest(), data=data)
+
+    @classmethod
+    def of_path(cls, name: str, path: Path) -> _File:
+        with open(path, "rb") as stream:
+            digest = hashlib.file_digest(stream, "sha256").digest()
+        return cls(name, path.stat().st_size, digest, staged=path)
+
+    def read(self) -> bytes:
+        return self.data if self.data is not None else Path(str(self.staged)).read_bytes()
+
+    @property
+    def etag(self) -> str:
+        """The blob name the hub gives these bytes: sha256 for an LFS file, the git blob id otherwise."""
+        if Path(self.name).suffix in LFS_SUFFIXES or self.size > GIT_MAX_BYTES:
+            return self.sha256.hex()
+        return git_hash(self.read())
+
+
+def _revision(files: list[_File]) -> str:
+    digest = hashlib.sha1()
+    for file in sorted(files, key=lambda file: file.name):
+        digest.update(file.name.encode() + b"\0" + file.sha256)
+    return digest.hexdigest()
+
+
 def revision_of(files: dict[str, bytes]) -> str:
     """A commit-like 40-hex id that changes exactly when a file name or byte does."""
-    digest = hashlib.sha1()
-    for name in sorted(files):
-        digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    return digest.hexdigest()
+    return _revision([_File.of_bytes(name, data) for name, data in files.items()])
 
 
 def repo_dir(out: Path, repo_id: str) -> Path:
@@ -67,9 +104,7 @@ def repo_dir(out: Path, repo_id: str) -> Path:
 
 def etag(name: str, data: bytes) -> str:
     """The blob name the hub gives these bytes: sha256 for an LFS file, the git blob id otherwise."""
-    if Path(name).suffix in LFS_SUFFIXES or len(data) > GIT_MAX_BYTES:
-        return hashlib.sha256(data).hexdigest()
-    return git_hash(data)
+    return _File.of_bytes(name, data).etag
 
 
 def _link(snapshot: Path, name: str, blob: Path) -> str:
@@ -77,45 +112,50 @@ def _link(snapshot: Path, name: str, blob: Path) -> str:
     return os.path.relpath(blob, (snapshot / name).parent)
 
 
-def matches(snapshot: Path, files: dict[str, bytes]) -> bool:
+def _blob_holds(blob: Path, file: _File) -> bool:
+    """The blob is present with exactly this file's bytes (hashed, so a torn or tampered one fails)."""
+    if not blob.is_file() or blob.stat().st_size != file.size:
+        return False
+    with open(blob, "rb") as stream:
+        return hashlib.file_digest(stream, "sha256").digest() == file.sha256
+
+
+def _matches(snapshot: Path, files: list[_File], etags: dict[str, str]) -> bool:
     """True when the snapshot holds exactly these files, each a link to its own blob with these bytes."""
     if not snapshot.is_dir():
         return False
     present = sorted(
         str(path.relative_to(snapshot)) for path in snapshot.rglob("*") if not path.is_dir()
     )
-    return present == sorted(files) and all(
-        _holds(snapshot, name, data) for name, data in files.items()
+    blobs = snapshot.parent.parent / "blobs"
+    return present == sorted(file.name for file in files) and all(
+        (snapshot / file.name).is_symlink()
+        and os.readlink(snapshot / file.name)
+        == _link(snapshot, file.name, blobs / etags[file.name])
+        and _blob_holds(blobs / etags[file.name], file)
+        for file in files
     )
 
 
-def _holds(snapshot: Path, name: str, data: bytes) -> bool:
-    """The entry is the hub's link to the blob named by these bytes' hash, and the blob holds them."""
-    entry, blob = snapshot / name, snapshot.parent.parent / "blobs" / etag(name, data)
-    return (
-        entry.is_symlink()
-        and os.readlink(entry) == _link(snapshot, name, blob)
-        and blob.is_file()
-        and blob.stat().st_size == len(data)
-        and blob.read_bytes() == data
-    )
-
-
-def _write_blob(blob: Path, data: bytes) -> None:
-    """Write one blob unless it already holds these bytes; a torn or tampered one is replaced."""
-    if blob.is_file() and blob.stat().st_size == len(data) and blob.read_bytes() == data:
+def _write_blob(blob: Path, file: _File) -> None:
+    """Put one blob in place unless it already holds these bytes; a torn or tampered one is replaced.
+    A staged file is renamed in (same filesystem), bytes are written beside the blob and renamed."""
+    if _blob_holds(blob, file):
+        return
+    if file.staged is not None:
+        os.replace(file.staged, blob)
         return
     handle, staging = tempfile.mkstemp(prefix=".staging-", dir=blob.parent)
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
+            stream.write(file.read())
         os.replace(staging, blob)
     finally:
         if os.path.exists(staging):
             os.unlink(staging)
 
 
-def _write_snapshot(snapshot: Path, files: dict[str, bytes]) -> None:
+def _write_snapshot(snapshot: Path, files: list[_File], etags: dict[str, str]) -> None:
     """Blobs first, then links written beside the target and renamed, so a reader never
     sees half a snapshot or a link to a blob that is not there yet."""
     blobs = snapshot.parent.parent / "blobs"
@@ -123,12 +163,12 @@ def _write_snapshot(snapshot: Path, files: dict[str, bytes]) -> None:
     snapshot.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=snapshot.parent))
     try:
-        for name, data in files.items():
-            blob = blobs / etag(name, data)
-            _write_blob(blob, data)
-            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        for file in files:
+            blob = blobs / etags[file.name]
+            _write_blob(blob, file)
+            (staging / file.name).parent.mkdir(parents=True, exist_ok=True)
             # staging sits beside the snapshot, so the same relative target holds after the rename.
-            os.symlink(_link(snapshot, name, blob), staging / name)
+            os.symlink(_link(snapshot, file.name, blob), staging / file.name)
         if snapshot.exists():
             shutil.rmtree(snapshot)
         os.replace(staging, snapshot)
@@ -161,14 +201,28 @@ def settings(out: Path, repo_id: str, revision: str) -> dict[str, str]:
 
 def publish(out: Path, repo_id: str, files: dict[str, bytes], label: str) -> dict[str, str]:
     """Write the snapshot under out (unless an identical one is there) and return its settings."""
+    return _publish(
+        out, repo_id, [_File.of_bytes(name, data) for name, data in files.items()], label
+    )
+
+
+def publish_folder(out: Path, repo_id: str, folder: Path, label: str) -> dict[str, str]:
+    """Publish the files of a flat folder, moving each into its blob (folder must be on out's
+    filesystem); what is left in the folder afterwards is the caller's to remove."""
+    files = [_File.of_path(path.name, path) for path in sorted(folder.iterdir())]
+    return _publish(out, repo_id, files, label)
+
+
+def _publish(out: Path, repo_id: str, files: list[_File], label: str) -> dict[str, str]:
     out = out.resolve()
-    revision = revision_of(files)
+    revision = _revision(files)
     repo = repo_dir(out, repo_id)
     snapshot = repo / "snapshots" / revision
-    if matches(snapshot, files):
+    etags = {file.name: file.etag for file in files}
+    if _matches(snapshot, files, etags):
         print(f"{label}: snapshot {revision} already present", file=sys.stderr)
     else:
         print(f"{label}: writing snapshot {revision}", file=sys.stderr)
-        _write_snapshot(snapshot, files)
+        _write_snapshot(snapshot, files, etags)
     _write_ref(repo, revision)
     return settings(out, repo_id, revision)

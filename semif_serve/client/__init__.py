@@ -15,7 +15,7 @@ command).
 
 from .bodies import Question
 from .clients import AsyncClient, Client
-from .errors import ApiError, DeadlineExceeded, SemifError, TransportError
+from .errors import ApiError, DeadlineExceeded, MissingToken, SemifError, TransportError
 from .results import Averaged, Calibrated, Combined, Decided, Health, Result, Shared, Timing
 from .retry import RetryPolicy
 
@@ -29,6 +29,7 @@ __all__ = [
     "DeadlineExceeded",
     "Decided",
     "Health",
+    "MissingToken",
     "Question",
     "Result",
     "RetryPolicy",

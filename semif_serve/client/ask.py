@@ -10,21 +10,22 @@ plain string otherwise: `--state '{"ticket": "printer on fire"}'` sends an objec
 whose JSON is neither an object nor an array: the text itself is sent).
 
 Exit status: 0 answered; 1 the call failed (a refusal prints the envelope's message,
-code, status and request id on stderr); 2 bad usage or no token.
+code, status and request id on stderr; no server at `--url` says so at once, unless
+`--wait-for-server`); 2 bad usage or no token.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from .clients import TOKEN_ENV, Client
-from .errors import SemifError
+from .errors import MissingToken, SemifError
 from .results import Averaged, Decided
+from .retry import RetryPolicy
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_FAILED = 1
@@ -93,6 +94,12 @@ def parser() -> argparse.ArgumentParser:
         "--deadline", type=seconds, default=30.0, help="seconds for the call, retries included"
     )
     parse.add_argument(
+        "--wait-for-server",
+        action="store_true",
+        help="retry a refused connection until the deadline (a server still starting), "
+        "instead of failing at once",
+    )
+    parse.add_argument(
         "--json", action="store_true", help="print the server's JSON instead of a table"
     )
     return parse
@@ -132,11 +139,9 @@ def _number(value: float) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if not os.environ.get(TOKEN_ENV):
-        print(f"semif-serve ask: set {TOKEN_ENV} to the server's bearer token", file=sys.stderr)
-        return EXIT_USAGE
+    policy = RetryPolicy(deadline=args.deadline, wait_for_server=args.wait_for_server)
     try:
-        with Client(args.url, deadline=args.deadline) as client:
+        with Client(args.url, retry=policy) as client:
             result = client.decide(
                 args.state,
                 args.question,
@@ -145,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 orderings=args.orderings,
                 workload=args.workload,
             )
+    except MissingToken:
+        print(f"semif-serve ask: set {TOKEN_ENV} to the server's bearer token", file=sys.stderr)
+        return EXIT_USAGE
     except SemifError as error:
         status = f"HTTP {error.status}, " if error.status is not None else ""
         print(

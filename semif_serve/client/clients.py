@@ -29,7 +29,7 @@ import httpx
 
 from . import bodies, results
 from .bodies import Options, Question, State
-from .errors import TransportError
+from .errors import MissingToken, TransportError
 from .retry import Attempts, Next, RetryPolicy
 
 TOKEN_ENV = "SEMIF_API_TOKEN"
@@ -48,6 +48,7 @@ class Call(Generic[R]):
     body: Any
     read: Callable[[Any], R]
     ok: tuple[int, ...] = (200,)
+    bearer: bool = True  # the endpoint needs the token
     retry: bool = True
     deadline: float | None = None
     request_id: str | None = None
@@ -56,6 +57,14 @@ class Call(Generic[R]):
 def _describe(error: Exception) -> str:
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether the connection was refused (nothing listens there): httpx and httpcore wrap the OSError."""
+    seen: BaseException | None = error
+    while seen is not None and not isinstance(seen, ConnectionRefusedError):
+        seen = seen.__cause__ or seen.__context__
+    return seen is not None
 
 
 class _Base:
@@ -68,6 +77,25 @@ class _Base:
         self.policy = retry if retry is not None else RetryPolicy(deadline=deadline)
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
+
+    def _begin(self, call: Call[Any]) -> Attempts:
+        """Open a call's attempts; a call that needs the token and has none is refused here, unsent."""
+        attempts = self.policy.begin(call.request_id, call.deadline, call.retry)
+        if call.bearer and not self._headers:
+            raise MissingToken(
+                f"{call.method} {call.path} needs the server's bearer token: "
+                f"pass token= or set {TOKEN_ENV}",
+                attempts.request_id,
+            )
+        return attempts
+
+    def _no_response(self, error: httpx.TransportError, attempts: Attempts) -> Next:
+        """An attempt that got no response, described for the caller and handed to the policy."""
+        refused = _refused(error)
+        message = (
+            f"cannot connect to {self.url}: is the server running?" if refused else _describe(error)
+        )
+        return attempts.no_response(message, isinstance(error, httpx.TimeoutException), refused)
 
     @staticmethod
     def _decide(
@@ -114,6 +142,7 @@ class _Base:
             None,
             results.Health.from_json,
             ok=(200, 503),
+            bearer=False,
             retry=False,
             deadline=deadline,
             request_id=request_id,
@@ -196,7 +225,7 @@ class Client(_Base):
         return self._run(self._health(deadline, request_id))
 
     def _run(self, call: Call[R]) -> R:
-        attempts = self.policy.begin(call.request_id, call.deadline, call.retry)
+        attempts = self._begin(call)
         while True:
             timeout = attempts.start()
             step = self._attempt(
@@ -210,7 +239,7 @@ class Client(_Base):
         try:
             response = self._http.send(request, stream=True)
         except httpx.TransportError as error:
-            return attempts.no_response(_describe(error), isinstance(error, httpx.TimeoutException))
+            return self._no_response(error, attempts)
         try:
             chunks = []
             for chunk in response.iter_bytes():
@@ -286,7 +315,7 @@ class AsyncClient(_Base):
         return await self._run(self._health(deadline, request_id))
 
     async def _run(self, call: Call[R]) -> R:
-        attempts = self.policy.begin(call.request_id, call.deadline, call.retry)
+        attempts = self._begin(call)
         while True:
             timeout = attempts.start()
             request = self._request(self._http, call, attempts, timeout)
@@ -305,7 +334,7 @@ class AsyncClient(_Base):
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TransportError as error:
-            return attempts.no_response(_describe(error), isinstance(error, httpx.TimeoutException))
+            return self._no_response(error, attempts)
         try:
             body = await response.aread()
         except httpx.TimeoutException:

@@ -19,6 +19,7 @@ CLIENT_CODES = {
     "incomplete_response": "the server closed the connection in the middle of a response",
     "bad_response": "the response was not the JSON the contract describes",
     "deadline_exceeded": "the call's total deadline passed",
+    "no_token": "a call that needs the bearer token, with none to send: refused before any request",
 }
 
 
@@ -89,6 +90,14 @@ class TransportError(SemifError):
         if code not in CLIENT_CODES:
             raise KeyError(f"unknown client error code {code!r}")
         super().__init__(status, code, message, request_id, attempts)
+
+
+class MissingToken(SemifError):
+    """A protected call with no token (none given, SEMIF_API_TOKEN unset): nothing was sent,
+    since the server could only answer 401. GET /health needs none."""
+
+    def __init__(self, message: str, request_id: str) -> None:
+        super().__init__(None, "no_token", message, request_id, 0)
 
 
 class DeadlineExceeded(SemifError):

@@ -13,8 +13,10 @@ it, the client reports one of three things:
 - `answered(status, headers, body)`: a complete response. 200 gives the JSON back;
   a 429 `busy`, any 503 or a 408 gives a pause; any other status raises its `ApiError`
   at once (a 422 is never sent twice).
-- `no_response(message, timed_out)`: nothing came back (refused, reset, closed before
-  the status line: a stale keep-alive connection reads like this). Retried.
+- `no_response(message, timed_out, refused)`: nothing came back (refused, reset, closed
+  before the status line: a stale keep-alive connection reads like this). Retried, except a
+  connection refused at the first attempt: no server listens there, and the caller hears so
+  at once, unless the policy is told to wait for a server (`wait_for_server`) that is starting.
 - `broken(status, message)`: the response started and then broke. Never retried:
   the server did the work, and the caller should hear that rather than wait.
 
@@ -74,6 +76,7 @@ class RetryPolicy:
     deadline: float = 30.0
     base: float = 0.05
     cap: float = 2.0
+    wait_for_server: bool = False  # retry a connection refused at the first attempt too
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     rng: Callable[[], float] = field(default_factory=lambda: random.Random().random, repr=False)
 
@@ -167,12 +170,14 @@ class Attempts:
             raise error
         return self._pause(error, error.retry_after)
 
-    def no_response(self, message: str, timed_out: bool = False) -> Next:
-        """Nothing came back from this attempt: retried while time is left."""
+    def no_response(self, message: str, timed_out: bool = False, refused: bool = False) -> Next:
+        """Nothing came back from this attempt: retried while time is left, but for a connection
+        refused at the first attempt (nothing listens there) unless the policy waits for a server."""
         if timed_out and self.remaining() <= 0:
             raise self.expired("no answer before the deadline")
         error = TransportError("connection_failed", message, self.request_id, self.count)
-        if not self.retry:
+        first_refusal = refused and self.count == 1 and not self.policy.wait_for_server
+        if not self.retry or first_refusal:
             raise error
         return self._pause(error, None)
 

@@ -41,6 +41,25 @@ Loaded = tuple[Any, Any, dict[str, Any]]
 ModelLoader = Callable[[Settings, str, str, ModuleType], Loaded]
 
 
+class CudaKernelAdvice(logging.Filter):
+    """Drops transformers' advice to install `causal_conv1d` or `flash-linear-attention` (Qwen3.5's
+    linear-attention kernels), which are CUDA kernels: on the CPU it cannot apply, so it is noise
+    in every start's log. Any other record passes; on CUDA the advice is not filtered."""
+
+    PACKAGES = ("causal_conv1d", "flash-linear-attention")
+    LOGGER = "transformers.integrations.hub_kernels"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (
+            "is falling back to its reference PyTorch implementation" in message
+            and any(f"because `{name}` is not installed" in message for name in self.PACKAGES)
+        )
+
+
+CUDA_KERNEL_ADVICE = CudaKernelAdvice()
+
+
 def _log_through_root(transformers: ModuleType) -> None:
     """transformers writes to stderr through a handler of its own and draws progress bars;
     both would break SEMIF_LOG_FORMAT=json's one JSON object per stderr line. Its records
@@ -67,6 +86,10 @@ def load_model(settings: Settings, device: str, dtype: str, torch: ModuleType) -
     import transformers
 
     _log_through_root(transformers)
+    if device == "cpu":
+        logging.getLogger(CudaKernelAdvice.LOGGER).addFilter(
+            CUDA_KERNEL_ADVICE
+        )  # added once, however many loads
     common = {"revision": settings.revision, "local_files_only": True, "trust_remote_code": False}
     config = transformers.AutoConfig.from_pretrained(settings.model, **common)
     tokenizer = transformers.AutoTokenizer.from_pretrained(settings.model, **common)

@@ -1,63 +1,38 @@
 """The wire: one asyncio task per connection, turning h11 events into actions.
 
-Rule 1: one phase per connection (`Phase`), set at each transition by `_enter`, which
-refuses any step TRANSITIONS does not list; who may close it, how it closes and
-what a deadline answers are read from the phase alone:
+Rule 1: the phase moves only by phases.after (http/phases.py holds the table); who may
+close the connection, how it closes and what a deadline answers are read from the phase.
+Rule 2: one question per request head. The wire frames the head, runs its own checks
+(`head_refusal`), asks the application once (`answer`): a Reply it writes, or a Ticket
+whose body it reads (`body_refusal` before each chunk is kept) and whose reply it writes,
+releasing the ticket however the exchange ends. It names no route.
+Rule 3: every wait has a deadline, counted on the injected clock and handed to the
+channel as a timeout; a client that leaves while its request waits never reaches the scorer.
+Rule 4: bytes come and go through a channel.Channel (never a socket or a transport); each
+response goes out through `_send`, which hands ops.Operations the byte counts and keeps no
+log or metric itself.
 
-    WAITING    nothing of the next request received (a new connection, or between
-               keep-alive requests)          -> HEAD, REFUSING, CLOSING
-    HEAD       bytes of a head received: reading it, the wire's own checks, the
-               application's answer          -> HEARD, BODY, REFUSING, CLOSING
-    HEARD      a head with no body, read whole -> SCORING, ANSWERING, CLOSING
-    BODY       the answer was a ticket: reading the body it takes
-                                             -> SCORING, REFUSING, CLOSING
-    SCORING    read whole; the ticket works  -> ANSWERING, CLOSING
-    ANSWERING  writing the reply to a request read whole
-                                             -> WAITING, HEAD (pipelined), CLOSING
-    REFUSING   writing a reply before the request was read whole (a refusal, a GET
-               whose body is left unread, 408, 503 at shutdown); it may still be
-               sending, so the connection closes, lingering -> CLOSING
-    CLOSING    flushing and closing          -> (end)
-
-`closable` (shutdown may close it at once) is WAITING with no byte held unread by
-the channel: bytes that arrive while the task sleeps are a head begun
-(`_caught_up`). A close lingers (http/channel.py Rule 5) from HEAD, BODY and REFUSING.
-A deadline in HEAD answers 408, in WAITING closes silently, in BODY answers 408.
-Rule 2: one question per request head. The wire frames the head and runs the
-framing checks (loose bytes, size, both framings, a repeated SINGLETON), then asks
-the application once (`answer`, routes.Answer): a Reply it writes, or a Ticket
-whose body it reads and whose reply it writes, releasing the ticket however the
-exchange ends. It names no route, holds no admission slot and reads no body the
-application did not take.
-
-h11 owns HTTP/1.1 framing (it validates Content-Length as plain ASCII digits,
-chunked encoding, header sizes); this loop owns the policy around it: a head h11
-tolerates but another parser could frame differently is refused, every
-check on a head runs before a single body byte is kept, the body limit
-is checked before each chunk is kept, every wait has a deadline, and a client
-that leaves while its request waits never reaches the scorer. A field whose
-repetition is ambiguous (SINGLETONS) is refused 400: a proxy in front may have
-checked the other copy. Each response goes out through `_send`, the one place
-that asks ops.Operations for its request id and Retry-After and reports it
-written; the loop itself keeps no log or metric. Bytes come and go through a
-channel.Channel: this module never touches a socket or a transport.
+h11 owns HTTP/1.1 framing (it validates Content-Length as plain ASCII digits, chunked
+encoding, header sizes); this loop owns the policy around it: a head h11 tolerates but
+another parser could frame differently is refused, and every check on a head runs before
+a single body byte is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 import h11
 
 from ..config import Settings
 from ..errors import ApiError, excerpt
-from .channel import Channel, peer_of
-from .exchange import Answer, Exchange, Head, Reply, Ticket
+from .channel import Channel
+from .exchange import Answer, Exchange, Head, Reply, Ticket, body_refusal
+from .phases import REPLIED, STILL_SENDING, Phase, Step, after
 
 # How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
 LINGER_S = 1.0
@@ -78,70 +53,24 @@ SINGLETONS = frozenset({b"authorization", b"x-request-id"})
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 # What h11's next_event returns (the wire reads on while it is NEED_DATA).
 Received = h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]
+# Seconds from an arbitrary start: time.monotonic in a server, a test's own clock in a test.
+Clock = Callable[[], float]
 
 
 class Observer(Protocol):
     """Who the wire reports each exchange to (ops.operations.Operations, wired by the server): it opens
     the exchange's record, adds the headers every response carries, and hears when it is written."""
 
-    def begin(
-        self, request: h11.Request | None, head_bytes: int = 0, request_id: bytes | None = None
-    ) -> Exchange:
+    def begin(self, request: h11.Request | None, request_id: bytes | None = None) -> Exchange:
         """The record of a parsed head (with the X-Request-Id it carried once), or of bytes that never became one."""
 
     def headers(self, exchange: Exchange, reply: Reply) -> list[tuple[bytes, bytes]]:
         """The operational headers the reply goes out with."""
 
-    def finish(self, exchange: Exchange, reply: Reply, peer: str, bytes_out: int) -> None:
-        """The response is written."""
-
-
-class Phase:
-    """Where one connection stands (Rule 1). Compared by identity, as h11's state sentinels are: an
-    Enum's member look-up and hash cost a few hundred ns each, on every transition of every request."""
-
-    __slots__ = ("name",)
-    WAITING: ClassVar[Phase]
-    HEAD: ClassVar[Phase]
-    HEARD: ClassVar[Phase]
-    BODY: ClassVar[Phase]
-    SCORING: ClassVar[Phase]
-    ANSWERING: ClassVar[Phase]
-    REFUSING: ClassVar[Phase]
-    CLOSING: ClassVar[Phase]
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"Phase.{self.name}"
-
-
-Phase.WAITING = Phase("WAITING")
-Phase.HEAD = Phase("HEAD")
-Phase.HEARD = Phase("HEARD")
-Phase.BODY = Phase("BODY")
-Phase.SCORING = Phase("SCORING")
-Phase.ANSWERING = Phase("ANSWERING")
-Phase.REFUSING = Phase("REFUSING")
-Phase.CLOSING = Phase("CLOSING")
-
-TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    Phase.WAITING: frozenset({Phase.HEAD, Phase.REFUSING, Phase.CLOSING}),
-    Phase.HEAD: frozenset({Phase.HEARD, Phase.BODY, Phase.REFUSING, Phase.CLOSING}),
-    Phase.HEARD: frozenset({Phase.SCORING, Phase.ANSWERING, Phase.CLOSING}),
-    Phase.BODY: frozenset({Phase.SCORING, Phase.REFUSING, Phase.CLOSING}),
-    Phase.SCORING: frozenset({Phase.ANSWERING, Phase.CLOSING}),
-    Phase.ANSWERING: frozenset({Phase.WAITING, Phase.HEAD, Phase.CLOSING}),
-    Phase.REFUSING: frozenset({Phase.CLOSING}),
-    Phase.CLOSING: frozenset(),
-}
-# The request is read whole: a reply from here answers it, and the connection may carry another.
-READ_WHOLE = frozenset({Phase.HEARD, Phase.SCORING})
-# The client may still be sending: a close lingers so that its bytes do not turn our answer into a reset.
-STILL_SENDING = frozenset({Phase.HEAD, Phase.BODY, Phase.REFUSING})
-# A reply is already going out (or the connection is ending): shutdown adds no second one.
-ANSWERED = frozenset({Phase.ANSWERING, Phase.REFUSING, Phase.CLOSING})
+    def finish(
+        self, exchange: Exchange, reply: Reply, peer: str, bytes_in: int, bytes_out: int
+    ) -> None:
+        """The response is written, after the wire read `bytes_in` of the request and wrote `bytes_out`."""
 
 
 class ClientGone(Exception):
@@ -196,27 +125,56 @@ class Fields:
         return b"transfer-encoding" in self.first or (length is not None and int(length) > 0)
 
 
+def head_refusal(raw: bytes | bytearray, fields: Fields) -> ApiError | None:
+    """The wire's own checks on a head h11 has framed, in order; None when the application may see it.
+
+    A head over 16 KiB (h11 parses one that arrives in one read), one another parser could
+    frame differently, both framings (the request-smuggling classic, RFC 9112 6.1), or an
+    ambiguous repeat of a field we act on (a proxy in front may have checked the other copy).
+    """
+    if len(raw) > MAX_HEAD:
+        return ApiError("headers_too_large", f"request head over {MAX_HEAD} bytes")
+    if _loose(raw):
+        return ApiError(
+            "bad_request", "request head has a bare LF or CR, an obs-fold or a control byte"
+        )
+    if b"transfer-encoding" in fields.first and b"content-length" in fields.first:
+        return ApiError("bad_request", "both Content-Length and Transfer-Encoding are set")
+    if fields.repeated:
+        return ApiError(
+            "bad_request", f"the {fields.repeated[0].decode()} field appears more than once"
+        )
+    return None
+
+
 class Drain:
     """Shared shutdown state: once begun, new requests are answered 503 and closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self.active = False  # a plain attribute: every request reads it
-        self.started = 0.0  # time.monotonic() when it began
+        self.started = 0.0  # the clock when it began
 
     def begin(self) -> None:
         if not self.active:
-            self.active, self.started = True, time.monotonic()
+            self.active, self.started = True, self.clock()
 
     def seconds(self) -> float:
         """How long it has run; 0 while serving (what semif_drain_elapsed_seconds exports)."""
-        return time.monotonic() - self.started if self.active else 0.0
+        return self.clock() - self.started if self.active else 0.0
 
 
 class HttpConnection:
     """One client connection: reads events with deadlines, asks the application once per head, writes its reply."""
 
     def __init__(
-        self, channel: Channel, answer: Answer, settings: Settings, drain: Drain, ops: Observer
+        self,
+        channel: Channel,
+        answer: Answer,
+        settings: Settings,
+        drain: Drain,
+        ops: Observer,
+        clock: Clock,
     ) -> None:
         self.channel = channel
         self.answer = (
@@ -224,21 +182,14 @@ class HttpConnection:
         )
         self.settings = settings
         self.drain = drain
+        self.clock = clock
         self.conn = h11.Connection(h11.SERVER)
         self.phase = Phase.WAITING
         self.head = bytearray()  # raw bytes received since the current head began
         self.head_only = False  # the request is HEAD: its response carries no body
         self.ops = ops
-        self.peer = peer_of(channel.transport)
         self.exchange: Exchange | None = None  # the request being answered, once its head parsed
-
-    def _enter(self, phase: Phase) -> None:
-        """The one place the phase changes; a step TRANSITIONS does not list is a bug in this module."""
-        if phase not in TRANSITIONS[self.phase]:
-            raise RuntimeError(
-                f"connection phase {self.phase.name} -> {phase.name} is not a transition"
-            )
-        self.phase = phase
+        self.received = 0  # bytes of that request read: its head, then its body
 
     def _caught_up(self) -> Phase:
         """The phase, counting bytes that arrived while the task slept (held unread by the channel) as a head begun."""
@@ -252,7 +203,7 @@ class HttpConnection:
     # -- reading -------------------------------------------------------------
 
     async def _receive(self, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - self.clock()
         if remaining <= 0:
             raise Deadline
         try:
@@ -260,7 +211,7 @@ class HttpConnection:
         except TimeoutError:
             raise Deadline from None
         if data and self.phase is Phase.WAITING:
-            self._enter(Phase.HEAD)
+            self.phase = after(self.phase, Step.BEGUN)
         if self.phase is Phase.HEAD:
             self.head += data
         self.conn.receive_data(data)
@@ -272,54 +223,47 @@ class HttpConnection:
                 return event
             await self._receive(deadline)
 
-    async def _next_request(self, first: bool) -> tuple[Received, int]:
-        """The next request head and its size in bytes, under the idle and header deadlines."""
-        now = time.monotonic()
+    async def _next_request(self, first: bool) -> tuple[Received, bytearray]:
+        """The next request head and its raw bytes, under the idle and header deadlines."""
+        now = self.clock()
         self.head = bytearray(self.conn.trailing_data[0])
         self.head_only = False
         if first:  # a new connection is WAITING, under the header deadline from its start
             return await self._next_head(now + self.settings.header_timeout)
         if self.head:  # pipelined: the next head began arriving while this one was answered
-            self._enter(Phase.HEAD)
+            self.phase = after(self.phase, Step.BEGUN)
             return await self._next_head(now + self.settings.header_timeout)
         # Keep-alive: wait for the first byte under the idle timeout, then the head
         # must complete within the header timeout counted from that byte.
-        self._enter(Phase.WAITING)
+        self.phase = after(self.phase, Step.IDLE)
         await self._receive(now + self.settings.idle_timeout)
-        return await self._next_head(time.monotonic() + self.settings.header_timeout)
+        return await self._next_head(self.clock() + self.settings.header_timeout)
 
-    async def _next_head(self, deadline: float) -> tuple[Received, int]:
-        """The next event; a request head must also pass the checks h11 leaves out."""
+    async def _next_head(self, deadline: float) -> tuple[Received, bytearray]:
+        """The next event, and the raw bytes of the head when it is a request."""
         event = await self._next_event(deadline)
         if not isinstance(event, h11.Request):
-            return event, 0
+            return event, bytearray()
         self.head_only = event.method == b"HEAD"
         raw = self.head[: len(self.head) - len(self.conn.trailing_data[0])]
         self.head = bytearray()
-        if len(raw) > MAX_HEAD:
-            raise h11.RemoteProtocolError(f"request head over {MAX_HEAD} bytes", 431)
-        if _loose(raw):
-            raise h11.RemoteProtocolError(
-                "request head has a bare LF or CR, an obs-fold or a control byte", 400
-            )
-        return event, len(raw)
+        return event, raw
 
     async def _read_body(self) -> bytes:
         """The whole body, refusing before keeping any chunk that would pass the limit."""
         limit = self.settings.max_body_bytes
-        deadline = time.monotonic() + self.settings.body_timeout
+        deadline = self.clock() + self.settings.body_timeout
         chunks: list[bytes] = []
         size = 0
         while True:
             event = await self._next_event(deadline)
             if isinstance(event, h11.Data):
-                if size + len(event.data) > limit:
-                    raise ApiError("request_too_large", f"body over the {limit}-byte limit")
-                chunks.append(event.data)
                 size += len(event.data)
+                refusal = body_refusal(size, limit)
+                if refusal is not None:
+                    raise refusal
+                chunks.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
-                if self.exchange is not None:
-                    self.exchange.bytes_in += size
                 return b"".join(chunks)
             else:  # ConnectionClosed mid-body
                 raise ClientGone
@@ -327,8 +271,10 @@ class HttpConnection:
     # -- writing -------------------------------------------------------------
 
     async def _send(self, reply: Reply, close: bool = False) -> None:
-        self._enter(Phase.ANSWERING if self.phase in READ_WHOLE else Phase.REFUSING)
-        exchange = self.exchange or self.ops.begin(None, len(self.head))
+        self.phase = after(self.phase, Step.REPLY)
+        exchange, received = self.exchange, self.received
+        if exchange is None:  # bytes that never became a head
+            exchange, received = self.ops.begin(None), len(self.head)
         self.exchange = None
         fields = [
             (b"content-type", reply.content_type),
@@ -349,10 +295,9 @@ class HttpConnection:
         self.channel.write(data)
         try:
             if self.channel.write_buffer_size():  # the kernel took it all: nothing to wait for
-                async with asyncio.timeout(self.settings.idle_timeout):
-                    await self.channel.drain()
+                await self.channel.drain(self.settings.idle_timeout)
         finally:
-            self.ops.finish(exchange, reply, self.peer, len(data))
+            self.ops.finish(exchange, reply, self.channel.peer, received, len(data))
 
     async def _refuse(self, error: ApiError, close: bool) -> None:
         await self._send(Reply.error(error), close=close)
@@ -377,16 +322,16 @@ class HttpConnection:
     async def _close(self) -> None:
         """Close after flushing what is buffered; abort a peer that will not read it, or it holds the slot forever.
 
-        A client that may still be sending (STILL_SENDING: its request refused mid-head or
-        mid-body) gets a lingering close, so that its unread bytes do not turn our answer into a reset.
+        A client that may still be sending (its request refused mid-head or mid-body) gets a
+        lingering close, so that its unread bytes do not turn our answer into a reset.
         """
         sending = self._caught_up() in STILL_SENDING
-        self._enter(Phase.CLOSING)
+        self.phase = after(self.phase, Step.CLOSE)
         await self.channel.closed(self.settings.idle_timeout, LINGER_S if sending else 0.0)
 
     async def _stopped(self) -> None:
         """A request in progress (head, body or scoring) still gets an answer, never silence."""
-        if self._caught_up() is Phase.WAITING or self.phase in ANSWERED:
+        if self._caught_up() is Phase.WAITING or self.phase in REPLIED:
             return
         with contextlib.suppress(Exception):
             await self._send(
@@ -399,7 +344,7 @@ class HttpConnection:
     async def _serve_one(self, first: bool) -> bool:
         """Answer one request; True when the connection may carry another."""
         try:
-            event, head_bytes = await self._next_request(first)
+            event, raw = await self._next_request(first)
         except Deadline:
             if self.phase is Phase.HEAD:  # in WAITING nothing was asked: the connection just ends
                 await self._send(
@@ -413,7 +358,12 @@ class HttpConnection:
         if not isinstance(event, h11.Request):
             return False  # ConnectionClosed between requests
         fields = Fields(event)
-        self.exchange = self.ops.begin(event, head_bytes, fields.once(b"x-request-id"))
+        self.received = len(raw)
+        self.exchange = self.ops.begin(event, fields.once(b"x-request-id"))
+        refusal = head_refusal(raw, fields)
+        if refusal is not None:  # ambiguous: close rather than guess where the next head begins
+            await self._refuse(refusal, close=True)
+            return False
         try:
             return await self._dispatch(event, fields)
         except Deadline:
@@ -427,7 +377,7 @@ class HttpConnection:
 
     async def _protocol_error(self, error: h11.RemoteProtocolError) -> None:
         """h11 refused the bytes: answer in the envelope (if we still may) and close."""
-        if self.phase in ANSWERED:
+        if self.phase in REPLIED:
             return
         status = error.error_status_hint
         code = PROTOCOL_CODES.get(status, "bad_request")
@@ -436,30 +386,11 @@ class HttpConnection:
         await self._refuse(ApiError(code, message), close=True)
 
     async def _dispatch(self, request: h11.Request, fields: Fields) -> bool:
-        """Run the wire's framing checks, ask the application once, then read the body a ticket takes."""
+        """Ask the application once, then read the body a ticket takes."""
         unread = fields.has_body
         if not unread:  # an empty body: let h11 reach EndOfMessage so the connection can be reused
-            await self._next_event(time.monotonic() + self.settings.body_timeout)
-            self._enter(Phase.HEARD)
-        if (
-            fields.get(b"transfer-encoding") is not None
-            and fields.get(b"content-length") is not None
-        ):
-            # Both framings is the request-smuggling classic: refuse and close on every route (RFC 9112 6.1).
-            await self._refuse(
-                ApiError("bad_request", "both Content-Length and Transfer-Encoding are set"), unread
-            )
-            return self._reusable()
-        if (
-            fields.repeated
-        ):  # the head is ambiguous: close rather than guess where the next request begins
-            await self._refuse(
-                ApiError(
-                    "bad_request", f"the {fields.repeated[0].decode()} field appears more than once"
-                ),
-                close=True,
-            )
-            return False
+            await self._next_event(self.clock() + self.settings.body_timeout)
+            self.phase = after(self.phase, Step.NO_BODY)
         answer = self.answer(Head(request.method, request.target, fields.first, self.drain.active))
         if isinstance(answer, Reply):
             await self._send(answer, close=unread or answer.close)
@@ -473,16 +404,17 @@ class HttpConnection:
         """The body the ticket takes, then its reply."""
         try:
             if unread:
-                self._enter(Phase.BODY)
+                self.phase = after(self.phase, Step.TAKEN)
             if self.conn.they_are_waiting_for_100_continue:
                 self.channel.write(
                     self.conn.send(h11.InformationalResponse(status_code=100, headers=[]))
                 )
             body = await self._read_body() if unread else b""
+            self.received += len(body)
         except ApiError as error:
             await self._refuse(error, close=True)
             return False
-        self._enter(Phase.SCORING)
+        self.phase = after(self.phase, Step.READ)
         if self.channel.gone:  # it sent its request and left: it never reaches the scorer
             raise ClientGone
         reply = await self._until_client_leaves(ticket.take(body))

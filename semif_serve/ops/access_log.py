@@ -2,7 +2,7 @@
 
 Rules: a line carries only the fields below, all derived by the server itself:
 never a header value other than the request id, never the token (right or
-wrong), never a body or a message built from one (a 422's message may quote the
+wrong: the caller's name it identified, or `-`), never a body or a message built from one (a 422's message may quote the
 body, so only its code is logged), never the query string. Format (text or JSON)
 is logs.py's business, not this module's.
 
@@ -30,6 +30,7 @@ class AccessRecord:
 
     request_id: str
     peer: str
+    caller: str  # the caller's name (extension), never its token; "-": not authenticated
     method: str
     path: str
     status: int
@@ -46,6 +47,7 @@ def write(record: AccessRecord) -> None:
     fields = {
         "request_id": record.request_id,
         "peer": record.peer,
+        "caller": record.caller,
         "method": record.method,
         "path": record.path,
         "status": record.status,

@@ -3,7 +3,8 @@
 Rules: the only module that imports prometheus_client. Names follow Prometheus
 conventions: `semif_` prefix, base units (seconds, bytes), `_total` on counters.
 Labels have bounded values only: a route is one of the known paths or `other`,
-never the raw target; a code is a row of errors.STATUS. No request content, id,
+never the raw target; a code is a row of errors.STATUS; a caller is a name of the
+tokens file (at most 64) or `-`, never a token. No request content, id,
 peer or header ever becomes a label or a value.
 
 Theory: one registry per server (tests run several in one process). Per-request
@@ -119,8 +120,8 @@ class _BusyRefusals(Collector):
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(
             "semif_busy_refusals",
-            "429 busy by reason: queue (SEMIF_MAX_QUEUE, before "
-            "the body) or wait (SEMIF_MAX_WAIT_S, after it).",
+            "429 busy by reason: queue (SEMIF_MAX_QUEUE, before the body), caller "
+            "(SEMIF_MAX_QUEUE_PER_CALLER, before the body) or wait (SEMIF_MAX_WAIT_S, after it).",
             labels=("reason",),
         )
         for reason, count in self._counts().items():
@@ -162,8 +163,8 @@ class Metrics:
         self.registry = registry = CollectorRegistry(auto_describe=True)
         self._requests = Counter(
             "semif_http_requests",
-            "HTTP requests answered, by route and status.",
-            ("route", "status"),
+            "HTTP requests answered, by route, status and caller (- for none).",
+            ("route", "status", "caller"),
             registry=registry,
         )
         self._duration = Histogram(
@@ -193,20 +194,23 @@ class Metrics:
             registry=registry,
         )
         self._refusals = Counter(
-            "semif_refusals", "Error responses, by error code.", ("code",), registry=registry
+            "semif_refusals",
+            "Error responses, by error code and caller (- for none).",
+            ("code", "caller"),
+            registry=registry,
         )
         self._oom = Counter(
             "semif_out_of_memory_events",
             "Scorer calls that ran out of accelerator memory.",
             registry=registry,
         )
-        decisions = Counter(
+        self._decisions = Counter(
             "semif_decisions",
-            "Decisions answered, by orderings method (none, rotations, all, prior).",
-            ("method",),
+            "Decisions answered, by orderings method (none, rotations, all, prior) and caller.",
+            ("method", "caller"),
             registry=registry,
         )
-        self._per_method = {method: decisions.labels(method) for method in ORDERINGS}
+        self._per_method: dict[tuple[str, str], Any] = {}
         Gauge(
             "semif_requests_in_progress",
             "POSTs holding an admission slot (queued or scoring).",
@@ -235,6 +239,21 @@ class Metrics:
             {key: "" if info.get(key) is None else str(info[key]) for key in INFO_KEYS}
         )
         registry.register(_CudaMemory(facts))
+        self._reloads = Counter(
+            "semif_reloads",
+            "SIGHUP reloads by file (tokens, calibration) and outcome (ok; invalid: the old one kept).",
+            ("file", "outcome"),
+            registry=registry,
+        )
+        for file in ("tokens", "calibration"):
+            for outcome in ("ok", "invalid"):
+                self._reloads.labels(file, outcome)
+        self._calibration = Info(
+            "semif_calibration",
+            "The SEMIF_CALIBRATION file served: its sha256 (empty without one) and when it was "
+            "loaded (unix seconds).",
+            registry=registry,
+        )
         self._wait_error: Any = None
         if (
             busy_refusals is not None
@@ -247,22 +266,28 @@ class Metrics:
                 buckets=ERROR_BUCKETS,
                 registry=registry,
             )
-        self._per_request: dict[tuple[str, int, str | None], tuple[Any, Any, Any]] = {}
+        self._per_request: dict[tuple[str, int, str | None, str], tuple[Any, Any, Any]] = {}
         self._per_call: dict[str, tuple[Any, Any]] = {}
+        # Every refusal code and orderings method at 0 from the start, for the unauthenticated `-` only: a
+        # named caller's series appear with its first request, so /metrics never lists the callers.
         for code in STATUS:
-            self._refusals.labels(code)
+            self._refusals.labels(code, "-")
+        for method in ORDERINGS:
+            self._per_method[(method, "-")] = self._decisions.labels(method, "-")
         for kind in KINDS:
             self._bind_call(kind)
 
-    def request(self, route: str, status: int, code: str | None, seconds: float) -> None:
-        children = self._per_request.get((route, status, code))
+    def request(
+        self, route: str, status: int, code: str | None, seconds: float, caller: str = "-"
+    ) -> None:
+        children = self._per_request.get((route, status, code, caller))
         if (
             children is None
         ):  # labels() is the costly part of an increment: bound once per combination
-            children = self._per_request[(route, status, code)] = (
-                self._requests.labels(route, str(status)),
+            children = self._per_request[(route, status, code, caller)] = (
+                self._requests.labels(route, str(status), caller),
                 self._duration.labels(route),
-                None if code is None else self._refusals.labels(code),
+                None if code is None else self._refusals.labels(code, caller),
             )
         requests, duration, refusals = children
         requests.inc()
@@ -270,10 +295,13 @@ class Metrics:
         if refusals is not None:
             refusals.inc()
 
-    def decisions(self, methods: tuple[str, ...]) -> None:
+    def decisions(self, methods: tuple[str, ...], caller: str = "-") -> None:
         """One answered request's decisions, each under its orderings method (an empty tuple: none)."""
         for method in methods:
-            self._per_method[method].inc()
+            child = self._per_method.get((method, caller))
+            if child is None:
+                child = self._per_method[(method, caller)] = self._decisions.labels(method, caller)
+            child.inc()
 
     def scorer_call(
         self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool
@@ -288,6 +316,13 @@ class Metrics:
     def wait_error(self, predicted: float, actual: float) -> None:
         """One admitted request's call ended: how far its wait was from the estimate (registered only with a budget)."""
         self._wait_error.observe(actual - predicted)
+
+    def reloaded(self, file: str, outcome: str) -> None:
+        self._reloads.labels(file, outcome).inc()
+
+    def calibration(self, sha256: str | None, loaded_at: float) -> None:
+        """The calibration now served (at start and after each reload)."""
+        self._calibration.info({"sha256": sha256 or "", "loaded_at": f"{loaded_at:.3f}"})
 
     def calls_over_budget(self, over: Callable[[], dict[str, bool]]) -> None:
         """With SEMIF_MAX_WAIT_S: export, per kind, whether one call alone exceeds the budget."""

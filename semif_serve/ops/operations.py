@@ -76,20 +76,17 @@ class Operations:
 
     # -- the wire's side ------------------------------------------------------------------
 
-    def begin(
-        self, request: h11.Request | None, head_bytes: int = 0, request_id: bytes | None = None
-    ) -> Exchange:
+    def begin(self, request: h11.Request | None, request_id: bytes | None = None) -> Exchange:
         """Open the exchange for a parsed head (and the X-Request-Id it carried once, if any),
         or for bytes that never became one."""
         if request is None:
-            return Exchange(request_ids.generate(), "-", "-", "other", bytes_in=head_bytes)
+            return Exchange(request_ids.generate(), "-", "-", "other")
         path = request_target.path(request.target)
         return Exchange(
             request_ids.accept(request_id),
             _printable(request.method, 16),
             _printable(path, 200),
             self.labels.get(path, "other"),
-            bytes_in=head_bytes,
         )
 
     def headers(self, exchange: Exchange, reply: Reply) -> list[tuple[bytes, bytes]]:
@@ -105,24 +102,27 @@ class Operations:
             fields.append((b"retry-after", b"%d" % self.retry_after.unavailable()))
         return fields
 
-    def finish(self, exchange: Exchange, reply: Reply, peer: str, bytes_out: int) -> None:
-        """The response is written: log it and count it."""
+    def finish(
+        self, exchange: Exchange, reply: Reply, peer: str, bytes_in: int, bytes_out: int
+    ) -> None:
+        """The response is written (the wire read `bytes_in` of the request): log it and count it."""
         total = time.perf_counter() - exchange.started
         if self.metrics is not None:
-            self.metrics.request(exchange.route, reply.status, reply.code, total)
-            self.metrics.decisions(reply.orderings)
+            self.metrics.request(exchange.route, reply.status, reply.code, total, reply.caller)
+            self.metrics.decisions(reply.decision_methods, reply.caller)
         if self.access_log:
             timing = reply.timing
             access_log.write(
                 access_log.AccessRecord(
                     exchange.request_id,
                     peer,
+                    reply.caller,
                     exchange.method,
                     exchange.path,
                     reply.status,
                     reply.code,
                     timing.rows if timing is not None else 0,
-                    exchange.bytes_in,
+                    bytes_in,
                     bytes_out,
                     timing.queued if timing is not None else None,
                     timing.scoring if timing is not None else None,

@@ -13,9 +13,9 @@ first call measures it; borrowing the other kind's figure would price a shared r
 as a direct one, refuse every shared request and never measure one.
 Rule 3: a refused request never enters: only `admit` adds rows ahead, only the
 `Admitted` it returns takes them away (`leave`, once, whatever the outcome).
-Rule 4: pure bookkeeping: no I/O, no asyncio, no metrics. Its refusal is data, an
-ApiError whose one header is its own Retry-After, held to the contract's 1..60 by
-http/exchange.py's `retry_after` (ops then adds none). The clock is injected (tests pass a
+Rule 4: pure bookkeeping: no I/O, no asyncio, no metrics, no HTTP. Its refusal is a domain
+value, OverBudget (the estimate and the budget); the service answers it 429 busy with the
+estimate as its Retry-After (ops then adds none). The clock is injected (tests pass a
 fake one); observers of the estimate's error are callables.
 
 Theory of operation: the service asks `WaitBudget.admit(kind, rows)` once the body is
@@ -39,8 +39,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..engine.worker import KINDS
-from ..errors import ApiError
-from ..http.exchange import retry_after
 
 WINDOW = 64  # recent scorer calls of a kind the per-row time averages over
 
@@ -120,6 +118,15 @@ class WaitEstimator:
                 observe(admitted.estimate.seconds, started - admitted.since)
 
 
+class OverBudget(Exception):
+    """A request the budget refused: its estimate and the budget (the service answers 429 busy)."""
+
+    def __init__(self, estimate: Estimate, budget: float) -> None:
+        super().__init__(refusal_message(estimate, budget))
+        self.estimate = estimate
+        self.budget = budget
+
+
 class WaitBudget:
     """Refuses, before it joins the queue, a request whose estimated wait exceeds the budget."""
 
@@ -141,16 +148,12 @@ class WaitBudget:
         return self.over[kind] and not was
 
     def admit(self, kind: str, rows: int) -> Admitted:
-        """Admit the request or raise 429 `busy` naming the budget, Retry-After the time until the rows
-        ahead drain (1..60 s). With nothing ahead the estimate is 0: always admitted."""
+        """Admit the request or raise OverBudget, whose estimate is the time until the rows ahead drain.
+        With nothing ahead the estimate is 0: always admitted."""
         estimate = self.estimator.estimate(kind, rows)
         if estimate.seconds > self.seconds:
             self.refused += 1
-            raise ApiError(
-                "busy",
-                refusal_message(estimate, self.seconds),
-                ((b"retry-after", b"%d" % retry_after(estimate.seconds)),),
-            )
+            raise OverBudget(estimate, self.seconds)
         return self.estimator.enter(estimate)
 
 

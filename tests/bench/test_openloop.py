@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bench.common import procs
@@ -266,6 +268,19 @@ def test_a_shared_servers_backlog_drains_before_the_next_cell() -> None:
                 connection.close()
 
 
+MARK = "OPENLOOP_TEST_RUN"  # in the environment of every process one run started
+
+
+def marked(run: str) -> list[int]:
+    """The processes still running with MARK=run in their environment."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):  # gone, a zombie, or another user's
+            if process.environ().get(MARK) == run:
+                found.append(process.pid)
+    return found
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_it_stops_its_servers_and_keeps_what_it_measured(
     stop: signal.Signals, tmp_path: Path
@@ -282,7 +297,7 @@ def test_a_signal_stops_it_stops_its_servers_and_keeps_what_it_measured(
     shell = subprocess.Popen(
         ["bash", "-c", script],
         cwd=procs.ROOT,
-        env={**os.environ, "SEMIF_API_TOKEN": TOKEN},
+        env={**os.environ, "SEMIF_API_TOKEN": TOKEN, MARK: str(tmp_path)},
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -306,6 +321,7 @@ def test_a_signal_stops_it_stops_its_servers_and_keeps_what_it_measured(
     started = [int(found) for found in re.findall(r"started on \S+ \(pid (\d+)\)", stderr)]
     assert len(started) >= 2  # the capacity run's server and at least one cell's
     assert [each for each in started if Path(f"/proc/{each}").exists()] == []
+    assert marked(str(tmp_path)) == []  # nor one whose start the signal cut short
     result = json.loads(out.read_text())
     assert result["stopped"] == stop.name and result["verdicts"]
     assert 1 <= len(result["shapes"]["1"]["cells"]) < 6
@@ -327,3 +343,106 @@ async def test_capacity_leaves_out_the_cold_first_call_and_times_at_least_five(
     cold, latencies, _wall = await calls
     assert cold >= 0.5 and len(latencies) == openloop.CAPACITY_CALLS
     assert len(fake.calls) == openloop.CAPACITY_CALLS + 1  # the cold call was made, and left out
+
+
+def test_an_interrupt_while_a_server_drains_kills_it_rather_than_leaving_it(tmp_path: Path) -> None:
+    """A signal that lands while a server is being stopped (SIGTERM sent, its drain waited for) must
+    not leave it running: it is killed at once, and the interrupt goes on. A real process stops a
+    real one that outlives SIGTERM (it notes the SIGTERM in a file), and gets SIGINT meanwhile."""
+    termed = tmp_path / "termed"
+    server = (
+        "import pathlib, signal, time; "
+        f"signal.signal(signal.SIGTERM, lambda *_: pathlib.Path({str(termed)!r}).touch()); "
+        "print(flush=True); time.sleep(120)"
+    )
+    stopper = f"""
+import subprocess, sys
+from bench.common import procs
+server = subprocess.Popen([sys.executable, "-c", {server!r}], stdout=subprocess.PIPE, start_new_session=True)
+server.stdout.readline()
+print(server.pid, flush=True)
+try:
+    procs._stop(server, grace=60.0)
+except KeyboardInterrupt:
+    print(server.poll(), flush=True)
+"""
+    process = subprocess.Popen(
+        [sys.executable, "-c", stopper], cwd=procs.ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    pid = int(process.stdout.readline())
+    try:
+        deadline = time.monotonic() + 60
+        while not termed.exists():
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        assert process.stdout.readline().strip() == str(-signal.SIGKILL)
+        assert process.wait(30) == 0 and time.monotonic() - started < 30  # not the 60 s grace
+        assert not Path(f"/proc/{pid}").exists()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)  # the server, had the guard failed
+
+
+def test_a_child_whose_handle_was_lost_is_found_and_killed(tmp_path: Path) -> None:
+    """A signal handler raising inside Popen loses the handle of a child that exists; stop_children
+    still finds it (run in a process of its own: here it would kill the suite's own servers)."""
+    finder = f"""
+import os, subprocess, sys
+from bench.common import procs
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                         env={{**os.environ, {MARK!r}: {str(tmp_path)!r}}}, start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+pid = child.pid
+del child  # the handle is gone, as after a raise inside Popen
+print(pid, procs.stop_children(), flush=True)
+"""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", finder],
+            cwd=procs.ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        pid, killed = done.stdout.split(maxsplit=1)
+        assert killed.strip() == f"[{pid}]" and marked(str(tmp_path)) == []
+    finally:
+        for left in marked(str(tmp_path)):  # had the guard failed
+            os.kill(left, signal.SIGKILL)
+
+
+def test_the_two_caller_cell_compares_the_interactive_caller_without_and_with_a_share(
+    tmp_path: Path,
+) -> None:
+    """A bulk caller at 3x capacity fills the queue: without a share most of the interactive caller's
+    requests are 429; with SEMIF_MAX_QUEUE_PER_CALLER the bulk caller is held to its share and the
+    interactive one is admitted. The same arrivals in both runs; the section shows both side by side."""
+    md, out = tmp_path / "RESULTS.md", tmp_path / "openloop.json"
+    done = run_openloop(
+        *("--two-callers", "--scorer", "stub", "--stub-delay-ms", "100"),
+        *("--duration", "6", "--capacity-s", "1", "--queue", "16", "--share", "4"),
+        "--md",
+        str(md),
+        out=out,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = json.loads(out.read_text())["two_callers"]
+    assert not json.loads(out.read_text())["shapes"]  # --two-callers alone runs no other cell
+    without, with_share = two["without_share"], two["with_share"]
+    for run in (without, with_share):
+        assert run["bulk"]["offered"] == without["bulk"]["offered"] > 0  # the same arrivals
+        assert run["interactive"]["offered"] == without["interactive"]["offered"] > 0
+    assert without["interactive"]["refused_share"] > 0.3
+    assert with_share["interactive"]["refused_share"] < without["interactive"]["refused_share"] / 2
+    assert with_share["bulk"]["refused_share"] > without["bulk"]["refused_share"]
+    text = md.read_text()
+    assert "### Two callers: a bulk caller beside an interactive one" in text
+    assert "| 4 " in text and "| unset (= SEMIF_MAX_QUEUE) " in text

@@ -12,10 +12,12 @@ import os
 import re
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
 
+from bench.common.procs import free_port
 from semif_serve.client import ask
 from semif_serve.decisions.calibration_file import Prior, Table
 from semif_serve.engine.stub import StubScorer
@@ -182,6 +184,23 @@ def test_without_a_token_it_exits_2(monkeypatch, capsys) -> None:
     monkeypatch.delenv("SEMIF_API_TOKEN", raising=False)
     assert ask.main(["--url", "http://127.0.0.1:9", *ARGS]) == 2
     assert "SEMIF_API_TOKEN" in capsys.readouterr().err
+
+
+async def test_no_server_at_the_url_is_said_at_once_unless_told_to_wait(
+    monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("SEMIF_API_TOKEN", TOKEN)
+    where = f"http://127.0.0.1:{free_port()}"  # nothing listens: a connection there is refused
+    began = time.monotonic()
+    assert await asyncio.to_thread(ask.main, ["--url", where, *ARGS]) == 1
+    assert time.monotonic() - began < 10.0  # ask's deadline is 30 s
+    assert capsys.readouterr().err.startswith(
+        f"semif-serve ask: cannot connect to {where}: is the server running? (connection_failed, "
+    )
+    waited = ["--url", where, "--wait-for-server", "--deadline", "0.5", *ARGS]
+    assert await asyncio.to_thread(ask.main, waited) == 1
+    err = capsys.readouterr().err
+    assert "deadline_exceeded" in err and "is the server running?" in err
 
 
 @pytest.mark.parametrize(

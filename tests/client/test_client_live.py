@@ -22,8 +22,11 @@ from semif_serve.client import (
     Client,
     DeadlineExceeded,
     Health,
+    MissingToken,
     Question,
     Result,
+    RetryPolicy,
+    SemifError,
     Shared,
     TransportError,
 )
@@ -56,9 +59,9 @@ def counted(server: Any) -> dict[str, int]:
         counts["posts"] += 1
         return await post(name, body)
 
-    def counting_enter() -> None:
+    def counting_enter(caller: str) -> None:
         try:
-            enter()
+            enter(caller)
         except ServerApiError:
             counts["busy"] += 1
             raise
@@ -396,16 +399,79 @@ async def test_a_server_that_closes_mid_response_raises_a_clear_error_and_is_not
     assert "mid-response" in error.message and len(raw.heads) == 1
 
 
-async def test_a_port_with_no_server_fails_as_a_connection_failure_at_the_deadline() -> None:
+async def closed_port() -> int:
+    """A loopback port that was just listening and is closed now: a connection there is refused."""
     async with RawServer(lambda index: b"") as raw:
-        port = raw.port
-    began = time.monotonic()
-    async with AsyncClient(url(port), TOKEN, deadline=0.5) as client:
-        with pytest.raises(DeadlineExceeded) as raised:
+        return raw.port
+
+
+async def call_both(port: int, policy: RetryPolicy) -> list[SemifError]:
+    """decide through the async then the sync client at `port`; what each raised."""
+    raised: list[SemifError] = []
+    async with AsyncClient(url(port), TOKEN, retry=policy) as client:
+        with pytest.raises(SemifError) as error:
             await client.decide("s", "q?", {"a": "A", "b": "B"})
-    assert time.monotonic() - began < 0.5 + 0.5
-    assert raised.value.status is None and raised.value.attempts >= 2
-    assert raised.value.last is not None and raised.value.last.code == "connection_failed"
+        raised.append(error.value)
+
+    def blocking() -> None:
+        with Client(url(port), TOKEN, retry=policy) as client:
+            client.decide("s", "q?", {"a": "A", "b": "B"})
+
+    with pytest.raises(SemifError) as error:
+        await asyncio.to_thread(blocking)
+    raised.append(error.value)
+    return raised
+
+
+async def test_a_port_with_no_server_says_so_at_the_first_attempt_without_waiting() -> None:
+    port = await closed_port()
+    began = time.monotonic()
+    raised = await call_both(port, RetryPolicy(deadline=30.0))
+    assert time.monotonic() - began < 10.0  # two refused connects; retrying would take 2 x 30 s
+    for error in raised:
+        assert type(error) is TransportError
+        assert (error.code, error.status, error.attempts) == ("connection_failed", None, 1)
+        assert error.message == f"cannot connect to {url(port)}: is the server running?"
+
+
+async def test_waiting_for_a_server_retries_a_refused_port_until_the_deadline() -> None:
+    port = await closed_port()
+    began = time.monotonic()
+    raised = await call_both(port, RetryPolicy(deadline=0.5, wait_for_server=True))
+    assert time.monotonic() - began < 2 * 0.5 + 1.0
+    for error in raised:
+        assert isinstance(error, DeadlineExceeded) and error.status is None and error.attempts >= 2
+        assert error.last is not None and error.last.code == "connection_failed"
+        assert error.last.message == f"cannot connect to {url(port)}: is the server running?"
+
+
+async def test_without_a_token_a_protected_call_is_refused_unsent_and_health_needs_none(
+    start_server, monkeypatch
+) -> None:
+    monkeypatch.delenv("SEMIF_API_TOKEN", raising=False)
+    server = await stub(start_server)
+    said = "needs the server's bearer token: pass token= or set SEMIF_API_TOKEN"
+    async with RawServer(lambda index: response(STUB_RESULT)) as raw:
+        async with AsyncClient(url(raw.port)) as client:
+            with pytest.raises(MissingToken) as plain:
+                await client.decide(ROW["state"], ROW["question"], ROW["options"])
+            with pytest.raises(MissingToken) as shared:
+                await client.decide_shared(SHARED["state"], [Question("d", "q?", {"a": "A"})])
+
+        def blocking() -> None:
+            with Client(url(raw.port)) as client:
+                client.decide(ROW["state"], ROW["question"], ROW["options"])
+
+        with pytest.raises(MissingToken) as sync:
+            await asyncio.to_thread(blocking)
+        assert raw.heads == []  # nothing was sent
+    assert plain.value.message == f"POST /decide {said}"
+    assert shared.value.message == f"POST /decide/shared {said}"
+    assert (sync.value.code, sync.value.status, sync.value.attempts) == ("no_token", None, 0)
+    async with AsyncClient(url(server.port)) as client:
+        assert (await client.health()).status == "ok"
+    with Client(url(server.port)) as client:
+        assert (await asyncio.to_thread(client.health)).status == "ok"
 
 
 # -- many at once ----------------------------------------------------------------------------------

@@ -181,6 +181,30 @@ async def test_a_connection_failure_before_any_response_is_retried() -> None:
         assert result.to_json() == OK and len(script.requests) == 3 and len(set(script.ids)) == 1
 
 
+def refused() -> httpx.ConnectError:
+    """What httpx raises when nothing listens: a ConnectError caused by ConnectionRefusedError."""
+    error = httpx.ConnectError("[Errno 111] Connection refused")
+    error.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    return error
+
+
+async def test_a_refusal_at_the_first_attempt_is_raised_but_a_later_one_is_a_transient() -> None:
+    for script, raised in await both(
+        lambda: Script(refused(), httpx.Response(200, json=OK)), fast()
+    ):
+        assert isinstance(raised, TransportError) and len(script.requests) == 1
+        assert raised.message == "cannot connect to http://semif.test: is the server running?"
+    for script, result in await both(
+        lambda: Script(envelope(503, "shutting_down"), refused(), httpx.Response(200, json=OK)),
+        fast(),
+    ):
+        assert result.to_json() == OK and len(script.requests) == 3
+    for script, result in await both(
+        lambda: Script(refused(), httpx.Response(200, json=OK)), fast(wait_for_server=True)
+    ):
+        assert result.to_json() == OK and len(script.requests) == 2
+
+
 async def test_an_answer_without_the_contracts_shape_is_a_bad_response() -> None:
     for _script, raised in await both(
         lambda: Script(httpx.Response(200, json={"unexpected": 1})), fast()

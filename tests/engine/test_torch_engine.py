@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from semif_serve.engine.scorer import OutOfMemory, ScoringFailed
-from semif_serve.engine.torch_scorer import RELEASE_SLACK_BYTES, TorchScorer
+from semif_serve.engine.torch_scorer import (
+    CUDA_KERNEL_ADVICE,
+    RELEASE_SLACK_BYTES,
+    CudaKernelAdvice,
+    TorchScorer,
+)
 from tests.fakes import (
     GIB,
     MIB,
@@ -359,3 +364,22 @@ def test_health_answers_while_a_scorer_call_is_running(rig: Rig) -> None:
     finally:
         release.set()
         worker.join(5)
+
+
+def test_only_the_advice_to_install_a_cuda_kernel_is_dropped() -> None:
+    """transformers' wording (hub_kernels); the real load's log is tests/ops/test_json_logs_model.py's."""
+    advice = (
+        "`{fn}` is falling back to its reference PyTorch implementation because `{package}` is not "
+        "installed. This is correct but much slower; install `{package}` for the optimized kernel."
+    )
+
+    def kept(message: str) -> bool:
+        record = logging.LogRecord(
+            CudaKernelAdvice.LOGGER, logging.WARNING, __file__, 1, message, None, None
+        )
+        return bool(CUDA_KERNEL_ADVICE.filter(record))
+
+    assert not kept(advice.format(fn="causal_conv1d_fn", package="causal_conv1d"))
+    assert not kept(advice.format(fn="chunk_gated_delta_rule", package="flash-linear-attention"))
+    assert kept(advice.format(fn="rms_norm", package="liger-kernel"))  # another kernel's: kept
+    assert kept("causal_conv1d raised while loading")  # about the package, but no such advice

@@ -1,6 +1,6 @@
 """Fixtures of the real tiny model: a loaded scorer, SemIf's own independent load of the same
-checkpoint, and the metadata SemIf reports; the SmolLM2 tests point them at SmolLM2 by
-overriding `tiny_built`. Only the model tests use them; the checkpoints and their served
+checkpoint, and the metadata SemIf reports; the SmolLM2 and reading-model tests point them at
+their model by overriding `tiny_built`. Only the model tests use them; the checkpoints and their served
 settings (`tiny_built`, `tiny_settings`, `smollm2_build`, `smollm2_settings`) are in
 tests/conftest.py because the engine, ops, bench and System One tests use them too.
 torch is imported only inside these fixtures.
@@ -59,3 +59,22 @@ def tiny_metadata(tiny_built: dict[str, str]) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
     }
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_built: dict[str, str], tiny_settings: Settings) -> tuple[Any, Any]:
+    """A real model's snapshot (a module's `tiny_built`) loaded independently with transformers,
+    as a caller of fastjev would."""
+    import torch
+    import transformers
+
+    common = {
+        "revision": tiny_built["SEMIF_REVISION"],
+        "cache_dir": tiny_built["HF_HUB_CACHE"],
+        "local_files_only": True,
+    }
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_built["SEMIF_MODEL"], **common)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tiny_built["SEMIF_MODEL"], dtype=torch.float32, **common
+    )
+    return model.eval(), tokenizer

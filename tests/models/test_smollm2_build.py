@@ -23,7 +23,7 @@ from semif_serve.engine import scorer_package
 from tests.smollm2_wheel import require_gguf
 
 EVIDENCE = (
-    Path(__file__).resolve().parents[2] / "bench" / "evidence" / "smollm2" / "calibration_file.json"
+    Path(__file__).resolve().parents[2] / "bench" / "evidence" / "smollm2" / "calibration.json"
 )
 FAKE_FILES = {name: f"fake {name}".encode() for name in smollm2.SNAPSHOT_FILES}
 
@@ -192,7 +192,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_snapshot(
 def test_the_committed_calibration_file_loads_beside_the_build_small_model_makes(
     smollm2_build: dict[str, str],
 ) -> None:
-    """bench/evidence/smollm2/calibration_file.json is what docs/models.md offers to serve with the
+    """bench/evidence/smollm2/calibration.json is what docs/models.md offers to serve with the
     README's first command's build: bound to exactly that model, revision and prompt version (a new
     builder version that changes the revision must refit or rebind it, never leave it refused)."""
     table = calibration_file.load(str(EVIDENCE))

@@ -27,6 +27,7 @@ import pytest
 
 from semif_serve.builders import smollm2
 from semif_serve.decisions import averaging
+from semif_serve.decisions.views import as_json
 from semif_serve.engine import prefix
 from tests.timing import timeless
 from tests.wire_client import request
@@ -80,24 +81,6 @@ def top(result: dict[str, Any]) -> str:
 def tiny_built(smollm2_build: dict[str, str]) -> dict[str, str]:
     """Points the conftest's model fixtures at SmolLM2 for this module."""
     return smollm2_build
-
-
-@pytest.fixture(scope="module")
-def reference(smollm2_build: dict[str, str], tiny_settings: Any) -> tuple[Any, Any]:
-    """The same snapshot loaded independently with transformers, as a caller of fastjev would."""
-    import torch
-    import transformers
-
-    common = {
-        "revision": smollm2_build["SEMIF_REVISION"],
-        "cache_dir": smollm2_build["HF_HUB_CACHE"],
-        "local_files_only": True,
-    }
-    tokenizer = transformers.AutoTokenizer.from_pretrained(smollm2_build["SEMIF_MODEL"], **common)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        smollm2_build["SEMIF_MODEL"], dtype=torch.float32, **common
-    )
-    return model.eval(), tokenizer
 
 
 def test_the_build_is_deterministic_and_found_again_without_converting(
@@ -154,7 +137,9 @@ async def test_rotations_follow_the_evidence_where_the_first_position_does_not(
         assert rotated.json["combined"]["top"] == right.lower(), (
             f"{city}: rotations did not follow the evidence"
         )
-        assert rotated.json == averaging.combine(row, "rotations", rotated.json["orderings"])
+        assert rotated.json == as_json(
+            averaging.combine(row, "rotations", rotated.json["orderings"])
+        )
 
 
 @pytest.mark.parametrize("state", BOUNDARY_STATES, ids=["nested-object", "ends-in-plus"])

@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct served with the committed prior (bench/evidence/smollm2/calibration_file.json).
+"""SmolLM2-135M-Instruct served with the committed prior (bench/evidence/smollm2/calibration.json).
 
 The prior was fitted by `python -m bench prior` on the labelled set's fit split; these
 decisions are the held-out test split. Without it the model picks the first-listed
@@ -20,7 +20,7 @@ from semif_serve.engine.torch_scorer import TorchScorer
 from tests.wire_client import request
 
 ROOT = Path(__file__).resolve().parents[2]
-EVIDENCE = ROOT / "bench" / "evidence" / "smollm2" / "calibration_file.json"
+EVIDENCE = ROOT / "bench" / "evidence" / "smollm2" / "calibration.json"
 DATA = ROOT / "bench" / "data" / "labelled.jsonl"
 WORKLOAD = (
     "default"  # the labelled set names none: one workload for the whole set, as calibrate fits it

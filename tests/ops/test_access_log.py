@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 from typing import Any
 
@@ -91,6 +92,7 @@ async def test_every_log_line_is_json_and_carries_no_token_or_body() -> None:
         "time",
         "request_id",
         "peer",
+        "caller",
         "method",
         "path",
         "status",
@@ -114,6 +116,11 @@ async def test_every_log_line_is_json_and_carries_no_token_or_body() -> None:
     assert ok["bytes_in"] > len(json.dumps(ROW)) and ok["bytes_out"] > 0
     assert ok["queued_s"] >= 0 and ok["scoring_s"] >= 0 and ok["total_s"] >= ok["scoring_s"]
     assert ok["peer"].startswith("127.0.0.1:")
+    assert (ok["caller"], by_id["wrong-1"]["caller"], by_id["probe-1"]["caller"]) == (
+        "default",
+        "-",
+        "-",
+    )  # the one token's caller by name; no name without a right token, nor on an open route
     assert (
         by_id["wrong-1"]["status"],
         by_id["wrong-1"]["code"],
@@ -140,6 +147,8 @@ async def test_text_format_carries_no_token_either() -> None:
     for secret in (TOKEN, WRONG_TOKEN, BODY_MARKER):
         assert secret not in output
     assert '"api_token": "<redacted>"' in output and "request_id=ok-1" in output
+    assert re.search(r"request_id=ok-1 peer=127\.0\.0\.1:\d+ caller=default method=POST", output)
+    assert re.search(r"request_id=wrong-1 peer=127\.0\.0\.1:\d+ caller=- method=POST", output)
 
 
 async def test_access_log_off_writes_no_access_lines() -> None:
@@ -152,16 +161,14 @@ async def test_access_log_off_writes_no_access_lines() -> None:
 
 async def test_readiness_turns_503_at_sigterm_while_the_in_flight_request_gets_200() -> None:
     process = await Process.start(SEMIF_LOG_FORMAT="json", SEMIF_STUB_DELAY_MS="2000")
-    in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
-    await asyncio.wait_for(process.in_flight(), 5)
     probe = await Connection.open(process.port)
     assert (await probe.request("GET", "/health", headers=[])).status == 200
-    probe.writer.write(
-        HEALTH[:10]
-    )  # a probe whose head is in progress keeps its connection through the drain
-    await asyncio.sleep(
-        1.0
-    )  # for the server to read those bytes; nothing else to wait on from outside
+    # A probe whose head is in progress keeps its connection through the drain. Its bytes are
+    # sent before the call below, so the server has them once /health reports that call (no sleep).
+    probe.writer.write(HEALTH[:10])
+    await probe.writer.drain()
+    in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
+    await asyncio.wait_for(process.in_flight(), 5)
     process.proc.send_signal(signal.SIGTERM)
     await asyncio.wait_for(process.wait_for_line("shutting down"), 5)
     assert not in_flight.done()

@@ -23,6 +23,7 @@ from semif_serve.ops.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
 FIELDS: dict[str, Any] = {
     "request_id": 'id with "quotes" and ü',
     "peer": "[::1]:5555",
+    "caller": "batch.ranker",
     "method": "POST",
     "path": "/decide",
     "status": 200,
@@ -88,6 +89,7 @@ def _access(request_id: str, status: int = 200) -> access_log.AccessRecord:
     return access_log.AccessRecord(
         request_id,
         "127.0.0.1:1",
+        "-",
         "GET",
         "/health",
         status,
@@ -150,6 +152,7 @@ def test_direct_lines_wait_in_the_buffer_and_another_record_writes_them_first_in
         "message",
         "request_id",
         "peer",
+        "caller",
         "method",
         "path",
         "status",

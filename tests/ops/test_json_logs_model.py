@@ -3,7 +3,8 @@ and its progress bars would otherwise write text lines (the container check foun
 "Loading weights: 0%|" and "[transformers] ... falling back" lines in the image's log).
 
 The real process, the real tiny model through the production loading path: every line
-on stderr from start to a drained shutdown parses as one JSON object.
+on stderr from start to a drained shutdown parses as one JSON object, and none is
+transformers' advice to install a CUDA kernel, which cannot apply on the CPU.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from bench.common.procs import free_port
 from deploy.container.probe import status
+from semif_serve.engine.torch_scorer import CudaKernelAdvice
 from tests.wire_client import TOKEN
 
 
@@ -67,3 +69,4 @@ def test_every_stderr_line_is_json_through_a_model_load(
     assert any("listening on" in line for line in lines), lines
     for line in lines:
         assert isinstance(json.loads(line), dict), line
+    assert [line for line in lines if any(name in line for name in CudaKernelAdvice.PACKAGES)] == []

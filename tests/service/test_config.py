@@ -19,6 +19,7 @@ import pytest
 
 from semif_serve import cli, config, server
 from semif_serve.config import Settings
+from semif_serve.service import callers
 from tests.wire_client import TOKEN
 
 POSITIVE_INTS = (
@@ -102,7 +103,8 @@ def test_the_metrics_port_is_off_unless_set_and_needs_metrics() -> None:
     [
         (
             {"SEMIF_API_TOKEN": "x"},
-            "SEMIF_API_TOKEN must be at least 32 characters of visible ASCII (33-126)",
+            "SEMIF_API_TOKEN must be at least 32 characters of visible ASCII (33-126) "
+            "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)",
         ),
         ({"SEMIF_MODEL": ""}, "SEMIF_MODEL must not be empty"),
         ({"SEMIF_DEVICE": "cuda:x"}, "SEMIF_DEVICE must be cuda, cuda:N or cpu, got 'cuda:x'"),
@@ -124,9 +126,17 @@ def test_the_refusal_says_what_is_allowed(env: dict[str, str], message: str) -> 
     assert str(refused.value) == message
 
 
-def test_a_missing_token_is_refused() -> None:
-    with pytest.raises(ValueError, match="^SEMIF_API_TOKEN is required$"):
+MISSING_TOKEN = (
+    "SEMIF_API_TOKEN is required: at least 32 characters of visible ASCII (33-126) "
+    "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one), "
+    "or SEMIF_API_TOKENS_FILE for named callers"
+)
+
+
+def test_a_missing_token_is_refused_saying_what_a_valid_one_is() -> None:
+    with pytest.raises(ValueError) as refused:
         config.load({})
+    assert str(refused.value) == MISSING_TOKEN
 
 
 @pytest.mark.parametrize(
@@ -253,6 +263,7 @@ def test_the_boundary_values_are_accepted(tmp_path: Path) -> None:
         idle_timeout=7.0,
         shutdown_grace=2.5,
         calibration={"triage": 2.5},
+        calibration_path=str(path),
         event_loop="asyncio",
     )
     assert type(loaded.port) is int and type(loaded.header_timeout) is float
@@ -314,7 +325,7 @@ def test_the_entry_point_exits_2_with_one_line_naming_the_variable(
 def test_the_entry_point_exits_2_without_a_token(entry_env, capsys) -> None:
     entry_env.delenv("SEMIF_API_TOKEN")
     assert cli.main(["serve"]) == 2
-    assert capsys.readouterr().err == "semif-serve: SEMIF_API_TOKEN is required\n"
+    assert capsys.readouterr().err == f"semif-serve: {MISSING_TOKEN}\n"
 
 
 @pytest.mark.parametrize(
@@ -323,3 +334,53 @@ def test_the_entry_point_exits_2_without_a_token(entry_env, capsys) -> None:
 def test_the_entry_point_usage(entry_env, capsys, argv: list[str], status: int) -> None:
     assert cli.main(argv) == status
     assert capsys.readouterr().err.startswith("usage: semif-serve")
+
+
+# -- the callers (extension, issue 39) ----------------------------------------------------------
+
+
+def tokens_file(tmp_path: Path, text: str = f"alice {'a' * 32}\nbob {'b' * 32}\n") -> str:
+    path = tmp_path / "tokens"
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_a_tokens_file_names_the_callers_and_the_one_token_is_the_caller_default(
+    tmp_path: Path,
+) -> None:
+    """config says which form is set; the server reads the file (service/callers.py) before the model loads."""
+    path = tokens_file(tmp_path)
+    named = config.load({"SEMIF_API_TOKENS_FILE": path})
+    assert (named.api_tokens_file, named.api_token) == (path, "")
+    assert callers.for_settings(named).names == ("alice", "bob")
+    one = config.load(valid_env())
+    assert (one.api_tokens_file, one.api_token) == (None, TOKEN)
+    assert callers.for_settings(one).names == ("default",)
+    assert callers.for_settings(one).identify(TOKEN.encode()) == "default"
+
+
+@pytest.mark.parametrize("name", ["SEMIF_API_TOKEN", "SEMIF_API_KEY"])
+def test_both_bearer_forms_stop_startup(tmp_path: Path, name: str) -> None:
+    env = {name: TOKEN, "SEMIF_API_TOKENS_FILE": tokens_file(tmp_path)}
+    with pytest.raises(ValueError) as refused:
+        config.load(env)
+    assert str(refused.value) == (
+        f"{name} and SEMIF_API_TOKENS_FILE are both set; set one (the file's callers replace the one token)"
+    )
+
+
+def test_the_share_per_caller_defaults_to_the_queue_and_never_exceeds_it() -> None:
+    assert config.load(valid_env()).max_queue_per_caller == 32
+    assert config.load(valid_env(SEMIF_MAX_QUEUE="8")).max_queue_per_caller == 8
+    assert config.load(valid_env(SEMIF_MAX_QUEUE_PER_CALLER="3")).max_queue_per_caller == 3
+    assert Settings(api_token=TOKEN, max_queue=5).max_queue_per_caller == 5
+    with pytest.raises(ValueError) as refused:
+        config.load(valid_env(SEMIF_MAX_QUEUE="8", SEMIF_MAX_QUEUE_PER_CALLER="9"))
+    assert str(refused.value) == (
+        "SEMIF_MAX_QUEUE_PER_CALLER must be at most SEMIF_MAX_QUEUE (8), got 9: a larger share never applies"
+    )
+    with pytest.raises(
+        ValueError, match="^SEMIF_MAX_QUEUE_PER_CALLER must be an integer >= 1, got '0'$"
+    ):
+        config.load(valid_env(SEMIF_MAX_QUEUE_PER_CALLER="0"))

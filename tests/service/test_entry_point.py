@@ -46,3 +46,13 @@ def test_a_bad_setting_exits_2_with_one_line_and_no_traceback(name: str, value: 
     assert done.stdout == ""
     assert done.stderr.startswith(f"semif-serve: {name}") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
+
+
+def test_without_a_token_the_process_says_what_a_valid_one_is() -> None:
+    done = run(SEMIF_API_TOKEN=None)
+    assert done.returncode == 2
+    assert done.stderr == (
+        "semif-serve: SEMIF_API_TOKEN is required: at least 32 characters of visible ASCII (33-126) "
+        "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one), "
+        "or SEMIF_API_TOKENS_FILE for named callers\n"
+    )

@@ -168,8 +168,8 @@ SYSTEM_ONE = {
     "questions": {"q": {"type": "noul", "instructions": "Urgent?"}},
 }
 PARSING = [
-    ("/decide", ROW, "decide"),
-    ("/decide/shared", SHARED, "shared"),
+    ("/decide", ROW, "parse_decide"),
+    ("/decide/shared", SHARED, "parse_shared"),
     ("/v1/systemone", SYSTEM_ONE, None),
 ]
 
@@ -186,7 +186,7 @@ async def test_a_parser_that_raises_its_own_bug_is_a_logged_500_envelope_not_a_d
     if parser is None:
         monkeypatch.setattr(service_routes.translate, "translate", bug)
     else:
-        monkeypatch.setitem(service_routes.PARSERS, parser, bug)
+        monkeypatch.setattr(service_routes.request_model, parser, bug)
     server = await start_server(fake)
     response = await request(server.port, "POST", path, body)
     assert assert_envelope(response, 500, "scoring_failed") == "failed to read the request"
@@ -197,7 +197,8 @@ async def test_a_parser_that_raises_its_own_bug_is_a_logged_500_envelope_not_a_d
     assert fake.calls == [] and server.service.admission.in_progress == 0
     exposition = (await request(server.port, "GET", "/metrics", headers=[])).body.decode()
     assert (
-        f'semif_http_requests_total{{route="{path}",status="500"}} 1.0' in exposition
+        f'semif_http_requests_total{{caller="default",route="{path}",status="500"}} 1.0'
+        in exposition
     )  # answered and counted
     monkeypatch.undo()
     assert (await request(server.port, "POST", path, body)).status == 200
@@ -365,6 +366,7 @@ async def test_health_reports_the_engine_facts_and_the_limits(service: Service) 
             "workloads": {"a": {"none": 2.0}, "b": {"none": 1.0}},
             "priors": {},
         },
+        "calibration_sha256": None,  # no SEMIF_CALIBRATION file: the table came from the settings
     }
 
 
@@ -399,12 +401,12 @@ async def test_scorer_failures_give_the_tables_status_and_exact_message(
         "state": "s",
         "questions": {"q": {"type": "noul", "instructions": "Q?"}},
     }
-    for name, body in (
-        ("decide", BODY),
-        ("shared", json.dumps(SHARED).encode()),
-        ("systemone", json.dumps(systemone).encode()),
+    for path, body in (
+        (b"/decide", BODY),
+        (b"/decide/shared", json.dumps(SHARED).encode()),
+        (b"/v1/systemone", json.dumps(systemone).encode()),
     ):
-        reply = await service.post(name, body)
+        reply = await service.post(service_routes.ROUTES[path], body)
         assert reply.status == status
         assert json.loads(reply.body) == {
             "error": {"code": code, "message": message, "type": CODES[code][1]}
@@ -424,7 +426,9 @@ async def test_a_scorer_returning_the_wrong_number_of_results_is_a_logged_500(
 ) -> None:
     original = fake.score_shared
     fake.score_shared = lambda rows: (original(rows)[0] * 2, {})  # one result too many per row
-    reply = await service.post("shared", json.dumps(SHARED).encode())
+    reply = await service.post(
+        service_routes.ROUTES[b"/decide/shared"], json.dumps(SHARED).encode()
+    )
     assert reply.status == 500
     assert json.loads(reply.body) == {
         "error": {
@@ -439,9 +443,11 @@ async def test_a_scorer_returning_the_wrong_number_of_results_is_a_logged_500(
 
 
 async def test_a_refused_body_never_takes_an_admission_slot(service, fake) -> None:
-    reply = await service.post("decide", b"[]")
+    reply = await service.post(service_routes.ROUTES[b"/decide"], b"[]")
     assert reply.status == 422 and service.admission.in_progress == 0 and fake.calls == []
-    assert (await service.post("decide", json.dumps(ROW).encode())).status == 200
+    assert (
+        await service.post(service_routes.ROUTES[b"/decide"], json.dumps(ROW).encode())
+    ).status == 200
 
 
 def test_an_unknown_error_code_is_a_programming_error() -> None:
@@ -489,8 +495,12 @@ def test_routing_refusals_are_exact() -> None:
         route(b"GET", b"/" + b"n" * 100 + b"?q", None, service_routes.ROUTES)
     assert (missing.value.code, missing.value.message) == (
         "not_found",
-        "no endpoint at /" + "n" * 59 + "…",
+        "no endpoint at /" + "n" * 59 + "…; the endpoints: GET /health, POST /decide, "
+        "POST /decide/shared, GET /metrics, POST /v1/systemone, GET /v1/models, GET /healthz",
     )
+    with pytest.raises(ApiError) as scrape_only:
+        route(b"GET", b"/health", None, service_routes.METRICS_ROUTES)
+    assert scrape_only.value.message == "no endpoint at /health; the endpoints: GET /metrics"
     with pytest.raises(ApiError) as wrong:
         route(b"GET", b"/decide/shared?x", None, service_routes.ROUTES)
     assert (wrong.value.code, wrong.value.message) == (
@@ -503,15 +513,15 @@ def test_routing_refusals_are_exact() -> None:
 def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
     admission = Admission(3)
     for _ in range(3):
-        admission.enter()
+        admission.enter("default")
     assert admission.in_progress == 3
     with pytest.raises(ApiError) as busy:
-        admission.enter()
+        admission.enter("default")
     assert (busy.value.code, busy.value.message) == (
         "busy",
         "3 requests already in progress; retry later",
     )
-    admission.leave()
+    admission.leave("default")
     assert admission.in_progress == 2
 
 
@@ -522,13 +532,18 @@ def test_rendering_keeps_unicode_and_refuses_non_finite_numbers() -> None:
 
 
 async def test_a_refused_token_says_so_exactly(service: Service) -> None:
-    for header in (None, b"Bearer", b"Bearer wrong", b"Basic " + TOKEN.encode()):
+    none = "no bearer token: send the header 'Authorization: Bearer <token>'"
+    invalid = "the bearer token is not one this server accepts"
+    for header, message, challenge in (
+        (None, none, b"Bearer"),
+        (b"Bearer", none, b"Bearer"),
+        (b"Basic " + TOKEN.encode(), none, b"Bearer"),
+        (b"Bearer wrong", invalid, b'Bearer error="invalid_token"'),
+    ):
         with pytest.raises(ApiError) as refused:
             service.authorize(header)
-        assert (refused.value.code, refused.value.message) == (
-            "unauthorized",
-            "missing or wrong bearer token",
-        )
+        assert (refused.value.code, refused.value.message) == ("unauthorized", message)
+        assert refused.value.headers == ((b"www-authenticate", challenge),)
     service.authorize(b"BEARER " + TOKEN.encode())
 
 
@@ -570,7 +585,7 @@ async def test_a_refusal_after_the_slot_gives_it_back_and_closes(service: Servic
         (
             {"content_length": b"%d" % (limit + 1)},
             413,
-            f"declared body over the {limit}-byte limit",
+            f"declared body over the {limit}-byte limit; the server's SEMIF_MAX_BODY_BYTES raises it",
         ),
         (
             {"content_encoding": b"gzip"},

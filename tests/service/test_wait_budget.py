@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from semif_serve.errors import ApiError
 from semif_serve.http.exchange import retry_after
-from semif_serve.service.wait_budget import WaitBudget, WaitEstimator
+from semif_serve.service.routes import busy
+from semif_serve.service.wait_budget import OverBudget, WaitBudget, WaitEstimator
 
 
 class Clock:
@@ -89,7 +89,7 @@ def test_cold_start_prices_an_unmeasured_kind_at_zero_so_it_is_admitted() -> Non
     budget.admit("shared", 64)
     assert made.rows_ahead() == 128 and budget.refused == 0
     made.observe("shared", 64, 0.64)  # measured now: 128 ahead at 10 ms each
-    with pytest.raises(ApiError):
+    with pytest.raises(OverBudget):
         budget.admit("shared", 1)
 
 
@@ -100,9 +100,9 @@ def test_over_budget_is_busy_naming_the_budget_with_the_drain_of_the_rows_ahead_
     budget = WaitBudget(2.0, made)
     for _ in range(6):
         budget.admit("direct", 1)  # the sixth: 5 ahead = 2.0 s, not over the budget
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(OverBudget) as refused:
         budget.admit("direct", 1)
-    error = refused.value
+    error = busy(refused.value)
     assert error.code == "busy" and error.status == 429
     assert error.message == (
         "estimated wait 2.40 s (6 rows ahead) exceeds the SEMIF_MAX_WAIT_S budget of 2 s; retry later"
@@ -110,10 +110,10 @@ def test_over_budget_is_busy_naming_the_budget_with_the_drain_of_the_rows_ahead_
     assert error.headers == ((b"retry-after", b"3"),)
     assert made.rows_ahead() == 6 and budget.refused == 1  # the refused one never joined
     with pytest.raises(
-        ApiError
+        OverBudget
     ) as large:  # its own rows change neither the estimate nor Retry-After
         budget.admit("direct", 60)
-    assert large.value.message == error.message and large.value.headers == error.headers
+    assert busy(large.value).message == error.message and busy(large.value).headers == error.headers
 
 
 def test_one_call_over_the_budget_is_told_once_per_crossing_and_held_for_the_gauge() -> None:

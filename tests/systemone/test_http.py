@@ -293,8 +293,14 @@ async def test_the_body_limit_and_the_metrics_cover_system_one_like_the_other_po
     assert large.status == 413 and fake.calls == []
     assert (await request(server.port, "POST", "/v1/systemone", body({"u": NOUL}))).status == 200
     exposition = (await request(server.port, "GET", "/metrics", headers=[])).body.decode()
-    assert 'semif_http_requests_total{route="/v1/systemone",status="413"} 1.0' in exposition
-    assert 'semif_http_requests_total{route="/v1/systemone",status="200"} 1.0' in exposition
+    assert (
+        'semif_http_requests_total{caller="default",route="/v1/systemone",status="413"} 1.0'
+        in exposition
+    )
+    assert (
+        'semif_http_requests_total{caller="default",route="/v1/systemone",status="200"} 1.0'
+        in exposition
+    )
 
 
 async def test_the_servers_default_workload_applies_to_a_request_that_sends_none(

@@ -339,9 +339,9 @@ async def test_the_sdks_retry_waits_our_retry_after_and_nothing_is_scored_twice(
     refusals: list[float] = []
     enter = server.service.admission.enter
 
-    def counting_enter() -> None:
+    def counting_enter(caller: str) -> None:
         try:
-            enter()
+            enter(caller)
         except Exception:
             refusals.append(time.monotonic())
             fake.gate.set()  # the slot frees once the holder's call returns

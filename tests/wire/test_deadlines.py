@@ -1,25 +1,32 @@
-"""Every wait has a deadline, and each deadline counts from the moment wire.py says it does.
+"""Every wait has a deadline, and each deadline counts from the moment the wire says it does.
 
-The rule (wire.HttpConnection._next_request): the first head, and a pipelined head
-already begun, must complete within the header timeout counted from the connection's
+The rule (http/connection.py, HttpConnection._next_request): the first head, and a pipelined
+head already begun, must complete within the header timeout counted from the connection's
 start or from the end of the previous response. An idle keep-alive connection waits for
 the first byte of its next request under the idle timeout; from that byte the head has
 the header timeout. The body has the body timeout from the end of its head. A head cut
 off gets a 408 envelope and a close; a connection that never began a request is just closed.
+
+The timing logic runs on a fake clock over an in-memory channel (tests/wire/memory.py): a
+deadline must not fire a tick before its moment and must fire a tick after it. One test per
+deadline (header, idle, body) runs on a real socket and the wall clock, with slack for a
+loaded machine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
-from tests.bodies import BODY, POST, ROW
+from semif_serve.http.connection import LINGER_S
+from tests.bodies import BODY, POST
+from tests.wire.memory import Memory, Wire
 from tests.wire_client import (
     HEALTH,
     Connection,
     assert_serving,
-    connections_closed,
     no_error_logs,  # noqa: F401 - fixture
     raw_request,
 )
@@ -29,11 +36,13 @@ pytestmark = pytest.mark.usefixtures("no_error_logs")
 # Each deadline is longer than the one below it plus SLACK, so a wrong deadline cannot pass
 # for the right one inside the window.
 HEADER, BODY_T, IDLE = 0.3, 1.0, 2.0
-# Windows open at the deadline itself: `since` is always taken at or before the event the
-# server's clock starts from (both clocks are this loop's), so nothing can arrive early.
-# They close SLACK later, for scheduling on a loaded 2-core machine.
+# Real-socket windows open at the deadline itself: `since` is always taken at or before the
+# event the server's clock starts from (both clocks are this loop's), so nothing can arrive
+# early. They close SLACK later, for scheduling on a loaded 2-core machine.
 SLACK = 0.6
 EARLY = 0.001  # the event loop may run a timer up to its clock resolution early
+TICK = 0.001  # on the fake clock: how close to its moment a deadline is pinned, either side
+HEAD = POST[: len(POST) - len(BODY)]
 
 
 def now() -> float:
@@ -44,6 +53,12 @@ async def start(start_server, fake, **overrides):
     return await start_server(
         fake,
         **{"header_timeout": HEADER, "body_timeout": BODY_T, "idle_timeout": IDLE, **overrides},
+    )
+
+
+async def in_memory(memory_server, **overrides) -> Memory:
+    return await memory_server(
+        **{"header_timeout": HEADER, "body_timeout": BODY_T, "idle_timeout": IDLE, **overrides}
     )
 
 
@@ -64,7 +79,31 @@ async def assert_closed_silently(connection: Connection, since: float, after: fl
     assert after - EARLY <= elapsed <= after + SLACK
 
 
-# -- the first request ------------------------------------------------------------------------
+async def times_out(memory: Memory, wire: Wire, after: float, answered: int = 0) -> None:
+    """On the fake clock: nothing more a tick before `after` seconds from now, then a 408 and a
+    lingering close (the client may still be sending) a tick after."""
+    await memory.clock.advance(after - TICK)
+    assert len(wire.channel.responses()) == answered and not wire.done
+    await memory.clock.advance(2 * TICK)
+    responses = wire.channel.responses()
+    assert len(responses) == answered + 1
+    response = responses[-1]
+    assert response.status == 408 and response.code == "request_timeout"
+    assert response.headers[b"connection"] == b"close"
+    assert wire.done and wire.channel.linger == LINGER_S
+
+
+async def closes_silently(memory: Memory, wire: Wire, after: float, answered: int = 0) -> None:
+    """On the fake clock: open a tick before `after` seconds from now, closed with no byte more a tick after."""
+    sent = len(wire.channel.sent)
+    await memory.clock.advance(after - TICK)
+    assert not wire.done and not wire.channel.is_closed
+    await memory.clock.advance(2 * TICK)
+    assert wire.done and wire.channel.linger == 0.0 and len(wire.channel.sent) == sent
+    assert len(wire.channel.responses()) == answered
+
+
+# -- one real socket per deadline --------------------------------------------------------------
 
 
 async def test_a_partial_first_head_gets_408_at_the_header_timeout(start_server, fake) -> None:
@@ -74,64 +113,6 @@ async def test_a_partial_first_head_gets_408_at_the_header_timeout(start_server,
     connection.writer.write(POST[:20])
     await assert_timed_out(connection, began, HEADER)
     await assert_serving(server.port)
-
-
-# A trickle test: the client writes a byte every 40 ms until 0.5 s before the deadline
-# (DEADLINE). A deadline per read would then fire a whole DEADLINE after the last byte,
-# past the window; the trickle stops early so that no byte meets the closed socket, whose
-# reset could destroy the 408 before the client reads it.
-DEADLINE = 1.5
-
-
-def dribbling(connection: Connection, data: bytes, until: float) -> asyncio.Future[None]:
-    """Write `data` a byte every 40 ms in the background, stopping at loop time `until`."""
-
-    async def dribble() -> None:
-        for index in range(len(data)):
-            if now() >= until:
-                return
-            connection.writer.write(data[index : index + 1])
-            await asyncio.sleep(0.04)
-
-    return asyncio.ensure_future(dribble())
-
-
-async def test_a_head_dribbled_byte_by_byte_is_cut_off_at_the_header_timeout(
-    start_server, fake
-) -> None:
-    """The deadline is for the whole head, not per read: a steady trickle does not extend it."""
-    server = await start(start_server, fake, header_timeout=DEADLINE, body_timeout=DEADLINE * 2)
-    began = now()
-    connection = await Connection.open(server.port)
-
-    trickle = dribbling(connection, HEALTH[:-4], began + DEADLINE - 0.5)
-    try:
-        await assert_timed_out(connection, began, DEADLINE)
-    finally:
-        trickle.cancel()
-
-
-async def test_a_connection_that_sends_nothing_is_closed_without_a_response(
-    start_server, fake
-) -> None:
-    server = await start(start_server, fake)
-    began = now()
-    connection = await Connection.open(server.port)
-    await assert_closed_silently(connection, began, HEADER)
-
-
-# -- keep-alive ---------------------------------------------------------------------------------
-
-
-async def test_a_kept_alive_connection_may_wait_past_the_header_timeout_for_its_next_request(
-    start_server, fake
-) -> None:
-    server = await start(start_server, fake)
-    connection = await Connection.open(server.port)
-    assert (await connection.request("POST", "/decide", ROW)).status == 200
-    await asyncio.sleep(HEADER * 2)  # idle, not slow: the idle timeout applies until the first byte
-    assert (await connection.request("POST", "/decide", ROW)).status == 200
-    await connection.close()
 
 
 async def test_an_idle_kept_alive_connection_is_closed_at_the_idle_timeout(
@@ -146,83 +127,142 @@ async def test_an_idle_kept_alive_connection_is_closed_at_the_idle_timeout(
     await assert_closed_silently(connection, began, IDLE)
 
 
-async def test_the_next_head_has_the_header_timeout_from_its_first_byte(start_server, fake) -> None:
-    server = await start(start_server, fake, idle_timeout=5.0)
-    connection = await Connection.open(server.port)
-    assert (await connection.request("GET", "/health", headers=[])).status == 200
-    await asyncio.sleep(HEADER)
-    began = now()
-    connection.writer.write(HEALTH[:5])
-    await assert_timed_out(connection, began, HEADER)
-
-
-async def test_a_pipelined_partial_head_is_timed_from_the_end_of_the_previous_response(
-    start_server, fake
-) -> None:
-    """Its bytes arrived with the first request, but the clock starts when that response is sent."""
-    header = 1.0
-    server = await start(start_server, fake, header_timeout=header)
-    fake.delay = header * 2  # scoring outlasts the header timeout by a whole second
-    connection = await Connection.open(server.port)
-    connection.writer.write(POST + HEALTH[:10])
-    assert (await connection.read_response(timeout=5)).status == 200
-    connection.writer.write(
-        HEALTH[10:]
-    )  # in time by ~1 s counted from the response; 1 s late counted from arrival
-    assert (await connection.read_response(timeout=5)).status == 200
-    await connection.close()
-
-
-async def test_a_pipelined_head_never_completed_gets_408(start_server, fake) -> None:
+async def test_a_stalled_body_gets_408_and_never_reaches_the_scorer(start_server, fake) -> None:
     server = await start(start_server, fake)
     connection = await Connection.open(server.port)
-    began = now()  # the clock starts at the end of the first response, after this
-    connection.writer.write(HEALTH + HEALTH[:10])
-    assert (await connection.read_response()).status == 200
-    await assert_timed_out(connection, began, HEADER)
-
-
-# -- the body -----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("sent", [0, 10])
-async def test_a_stalled_body_gets_408_and_never_reaches_the_scorer(
-    start_server, fake, sent
-) -> None:
-    server = await start(start_server, fake)
-    connection = await Connection.open(server.port)
-    head = POST[: len(POST) - len(BODY)]
     began = now()  # the body's clock starts when the server has the head, after this
-    connection.writer.write(head + BODY[:sent])
+    connection.writer.write(HEAD + BODY[:10])
     await assert_timed_out(connection, began, BODY_T)
     assert fake.calls == [] and server.service.admission.in_progress == 0
     await assert_serving(server.port)
 
 
-async def test_a_body_dribbled_too_slowly_is_cut_off_at_the_body_timeout(
-    start_server, fake
+# -- the first request, on the fake clock ---------------------------------------------------------
+
+
+async def test_a_partial_first_head_is_cut_off_exactly_at_the_header_timeout(memory_server) -> None:
+    memory = await in_memory(memory_server)
+    wire = await memory.connect()
+    await wire.channel.send(POST[:20])
+    await times_out(memory, wire, HEADER)
+
+
+async def test_a_head_dribbled_byte_by_byte_is_cut_off_at_the_header_timeout(
+    memory_server,
 ) -> None:
-    server = await start(start_server, fake, body_timeout=DEADLINE, idle_timeout=DEADLINE * 2)
-    connection = await Connection.open(server.port)
-    head = POST[: len(POST) - len(BODY)]
-    began = now()
-    connection.writer.write(head)
-
-    trickle = dribbling(connection, BODY[:-1], began + DEADLINE - 0.5)
-    try:
-        await assert_timed_out(connection, began, DEADLINE)
-    finally:
-        trickle.cancel()
-    await connections_closed(server)
-    assert fake.calls == [] and server.service.admission.in_progress == 0
+    """The deadline is for the whole head, not per read: a steady trickle does not extend it."""
+    memory = await in_memory(memory_server)
+    wire = await memory.connect()
+    step = HEADER / 10
+    for byte in HEALTH[:9]:  # a byte every tenth of the deadline, up to 0.9 of it
+        await wire.channel.send(bytes([byte]))
+        await memory.clock.advance(step)
+    await times_out(memory, wire, HEADER - 9 * step)
 
 
-async def test_a_chunked_body_that_stalls_mid_chunk_gets_408(start_server, fake) -> None:
-    server = await start(start_server, fake)
-    connection = await Connection.open(server.port)
-    began = now()
-    connection.writer.write(
+async def test_a_connection_that_sends_nothing_is_closed_without_a_response(
+    memory_server,
+) -> None:
+    memory = await in_memory(memory_server)
+    wire = await memory.connect()
+    await closes_silently(memory, wire, HEADER)
+
+
+# -- keep-alive, on the fake clock ----------------------------------------------------------------
+
+
+async def test_a_kept_alive_connection_may_wait_past_the_header_timeout_for_its_next_request(
+    memory_server,
+) -> None:
+    memory = await in_memory(memory_server)
+    wire = await memory.connect()
+    await wire.channel.send(POST)
+    assert [r.status for r in await wire.answered(1)] == [200]
+    await memory.clock.advance(
+        IDLE - TICK
+    )  # idle, not slow: the idle timeout applies until the first byte
+    await wire.channel.send(POST)
+    assert [r.status for r in await wire.answered(2)] == [200, 200]
+
+
+async def test_an_idle_kept_alive_connection_is_closed_exactly_at_the_idle_timeout(
+    memory_server,
+) -> None:
+    memory = await in_memory(memory_server)
+    wire = await memory.connect()
+    await wire.channel.send(HEALTH)
+    assert [r.status for r in wire.channel.responses()] == [200]
+    await closes_silently(memory, wire, IDLE, answered=1)
+
+
+async def test_the_next_head_has_the_header_timeout_from_its_first_byte(memory_server) -> None:
+    memory = await in_memory(memory_server, idle_timeout=5.0)
+    wire = await memory.connect()
+    await wire.channel.send(HEALTH)
+    await memory.clock.advance(HEADER * 2)
+    await wire.channel.send(HEALTH[:5])
+    await times_out(memory, wire, HEADER, answered=1)
+
+
+async def test_a_pipelined_partial_head_is_timed_from_the_end_of_the_previous_response(
+    memory_server, fake
+) -> None:
+    """Its bytes arrived with the first request, but the clock starts when that response is sent."""
+    memory = await in_memory(memory_server)
+    fake.gate = threading.Event()
+    wire = await memory.connect()
+    await wire.channel.send(POST + HEALTH[:10])
+    await fake.wait_entered()
+    await memory.clock.advance(HEADER * 2)  # scoring outlasts the header timeout
+    fake.gate.set()
+    assert [r.status for r in await wire.answered(1)] == [200]
+    await memory.clock.advance(
+        HEADER - TICK
+    )  # in time counted from the response; late from arrival
+    await wire.channel.send(HEALTH[10:])
+    assert [r.status for r in wire.channel.responses()] == [200, 200]
+
+
+async def test_a_pipelined_head_never_completed_gets_408(memory_server) -> None:
+    memory = await in_memory(memory_server)
+    wire = await memory.connect()
+    await wire.channel.send(HEALTH + HEALTH[:10])
+    await times_out(memory, wire, HEADER, answered=1)
+
+
+# -- the body, on the fake clock ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sent", [0, 10])
+async def test_a_stalled_body_is_cut_off_exactly_at_the_body_timeout(
+    memory_server, fake, sent
+) -> None:
+    memory = await in_memory(memory_server)
+    wire = await memory.connect()
+    await wire.channel.send(HEAD + BODY[:sent])
+    await times_out(memory, wire, BODY_T)
+    assert fake.calls == [] and memory.server.service.admission.in_progress == 0
+
+
+async def test_a_body_dribbled_too_slowly_is_cut_off_at_the_body_timeout(
+    memory_server, fake
+) -> None:
+    memory = await in_memory(memory_server)
+    wire = await memory.connect()
+    await wire.channel.send(HEAD)
+    step = BODY_T / 10
+    for byte in BODY[:9]:  # a byte every tenth of the deadline, up to 0.9 of it
+        await wire.channel.send(bytes([byte]))
+        await memory.clock.advance(step)
+    await times_out(memory, wire, BODY_T - 9 * step)
+    assert fake.calls == [] and memory.server.service.admission.in_progress == 0
+
+
+async def test_a_chunked_body_that_stalls_mid_chunk_gets_408(memory_server, fake) -> None:
+    memory = await in_memory(memory_server)
+    wire = await memory.connect()
+    await wire.channel.send(
         raw_request(fields=b"transfer-encoding: chunked\r\n", body=b"%x\r\n" % len(BODY) + BODY[:5])
     )
-    await assert_timed_out(connection, began, BODY_T)
+    await times_out(memory, wire, BODY_T)
     assert fake.calls == []
