@@ -46,7 +46,10 @@ SEMIF_ONLY: dict[str, tuple[str | None, str]] = {
         "auto",
         "routing is always auto: one question direct, several shared (no serial fallback)",
     ),
-    "SEMIF_DTYPE": (None, "SEMIF_DEVICE decides it: bfloat16 on CUDA, float32 on CPU"),
+    "SEMIF_DTYPE": (
+        None,
+        "CUDA serves bfloat16; on the CPU set SEMIF_CPU_DTYPE (float32, the default, or bfloat16)",
+    ),
     "SEMIF_ACCEPT_JEV_ALIASES": (
         None,
         "SEMIF_MODEL_ALIASES lists the names accepted (empty: none)",
@@ -96,6 +99,8 @@ class Settings:
     model: str = DEFAULT_MODEL
     revision: str = DEFAULT_REVISION
     device: str = "cuda"
+    # Extension (issue 38): the CPU's dtype, the operator's choice, never the host's (CUDA: bfloat16).
+    cpu_dtype: str = "float32"
     vram_cap_gib: float | None = None
     max_tokens: int = 4096
     max_decisions: int = 64
@@ -309,6 +314,19 @@ def _device(env: Mapping[str, str]) -> str:
     return value
 
 
+CPU_DTYPES = ("float32", "bfloat16")
+
+
+def _cpu_dtype(env: Mapping[str, str]) -> str:
+    """SEMIF_CPU_DTYPE: float32 (default) or bfloat16, set explicitly: which is faster depends on
+    the CPU (bfloat16 wins with AMX, loses badly without), so the host never picks. Only with
+    SEMIF_DEVICE=cpu: on CUDA it would be ignored, and an ignored setting is refused."""
+    value = _choice(env, "SEMIF_CPU_DTYPE", "float32", CPU_DTYPES)
+    if "SEMIF_CPU_DTYPE" in env and env.get("SEMIF_DEVICE", "cuda") != "cpu":
+        raise ValueError("SEMIF_CPU_DTYPE needs SEMIF_DEVICE=cpu (CUDA serves bfloat16)")
+    return value
+
+
 def load(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate every setting; raise ValueError naming the first bad one."""
     env = os.environ if env is None else env
@@ -322,6 +340,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         model=_nonempty(env, "SEMIF_MODEL", default("model")),
         revision=_nonempty(env, "SEMIF_REVISION", default("revision")),
         device=_device(env),
+        cpu_dtype=_cpu_dtype(env),
         vram_cap_gib=_optional_positive_float(env, "SEMIF_VRAM_CAP_GIB", default("vram_cap_gib")),
         max_tokens=_positive_int(env, _named(env, "SEMIF_MAX_TOKENS"), default("max_tokens")),
         max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", default("max_decisions")),

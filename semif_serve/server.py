@@ -263,11 +263,13 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     table = callers.for_settings(settings)
     scorer = scorer if scorer is not None else build_scorer(settings)
     # and so does a table fitted on another model or prompt.
+    facts = scorer.health()
     calibration_file.check_binding(
         settings.calibration,
         settings.model,
         settings.revision,
-        scorer.health().get("prompt_version"),
+        facts.get("prompt_version"),
+        facts.get("dtype"),
     )
     log_settings(log, settings)  # once every setting is known valid, before the (long) load
     engine = Engine(scorer)
