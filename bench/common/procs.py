@@ -213,6 +213,10 @@ def running(
     )
     log = directory / f"server-{port}.log"
     full_env = {**os.environ, **env, TOKEN_ENV: api_token, "PYTHONUNBUFFERED": "1"}
+    # Named callers: `api_token` is one of the file's; setting SEMIF_API_TOKEN too would be refused.
+    if "SEMIF_API_TOKENS_FILE" in env:
+        for name in (TOKEN_ENV, "SEMIF_API_KEY"):
+            full_env.pop(name, None)
     target = Target(HOST, port, api_token)
     with open(log, "wb") as sink:
         process = _popen(argv, full_env, sink, cwd)
