@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from semif_serve.engine.recent import RecentCalls
 from semif_serve.engine.scorer import OutOfMemory
 from semif_serve.http.exchange import MAX_RETRY_AFTER
 from semif_serve.ops.retry_after import RetryAfter
@@ -163,14 +164,15 @@ async def test_draining_503_carries_retry_after(start_server, fake) -> None:
 
 
 def test_busy_estimate_is_queue_depth_times_recent_call_time() -> None:
-    estimate = RetryAfter(window=4)
+    recent = RecentCalls(window=4)
+    estimate = RetryAfter(recent)
     assert estimate.busy(10) == 1  # nothing scored yet: the floor
     for seconds in (0.5, 1.5, 1.0, 1.0):
-        estimate.observe(seconds)
+        recent.observe("direct", 1, seconds)
     assert estimate.busy(1) == 1
     assert estimate.busy(3) == 3
     assert estimate.busy(7) == 7
-    estimate.observe(3.0)  # the oldest (0.5) leaves the window: mean 1.625
+    recent.observe("direct", 1, 3.0)  # the oldest (0.5) leaves the window: mean 1.625
     assert estimate.busy(4) == 7
     assert estimate.busy(1000) == MAX_RETRY_AFTER
     assert RetryAfter.unavailable() == 1
