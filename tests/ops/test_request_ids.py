@@ -9,6 +9,7 @@ import pytest
 
 from semif_serve.engine.recent import RecentCalls
 from semif_serve.engine.scorer import OutOfMemory
+from semif_serve.engine.worker import CallTiming
 from semif_serve.http.exchange import MAX_RETRY_AFTER
 from semif_serve.ops.retry_after import RetryAfter
 from tests.bodies import ROW
@@ -176,3 +177,17 @@ def test_busy_estimate_is_queue_depth_times_recent_call_time() -> None:
     assert estimate.busy(4) == 7
     assert estimate.busy(1000) == MAX_RETRY_AFTER
     assert RetryAfter.unavailable() == 1
+
+
+def test_the_busy_estimate_reads_only_requests_successful_calls() -> None:
+    """One window serves Retry-After and the wait budget: a refused, failed or unfinished call, and
+    the engine's load, teach neither."""
+    recent = RecentCalls()
+    estimate = RetryAfter(recent)
+    for outcome, kind in (("refused", "direct"), ("failed", "shared"), ("ok", "load")):
+        recent.scorer_call(CallTiming(kind, 1, 0.0, 0.0, 9.0, outcome))
+    recent.scorer_call(CallTiming("direct", 1, 0.0, 0.0, None))  # never ended
+    assert estimate.busy(2) == 1 and recent.per_call("direct") is None
+    recent.scorer_call(CallTiming("shared", 8, 0.0, 0.0, 2.5))
+    recent.scorer_call(CallTiming("direct", 1, 0.0, 1.0, 1.5))
+    assert estimate.busy(2) == 3  # the mean of both kinds' calls, 1.5 s, x 2 in progress
