@@ -401,17 +401,18 @@ class Service:
             self.budget.estimator.leave(admitted, call.started)
 
     def scorer_call(self, call: CallTiming) -> None:
-        """A scorer call ended (on the loop): a successful one updates the per-row time the budget reads,
-        and one kind's calls coming to take longer than the whole budget is logged once per crossing."""
-        if call.outcome == "ok" and call.scoring is not None and self.budget is not None:
-            if self.budget.observe(call.kind, call.rows, call.scoring):
-                log.warning(
-                    "a %s scorer call now takes %.2f s (recent mean), over the SEMIF_MAX_WAIT_S budget of "
-                    "%g s: any request behind one such call is refused busy; raise SEMIF_MAX_WAIT_S",
-                    call.kind,
-                    self.budget.estimator.per_call(call.kind),
-                    self.budget.seconds,
-                )
+        """A scorer call ended (on the loop, after the window of recent calls measured it): one kind's
+        successful calls coming to take longer than the whole wait budget is logged once per crossing."""
+        if call.outcome != "ok" or call.scoring is None or self.budget is None:
+            return
+        if self.budget.crossed(call.kind):
+            log.warning(
+                "a %s scorer call now takes %.2f s (recent mean), over the SEMIF_MAX_WAIT_S budget of "
+                "%g s: any request behind one such call is refused busy; raise SEMIF_MAX_WAIT_S",
+                call.kind,
+                self.budget.estimator.recent.per_call(call.kind),
+                self.budget.seconds,
+            )
 
     async def _score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
         """One engine call per request, timed in `call`."""
