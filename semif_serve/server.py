@@ -33,19 +33,20 @@ from collections.abc import Callable, Mapping
 
 from .config import Settings
 from .decisions import calibration_file
+from .engine.recent import RecentCalls
 from .engine.scorer import Scorer
 from .engine.worker import Engine
 from .errors import ApiError, envelope
 from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
-from .http.exchange import Answer, Head, Reply, Route, Ticket
+from .http.exchange import Answer, Head, Reply, Ticket
 from .ops import logs
 from .ops.logs import log_settings
 from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
 from .service import callers, reload
 from .service.admission import Admission
-from .service.routes import METRICS_ROUTES, ROUTES, Service
+from .service.routes import METRICS_ROUTES, ROUTES, Endpoint, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
 
 log = logging.getLogger("semif_serve.server")
@@ -91,11 +92,14 @@ class Server:
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
         admission = Admission(settings.max_queue, settings.max_queue_per_caller)
+        recent = (
+            RecentCalls()
+        )  # the one window of recent scorer time: Retry-After and the wait estimate
         # Extension: admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
         budget = (
             None
             if settings.max_wait_s is None
-            else WaitBudget(settings.max_wait_s, WaitEstimator())
+            else WaitBudget(settings.max_wait_s, WaitEstimator(recent=recent))
         )
         busy = _busy_reasons(admission, budget, settings)
         self.ops = ops = Operations(
@@ -106,16 +110,23 @@ class Server:
             lambda: len(self.connections),
             self.drain.seconds,
             busy,
+            recent=recent,
         )
         # /metrics is a route like any other; its answer lives in ops.
         self.service = Service(
             settings,
             engine,
             admission,
-            {"metrics": lambda head: ops.metrics_reply()},
-            budget,
-            table,
+            metrics=lambda head: ops.metrics_reply(),
+            budget=budget,
+            known=table,
         )
+        # Every observer is wired here: the engine's scorer calls to the window of recent calls first (what
+        # the others read), then (with a budget) the service and ops; the estimate's error and the kinds
+        # over budget to the metrics.
+        engine.observers.append(recent.scorer_call)
+        if budget is not None:
+            engine.observers.append(self.service.scorer_call)
         engine.observers.append(self.ops.scorer_call)
         self._calibration_shown()
         if budget is not None and ops.metrics is not None:
@@ -160,7 +171,7 @@ class Server:
         port: int,
         connections: dict[asyncio.Task[None], HttpConnection],
         cap: int,
-        routes: Mapping[bytes, Route],
+        routes: Mapping[bytes, Endpoint],
     ) -> tuple[asyncio.base_events.Server, int]:
         def answer(head: Head) -> Reply | Ticket:
             return self.service.answer(head, routes)

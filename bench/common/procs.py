@@ -174,6 +174,24 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait(5.0)
 
 
+def stop_children() -> list[int]:
+    """SIGKILL every child process of this one still running, and its group; the PIDs.
+
+    After an interrupt: a signal handler that raises inside `subprocess.Popen` (while the child
+    execs) loses the handle of a child that exists, so `running` cannot stop it; it is found here.
+    """
+    import psutil
+
+    children = psutil.Process().children()
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)  # its group: it leads one once it has started
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    psutil.wait_procs(children, timeout=5.0)
+    return [child.pid for child in children]
+
+
 @contextlib.contextmanager
 def running(
     argv: list[str],
@@ -195,6 +213,10 @@ def running(
     )
     log = directory / f"server-{port}.log"
     full_env = {**os.environ, **env, TOKEN_ENV: api_token, "PYTHONUNBUFFERED": "1"}
+    # Named callers: `api_token` is one of the file's; setting SEMIF_API_TOKEN too would be refused.
+    if "SEMIF_API_TOKENS_FILE" in env:
+        for name in (TOKEN_ENV, "SEMIF_API_KEY"):
+            full_env.pop(name, None)
     target = Target(HOST, port, api_token)
     with open(log, "wb") as sink:
         process = _popen(argv, full_env, sink, cwd)

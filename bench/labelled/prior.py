@@ -43,7 +43,7 @@ from typing import Any
 from bench.common.loadgen import Target
 from bench.common.report import Progress, fmt, markdown_table, note, now, write_json
 from semif_serve.decisions import prior as pride
-from semif_serve.decisions.averaging import orderings
+from semif_serve.decisions.averaging import permutations
 
 from . import calibration_file, plots, scoring
 from . import rows as labelled
@@ -75,7 +75,7 @@ def too_few(grouped: dict[Group, list[labelled.Row]]) -> dict[Group, str]:
 def rotation_results(row: labelled.Row, answer: dict[str, Any]) -> list[dict[str, Any]]:
     """The answer's per-ordering results, checked to be the row's n cyclic rotations in the served order."""
     ids = [option["id"] for option in row["options"]]
-    expected = [[ids[i] for i in order] for order in orderings(len(ids), METHOD)]
+    expected = [[ids[i] for i in order] for order in permutations(len(ids), METHOD)]
     results = answer.get("orderings")
     if not isinstance(results, list) or [r.get("option_ids") for r in results] != expected:
         found = [r.get("option_ids") for r in results] if isinstance(results, list) else results

@@ -46,8 +46,15 @@ from typing import Any
 
 from bench.common.loadgen import Connection, Target, call
 from bench.common.report import Progress
-from semif_serve.decisions.averaging import MAX_ALL_OPTIONS, METHODS, ORDERINGS, combine, orderings
+from semif_serve.decisions.averaging import (
+    MAX_ALL_OPTIONS,
+    METHODS,
+    ORDERINGS,
+    combine,
+    permutations,
+)
 from semif_serve.decisions.prior import METHOD as PRIOR
+from semif_serve.decisions.views import as_json
 
 from . import rows as labelled
 
@@ -151,7 +158,7 @@ def derive(
     if "combined" not in answer:
         return {method: record(row, method, answer)}
     count = len(row["options"])
-    position = {order: k for k, order in enumerate(orderings(count, method))}
+    position = {order: k for k, order in enumerate(permutations(count, method))}
     if len(position) != len(answer["orderings"]):
         raise ScoringError(
             f"row {row['id']!r} ({method}): {len(answer['orderings'])} orderings, expected {len(position)}"
@@ -160,9 +167,11 @@ def derive(
     for smaller in wanted:
         if smaller == method or smaller not in METHODS or not served.applicable(row, smaller):
             continue
-        results = [answer["orderings"][position[order]] for order in orderings(count, smaller)]
+        results = [answer["orderings"][position[order]] for order in permutations(count, smaller)]
         out[smaller] = record(
-            row, smaller, results[0] if smaller == "none" else combine(row, smaller, results)
+            row,
+            smaller,
+            results[0] if smaller == "none" else dict(as_json(combine(row, smaller, results))),
         )
     return out
 

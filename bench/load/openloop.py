@@ -516,6 +516,11 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                     run_cell(servers, name, cell.questions, rate, multiple, budget_s, args)
                 )
                 write_json(args.out, result)  # so far: a run cut short keeps what it measured
+    if args.two_callers:
+        from bench.load import two_callers
+
+        result["two_callers"] = two_callers.run(servers, args)
+        write_json(args.out, result)
 
 
 def finish(result: dict[str, Any]) -> None:
@@ -557,6 +562,7 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
         "threads": args.threads or "torch default",
         "probe_every_s": args.probe_every,
         "probe_timeout_s": args.probe_timeout,
+        "two_callers": {"bulk_x": args.bulk, "share": args.share} if args.two_callers else None,
     }
 
 
@@ -569,13 +575,14 @@ def verdicts(result: dict[str, Any]) -> list[str]:
         for c in cells
         if not c["loadgen"]["kept_up"]
     ]
-    worst_cpu = max((c["loadgen"]["cpu_share"] for c in cells), default=0.0)
-    worst_lag = max((c["loadgen"]["lag_p99_s"] for c in cells), default=0.0)
-    out.append(
-        f"loadgen: {'NOT the bottleneck' if not slow else 'MAY HAVE BEEN the bottleneck in ' + '; '.join(slow)} "
-        f"(its CPU at most {worst_cpu:.0%} of one core, sends at most {worst_lag * 1e3:.1f} ms behind "
-        f"schedule at p99; limits {LOADGEN_CPU_MAX:.0%}, {LOADGEN_LAG_P99_MAX_S * 1e3:.0f} ms)"
-    )
+    if cells:  # none when --two-callers ran alone: its table shows its own lag
+        worst_cpu = max((c["loadgen"]["cpu_share"] for c in cells), default=0.0)
+        worst_lag = max((c["loadgen"]["lag_p99_s"] for c in cells), default=0.0)
+        out.append(
+            f"loadgen: {'NOT the bottleneck' if not slow else 'MAY HAVE BEEN the bottleneck in ' + '; '.join(slow)} "
+            f"(its CPU at most {worst_cpu:.0%} of one core, sends at most {worst_lag * 1e3:.1f} ms behind "
+            f"schedule at p99; limits {LOADGEN_CPU_MAX:.0%}, {LOADGEN_LAG_P99_MAX_S * 1e3:.0f} ms)"
+        )
     for questions, shape in result["shapes"].items():
         call, budget = shape["capacity"]["call_p50_s"], shape["budget_s"]
         by = {(c["server"], c["rate_per_s"]): c for c in shape["cells"]}
@@ -699,10 +706,11 @@ def markdown(
     info, s = result["machine"], result["settings"]
     named = "" if section == "openloop" else f" (`{section}`)"
     ran = {c["server"] for shape in result["shapes"].values() for c in shape["cells"]}
+    ours = ran | ({"semif"} if "two_callers" in result else set())
     against = " and ".join(
         {"semif": "semif-serve", "peer": "the peer server", "url": f"the server at {s['url']}"}[k]
         for k in ("semif", "peer", "url")
-        if k in ran or (k == "semif" and "semif-wait" in ran)
+        if k in ours or (k == "semif" and "semif-wait" in ran)
     )  # only what ran
     started = sorted(ran - {"url"})
     lines = [
@@ -725,8 +733,13 @@ def markdown(
         )
         + f"Each cell: {s['duration_s']:g} s of Poisson arrivals (seed {s['seed']}; the same "
         f"arrivals for every server of a shape), each request on its own connection, abandoned at "
-        f"{s['timeout_s']:g} s; health probed every {s['probe_every_s']:g} s on a fresh connection, failed past "
-        f"{s['probe_timeout_s']:g} s."
+        f"{s['timeout_s']:g} s"
+        + (
+            f"; health probed every {s['probe_every_s']:g} s on a fresh connection, failed past "
+            f"{s['probe_timeout_s']:g} s."
+            if result["shapes"]
+            else "."
+        )
         + (
             f" SEMIF_MAX_QUEUE={s['queue']}; `semif-wait`: SEMIF_MAX_WAIT_S={s['budget']} "
             "(`Nc`: N calls of the shape at its idle call time); "
@@ -770,10 +783,15 @@ def markdown(
                 "",
                 budget_table(accounts),
             ]
+    if "two_callers" in result:
+        from bench.load import two_callers
+
+        lines += two_callers.markdown(result["two_callers"])
     if plot is not None:
         where = os.path.relpath(plot, md_dir) if md_dir is not None else str(plot)
         lines += ["", f"![p99 and goodput against offered load]({where})"]
-    lines += ["", "Verdicts:", "", *[f"- {v}" for v in result["verdicts"]]]
+    if result["verdicts"]:
+        lines += ["", "Verdicts:", "", *[f"- {v}" for v in result["verdicts"]]]
     return "\n".join(lines) + "\n"
 
 
@@ -901,6 +919,21 @@ def parser() -> argparse.ArgumentParser:
         "--probe-timeout", type=float, default=2.0, help="a probe fails past this (default 2 s)"
     )
     p.add_argument(
+        "--two-callers",
+        action="store_true",
+        help="also (alone, without --cell) run the two-caller cell: a bulk caller at --bulk x capacity "
+        "beside an interactive one at 0.3x, without and with SEMIF_MAX_QUEUE_PER_CALLER=--share",
+    )
+    p.add_argument(
+        "--bulk", type=float, default=3.0, help="the bulk caller's multiple of capacity (default 3)"
+    )
+    p.add_argument(
+        "--share",
+        type=int,
+        default=8,
+        help="SEMIF_MAX_QUEUE_PER_CALLER in the two-caller cell's second run (default 8)",
+    )
+    p.add_argument(
         "--url",
         help="server `url`: one already running, http://127.0.0.1:PORT (loopback unless --remote)",
     )
@@ -959,6 +992,8 @@ def _stop_on(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.cell is None and args.two_callers:
+        args.cell = []  # the two-caller cell alone
     if args.cell is None:
         args.cell = [Cell.parse(text) for text in DEFAULT_CELLS]
         if args.url:  # the server named, in the place of those the defaults would start
@@ -977,7 +1012,15 @@ def main(argv: list[str] | None = None) -> int:
             run(args, result)
         except Stopped as stopped:
             result["stopped"] = str(stopped)
-            note(f"openloop: stopped by {stopped}; every server it started is stopped")
+            strays = procs.stop_children()  # a server whose start the signal cut short
+            note(
+                f"openloop: stopped by {stopped}; every server it started is stopped"
+                + (
+                    f" (killed, its start cut short: pid {', '.join(map(str, strays))})"
+                    if strays
+                    else ""
+                )
+            )
         finish(result)
         write_json(args.out, result)
         if args.plot is not None:

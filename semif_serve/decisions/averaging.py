@@ -33,6 +33,7 @@ from typing import Any
 
 from . import prior as position_prior
 from .numerics import log_softmax, softmax
+from .views import Averaged, Calibrated, Combined, Prior
 
 METHODS: tuple[str, ...] = ("none", "rotations", "all")
 ORDERINGS: tuple[str, ...] = (*METHODS, position_prior.METHOD)
@@ -40,7 +41,7 @@ MAX_ALL_OPTIONS = 4
 MAX_OPTIONS = 16  # SemIf's letters A..P
 
 
-def orderings(n: int, method: str) -> list[tuple[int, ...]]:
+def permutations(n: int, method: str) -> list[tuple[int, ...]]:
     """Index orders, identity first: 'rotations' -> the n cyclic shifts,
     shift k = (k, k+1, ..., k+n-1) mod n; 'all' -> every permutation (n!);
     'none' and 'prior' -> [identity].
@@ -61,6 +62,12 @@ def orderings(n: int, method: str) -> list[tuple[int, ...]]:
     return [tuple(range(n))]
 
 
+def row_count(n: int, method: str) -> int:
+    """The rows a decision over n options expands to under `method`: what the row cap counts, the
+    engine call scores and each decision's slice of the results holds."""
+    return len(permutations(n, method))
+
+
 def expand(row: Mapping[str, Any], method: str) -> list[dict[str, Any]]:
     """One SemIf row per ordering, id f"{row['id']}#o{k}", options reordered.
 
@@ -71,7 +78,7 @@ def expand(row: Mapping[str, Any], method: str) -> list[dict[str, Any]]:
     options = list(row["options"])
     return [
         {**row, "id": f"{row['id']}#o{k}", "options": [options[i] for i in order]}
-        for k, order in enumerate(orderings(len(options), method))
+        for k, order in enumerate(permutations(len(options), method))
     ]
 
 
@@ -105,7 +112,7 @@ def _scored(
     option_ids = [option["id"] for option in row["options"]]
     if len(set(option_ids)) != len(option_ids):
         raise ValueError(f"decision {row['id']!r} repeats an option id: {option_ids}")
-    expected = len(orderings(len(option_ids), method))
+    expected = row_count(len(option_ids), method)
     if len(results) != expected:
         raise ValueError(
             f"{method!r} over {len(option_ids)} options needs {expected} results, got {len(results)}"
@@ -150,9 +157,9 @@ def combine(
     row: Mapping[str, Any],
     method: str,
     results: Sequence[Mapping[str, Any]],
-    temper: Callable[[list[float]], dict[str, Any]] | None = None,
+    temper: Callable[[list[float]], Calibrated] | None = None,
     prior: Sequence[float] | None = None,
-) -> dict[str, Any]:
+) -> Averaged:
     """The averaged result for one decision from its expanded rows' results, in expansion order.
 
     probabilities: per option id, the mean of each ordering's log-softmax,
@@ -160,7 +167,7 @@ def combine(
     an exact tie going to the option earliest in the caller's order.
     agreement: the fraction of orderings whose own top (argmax of its native
     probabilities, ties likewise by the caller's order) is `top`. spread: each
-    option's [min, max] native probability across orderings. `orderings` holds
+    option's [min, max] native probability across orderings. `results` holds
     the result objects themselves (INV-1: never rewritten, never copied).
     `temper`, when given, turns the mean log-probabilities into `combined.calibrated`
     (the results are checked and scored once for both views).
@@ -187,21 +194,14 @@ def combine(
         oid: [min(nat[oid] for _, nat in scored), max(nat[oid] for _, nat in scored)]
         for oid in option_ids
     }
-    combined = {
-        "method": method,
-        "orderings": len(scored),
-        "probabilities": probabilities,
-        "top": top,
-        "agreement": 1.0 if prior is not None else tops.count(top) / len(scored),
-        "spread": spread,
-    }
-    if prior is not None:
-        combined["prior"] = list(prior)
-    if temper is not None:
-        combined["calibrated"] = temper(scores)
-    return {
-        "id": row["id"],
-        "option_ids": option_ids,
-        "combined": combined,
-        "orderings": list(results),
-    }
+    combined = Combined(
+        method,
+        len(scored),
+        probabilities,
+        top,
+        1.0 if prior is not None else tops.count(top) / len(scored),
+        spread,
+        None if prior is None else Prior(tuple(prior)),
+        None if temper is None else temper(scores),
+    )
+    return Averaged(row["id"], option_ids, combined, list(results))

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .numerics import softmax
+from .views import Calibrated
 
 
 def tempered_softmax(logits: Sequence[float], temperature: float) -> list[float]:
@@ -14,22 +15,15 @@ def tempered_softmax(logits: Sequence[float], temperature: float) -> list[float]
     return softmax([value / temperature for value in logits])
 
 
-def calibrated_view(result: Mapping[str, Any], workload: str, temperature: float) -> dict[str, Any]:
-    """The `calibrated` key for one SemIf result."""
-    return {
-        "workload": workload,
-        "temperature": temperature,
-        "probabilities": tempered_softmax(result["option_logits"], temperature),
-    }
+def calibrated_view(result: Mapping[str, Any], workload: str, temperature: float) -> Calibrated:
+    """The `calibrated` view of one SemIf result."""
+    return Calibrated(workload, temperature, tempered_softmax(result["option_logits"], temperature))
 
 
 def combined_view(
     workload: str, method: str, temperature: float, mean_log_probabilities: Sequence[float]
-) -> dict[str, Any]:
+) -> Calibrated:
     """`combined.calibrated` for an averaged decision: softmax(mean per-option log-softmax / T)."""
-    return {
-        "workload": workload,
-        "method": method,
-        "temperature": temperature,
-        "probabilities": tempered_softmax(mean_log_probabilities, temperature),
-    }
+    return Calibrated(
+        workload, temperature, tempered_softmax(mean_log_probabilities, temperature), method
+    )

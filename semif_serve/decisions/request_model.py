@@ -6,10 +6,11 @@ Everything the scorer would refuse for its shape is refused here first with a
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,27 +28,63 @@ OPTION_KEYS = {"id", "description"}
 
 @dataclass(frozen=True)
 class Decision:
-    """One SemIf row and how its options are to be ordered."""
+    """One SemIf row and its orderings method (the request's `orderings` value)."""
 
     row: dict[str, Any]
-    orderings: str
+    method: str
 
     @property
     def averaged(self) -> bool:
-        return self.orderings != "none"
+        return self.method != "none"
+
+    @property
+    def row_count(self) -> int:
+        """The engine rows it expands to: one per ordering."""
+        return averaging.row_count(len(self.row["options"]), self.method)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows it sends: itself, or one per ordering."""
+        return averaging.expand(self.row, self.method) if self.averaged else [self.row]
 
 
 @dataclass(frozen=True)
 class DecideRequest:
-    """A validated /decide or /decide/shared body."""
+    """A validated /decide or /decide/shared body, and the one engine call it makes: each decision
+    owns a slice of that call's rows, in order (`planned`)."""
 
     decisions: tuple[Decision, ...]
     workload: str | None
     shared: bool
+    slices: tuple[slice, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ends = list(itertools.accumulate(decision.row_count for decision in self.decisions))
+        starts = [0, *ends[:-1]]
+        object.__setattr__(self, "slices", tuple(map(slice, starts, ends)))
 
     @property
     def averaged(self) -> bool:
         return any(decision.averaged for decision in self.decisions)
+
+    @property
+    def row_count(self) -> int:
+        """Every row the engine call scores: what the row cap counts."""
+        return self.slices[-1].stop if self.slices else 0
+
+    @property
+    def kind(self) -> str:
+        """The engine call: direct for a plain /decide, else shared over all rows."""
+        return "shared" if self.shared or self.averaged else "direct"
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The engine call's rows, each decision's slice in turn."""
+        return [row for decision in self.decisions for row in decision.rows()]
+
+    def planned(self, results: int) -> Iterator[tuple[Decision, slice]]:
+        """Each decision with its slice of the call's `results` (their count, checked against the rows)."""
+        if results != self.row_count:
+            raise RuntimeError(f"scorer returned {results} results for {self.row_count} rows")
+        return zip(self.decisions, self.slices)
 
 
 @dataclass(frozen=True)
@@ -186,7 +223,7 @@ def _decision(item: Mapping[str, Any], state: Any, where: str) -> Decision:
     }
     return Decision(
         row=row,
-        orderings=checked_orderings(item.get("orderings", "none"), options, f"{where}.orderings"),
+        method=checked_orderings(item.get("orderings", "none"), options, f"{where}.orderings"),
     )
 
 
@@ -203,9 +240,7 @@ def checked_workload(value: Any, limits: Limits, param: str | None = None) -> st
 
 def check_request(request: DecideRequest, limits: Limits, param: str | None = None) -> None:
     """Every expanded row counts toward the cap, and expanded ids must stay unambiguous."""
-    rows = sum(
-        len(averaging.orderings(len(d.row["options"]), d.orderings)) for d in request.decisions
-    )
+    rows = request.row_count
     if rows > limits.max_decisions:
         raise invalid(
             f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed", param
@@ -232,9 +267,9 @@ def check_methods(
     Not for "prior": there the workload names the prior, and a temperature is optional."""
     fitted = limits.methods_of(workload)
     for decision in decisions:
-        if decision.orderings not in fitted and decision.orderings != PRIOR:
+        if decision.method not in fitted and decision.method != PRIOR:
             raise invalid(
-                f"workload {excerpt(workload, 60)!r} has no temperature for method {decision.orderings!r} "
+                f"workload {excerpt(workload, 60)!r} has no temperature for method {decision.method!r} "
                 f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted)) or 'none at all'}",
                 param,
             )
@@ -247,7 +282,7 @@ def check_priors(
     option count: a prior is fitted per workload and per n, and a decision that cannot be
     debiased is refused, never answered undebiased."""
     for decision in decisions:
-        if decision.orderings != PRIOR:
+        if decision.method != PRIOR:
             continue
         n, name = len(decision.row["options"]), excerpt(decision.row["id"], 60)
         if workload is None:

@@ -11,7 +11,8 @@ scoring) are kept up to `limit`; past it the transport stops reading until they
 are taken (back-pressure), so EOF is then not seen either: a client that floods
 pipelined bytes has its request finished, never cancelled on its word.
 Rule 4: writes never block the loop. `write` queues on the transport; `drain`
-waits only while the transport has asked us to pause, and a lost peer ends the wait.
+waits only while the transport has asked us to pause, until its timeout, and a lost
+peer ends the wait.
 Rule 5: a close can linger (RFC 9112 9.6). Closing a socket with unread bytes makes
 the kernel send a reset, which can reach the client before it has read our last
 answer (a 413 or 408 refused mid-body). Asked to linger, `closed` first half-closes
@@ -156,14 +157,21 @@ class Channel(asyncio.Protocol):
     def write_buffer_size(self) -> int:
         return self.transport.get_write_buffer_size() if self.transport is not None else 0
 
-    async def drain(self) -> None:
-        """Wait while the transport's write buffer is over its high-water mark."""
+    async def drain(self, timeout: float) -> None:
+        """Wait while the transport's write buffer is over its high-water mark, `timeout` s at most.
+
+        Raises TimeoutError when it is still over by then (a peer that does not read).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         while self._writing_paused:
-            waiter = self._drainer = asyncio.get_running_loop().create_future()
+            waiter = self._drainer = loop.create_future()
+            timer = loop.call_at(deadline, _expire, waiter)
             try:
                 await waiter
             finally:
                 self._drainer = None
+                timer.cancel()
 
     def close(self) -> None:
         """Close once what is written has been sent (the transport flushes first)."""

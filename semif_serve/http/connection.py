@@ -6,8 +6,8 @@ Rule 2: one question per request head. The wire frames the head, runs its own ch
 (`head_refusal`), asks the application once (`answer`): a Reply it writes, or a Ticket
 whose body it reads (`body_refusal` before each chunk is kept) and whose reply it writes,
 releasing the ticket however the exchange ends. It names no route.
-Rule 3: every wait has a deadline, read from the injected clock; a client that leaves
-while its request waits never reaches the scorer.
+Rule 3: every wait has a deadline, counted on the injected clock and handed to the
+channel as a timeout; a client that leaves while its request waits never reaches the scorer.
 Rule 4: bytes come and go through a channel.Channel (never a socket or a transport); each
 response goes out through `_send`, which hands ops.Operations the byte counts and keeps no
 log or metric itself.
@@ -295,8 +295,7 @@ class HttpConnection:
         self.channel.write(data)
         try:
             if self.channel.write_buffer_size():  # the kernel took it all: nothing to wait for
-                async with asyncio.timeout(self.settings.idle_timeout):
-                    await self.channel.drain()
+                await self.channel.drain(self.settings.idle_timeout)
         finally:
             self.ops.finish(exchange, reply, self.channel.peer, received, len(data))
 

@@ -1,11 +1,12 @@
 """Routes and replies: what the wire and the application both speak, and nothing else.
 
-Rule 1: types and one lookup. This module holds what a route is (its handler name,
-method, whether it needs the bearer), the Head the wire hands over, the Reply every
-answer is, the Ticket an accepted request becomes, `route`, which finds a
-request line's route in a listener's table or refuses it, and the body limit both sides check; it runs no handler, reads
-no body and knows no socket. The table itself is the application's (service.ROUTES),
-beside the handlers, so that adding an endpoint touches that one module.
+Rule 1: types and one lookup. This module holds what a route is to the wire and ops (its
+name, method, whether it needs the bearer), the Head the wire hands over, the Reply every
+answer is, the Ticket an accepted request becomes, `route`, which finds a request line's
+route in a listener's table or refuses it, and the body limit both sides check; it runs no
+handler, reads no body and knows no socket. The table itself is the application's
+(service.ROUTES), whose routes carry their handlers, so that adding an endpoint touches that
+one module.
 Rule 2: both sides read it, neither is imported here. service/routes.py (and ops, for
 /metrics) decide what a route answers; http/connection.py frames and writes; this module
 imports neither.
@@ -25,7 +26,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVar
 
 from ..engine.worker import CallTiming
 from ..errors import ApiError, envelope, excerpt, too_large
@@ -34,7 +35,8 @@ from . import request_target
 
 @dataclass(frozen=True)
 class Route:
-    """One endpoint: its handler name, method, and whether it needs the bearer (a POST also takes an admission slot)."""
+    """One endpoint as the wire and ops see it: its name, method, and whether it needs the bearer (a POST also
+    takes an admission slot); what it does is the application's (service/routes.py `Endpoint`)."""
 
     name: str
     method: bytes
@@ -60,9 +62,8 @@ class Reply:
     timing: CallTiming | None = None
     content_type: bytes = b"application/json"
     close: bool = False  # the connection ends after this reply, whether or not the body was read
-    orderings: tuple[
-        str, ...
-    ] = ()  # each decision's orderings method, in order (Route.methods are HTTP methods)
+    # Each decision's orderings method, in order (metrics label them `orderings`).
+    decision_methods: tuple[str, ...] = ()
     # Extension: the caller's name for the access log and metrics; "-": not authenticated.
     caller: str = "-"
 
@@ -107,13 +108,14 @@ class Ticket(Protocol):
         """The exchange is over: free what accepting the head held (an admission slot)."""
 
 
+R = TypeVar("R", bound=Route)  # a listener's routes: Route, or the application's own kind of it
 # The application's one question per request head: a Reply now, or a Ticket for the body.
 Answer = Callable[[Head], "Reply | Ticket"]
 # A GET route's handler: its whole reply from the head (HEAD shares it, without the body).
 Handler = Callable[[Head], Reply]
 
 
-def route(method: bytes, target: bytes, host: bytes | None, routes: Mapping[bytes, Route]) -> Route:
+def route(method: bytes, target: bytes, host: bytes | None, routes: Mapping[bytes, R]) -> R:
     """The route for a request line and its Host field among a listener's `routes`, or 400 / 404 / 405
     in the envelope."""
     try:

@@ -2,8 +2,8 @@
 
 Rules: these modules observe requests and scorer calls; they never decide what a
 request gets (that is service/routes.py and the wire), except the answer of the /metrics
-route, `Operations.metrics_reply`, which the server registers in the service's GET
-handlers by route name; and they never hold an error code of their own (errors.py
+route, `Operations.metrics_reply`, which the server hands the service for that route;
+and they never hold an error code of their own (errors.py
 has the one table). They read the application through callables (the admitted
 count, the scorer's facts, and with SEMIF_MAX_WAIT_S the busy refusals by reason), never
 the Service itself. Only `metrics.py` imports

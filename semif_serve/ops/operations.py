@@ -19,6 +19,7 @@ from typing import Any
 import h11
 
 from ..config import Settings
+from ..engine.recent import RecentCalls
 from ..engine.worker import CallTiming
 from ..errors import ApiError, excerpt
 from ..http import request_target
@@ -51,12 +52,15 @@ class Operations:
         open_connections: Callable[[], int],
         drain_seconds: Callable[[], float],
         busy_refusals: Callable[[], dict[str, int]] | None = None,
+        *,
+        recent: RecentCalls,
     ) -> None:
         """`routes` is the application's table: its paths are the route labels (any other path is
         "other"), and a route marked `typesafe` answers with the SDK's own request-id field too.
         `in_progress` counts the admitted POSTs (the busy Retry-After and a gauge); `scorer_facts`
         is the engine's health (the model info metric); both are read when needed, never cached.
-        `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time."""
+        `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time.
+        `recent` is the window of recent scorer calls the busy Retry-After reads (the server feeds it)."""
         self.labels = {path: path.decode() for path in routes}
         # Extension: System One's SDK reads a response's request id from its own header name: on its
         # routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives it an id.
@@ -64,7 +68,7 @@ class Operations:
             self.labels[path] for path, found in routes.items() if found.typesafe
         )
         self.in_progress = in_progress
-        self.retry_after = RetryAfter()
+        self.retry_after = RetryAfter(recent)
         self.access_log = settings.access_log
         self.metrics = (
             _metrics(
@@ -109,7 +113,7 @@ class Operations:
         total = time.perf_counter() - exchange.started
         if self.metrics is not None:
             self.metrics.request(exchange.route, reply.status, reply.code, total, reply.caller)
-            self.metrics.decisions(reply.orderings, reply.caller)
+            self.metrics.decisions(reply.decision_methods, reply.caller)
         if self.access_log:
             timing = reply.timing
             access_log.write(
@@ -142,7 +146,6 @@ class Operations:
         """One scorer call ended (called on the event loop)."""
         if timing.scoring is None or timing.kind == "load":
             return
-        self.retry_after.observe(timing.scoring)
         if self.metrics is not None:
             self.metrics.scorer_call(
                 timing.kind,

@@ -9,10 +9,11 @@ the admission slot (429), the declared length (413) and the content (415, 422),
 and only then a ticket, which holds the slot until the wire releases it. What the
 ticket's body holds may still be refused: a 422, or with SEMIF_MAX_WAIT_S a 429 for
 the estimated wait (`_within_budget`), both before anything reaches the scorer.
-Rule 2: every endpoint is declared here (`ROUTES`: path, method, bearer) beside
-its handler, so adding one touches this module alone; its answer is decided here
-(or, for /metrics, by the ops handler the server registers by route name). The
-wire names no route; ops is handed the table for its labels.
+Rule 2: every endpoint is declared here (`ROUTES`: path, method, bearer, and what it
+does: a GET's handler, or a POST's reader and content rule), so adding one touches this
+module alone and `answer` dispatches on the route itself; its answer is decided here (or,
+for /metrics, by the ops handler the server hands over). The wire names no route; ops is
+handed the table for its labels.
 Rule 3: the scorer's failures (engine/scorer.py) become envelopes in one place, `_score`.
 
 Scores pass through untouched (INV-1): the only things added are `calibrated` and
@@ -37,56 +38,41 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..decisions import averaging, calibration, calibration_file, request_model
-from ..decisions.prior import METHOD as PRIOR
-from ..decisions.request_model import DecideRequest, Decision
+from ..decisions import calibration_file, request_model, viewing
+from ..decisions.request_model import DecideRequest
+from ..decisions.views import View, as_json
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
 from ..errors import ApiError, excerpt, unauthorized
-from ..http.exchange import Handler, Head, Reply, Route, Ticket, body_refusal, route
+from ..http.exchange import (
+    Handler,
+    Head,
+    Reply,
+    Route,
+    Ticket,
+    body_refusal,
+    retry_after,
+    route,
+)
 from ..systemone import assemble, catalogue, translate
 from . import callers
 from .admission import Admission
-from .wait_budget import WaitBudget
+from .wait_budget import OverBudget, WaitBudget
 
 log = logging.getLogger("semif_serve.service")
-# Every endpoint: path -> its handler's name (a GET's in `Service.handlers`, a POST's in `_read`), method and
-# bearer. A GET route answers HEAD too and takes no admission slot; a POST takes one.
-ROUTES = {
-    b"/health": Route("health", b"GET", protected=False),
-    b"/decide": Route("decide", b"POST", protected=True),
-    b"/decide/shared": Route("shared", b"POST", protected=True),
-    # Extension: Prometheus metrics, answered by ops (the server registers its handler). No token, no slot.
-    b"/metrics": Route("metrics", b"GET", protected=False),
-    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
-    b"/v1/systemone": Route("systemone", b"POST", protected=True, typesafe=True),
-    b"/v1/models": Route("models", b"GET", protected=True, typesafe=True),
-    # Extension: SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
-    b"/healthz": Route("healthz", b"GET", protected=False, typesafe=True),
-}
-# Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
-METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
-PARSERS = {"decide": request_model.parse_decide, "shared": request_model.parse_shared}
 # What one engine call gives back: SemIf's results, and SemIf's own timing dict (None for a direct call).
 Scored = tuple[list[dict[str, Any]], dict[str, Any] | None]
 # A response body, and the headers of the route's own that go with it.
 Built = tuple[Any, tuple[tuple[bytes, bytes], ...]]
 # How a route's response is built from the scores and the engine call's kind (direct or shared).
 Respond = Callable[[Scored, str], Built]
-# A body coding the service does not decode (the SDK may send zstd); a JSON parser must never see it.
-IDENTITY = (None, b"identity")
+# The one body coding the service decodes (the SDK may send zstd); a JSON parser must never see another.
+IDENTITY = (b"identity",)
 
 
 def render(payload: Any) -> bytes:
     # allow_nan=False: a non-finite number would be invalid JSON on the wire.
     return json.dumps(payload, allow_nan=False, ensure_ascii=False).encode()
-
-
-def _rows(decision: Decision) -> list[dict[str, Any]]:
-    """The rows one decision sends: itself, or one per ordering."""
-    return (
-        averaging.expand(decision.row, decision.orderings) if decision.averaged else [decision.row]
-    )
 
 
 @dataclass(frozen=True)
@@ -109,19 +95,110 @@ def file_digest(path: str | None) -> str | None:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 
+def any_content(content_type: bytes | None) -> None:
+    """The content rule of a JSON route: the parser judges the body, whatever its declared type."""
+
+
+def text_only(content_type: bytes | None) -> None:
+    """System One's content rule: its multipart asset upload is refused before a byte is read (text only)."""
+    if content_type is not None and content_type.lower().startswith(b"multipart/"):
+        raise ApiError(
+            "invalid_request",
+            "image assets are refused: this service scores text only",
+            param="assets",
+        )
+
+
+# A POST route's reader: its body, under the calibration current at its parse, as a request and how
+# the response is built from that request's scores.
+Read = Callable[["Service", Calibrated, bytes], tuple[DecideRequest, Respond]]
+
+
+@dataclass(frozen=True)
+class Endpoint(Route):
+    """A route and what it does: a GET's handler (its whole reply from the head), or a POST's reader
+    and content rule."""
+
+    get: Callable[[Service, Head], Reply] | None = None
+    read: Read | None = None
+    content: Callable[[bytes | None], None] = any_content
+
+
+def _read_decide(
+    service: Service, current: Calibrated, body: bytes
+) -> tuple[DecideRequest, Respond]:
+    request = request_model.parse_decide(body, current.limits)
+    return request, functools.partial(service.decided, request, current.table)
+
+
+def _read_shared(
+    service: Service, current: Calibrated, body: bytes
+) -> tuple[DecideRequest, Respond]:
+    request = request_model.parse_shared(body, current.limits)
+    return request, functools.partial(service.decided, request, current.table)
+
+
+def _read_systemone(
+    service: Service, current: Calibrated, body: bytes
+) -> tuple[DecideRequest, Respond]:
+    plan = translate.translate(body, current.policy)
+    return plan.request, functools.partial(service.answers, plan, current.table)
+
+
+# Every endpoint: path -> name, method, bearer, and what it does. A GET route answers HEAD too and takes
+# no admission slot; a POST takes one. Adding an endpoint is one entry here and its handler.
+ROUTES = {
+    b"/health": Endpoint(
+        "health", b"GET", protected=False, get=lambda s, head: s.health(head.draining)
+    ),
+    b"/decide": Endpoint("decide", b"POST", protected=True, read=_read_decide),
+    b"/decide/shared": Endpoint("shared", b"POST", protected=True, read=_read_shared),
+    # Extension: Prometheus metrics, answered by ops (the server hands its handler over). No token, no slot.
+    b"/metrics": Endpoint("metrics", b"GET", protected=False, get=lambda s, head: s.metrics(head)),
+    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
+    b"/v1/systemone": Endpoint(
+        "systemone",
+        b"POST",
+        protected=True,
+        typesafe=True,
+        read=_read_systemone,
+        content=text_only,
+    ),
+    b"/v1/models": Endpoint(
+        "models", b"GET", protected=True, typesafe=True, get=lambda s, head: s.models()
+    ),
+    # Extension: SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
+    b"/healthz": Endpoint(
+        "healthz",
+        b"GET",
+        protected=False,
+        typesafe=True,
+        get=lambda s, head: s.healthz(head.draining),
+    ),
+}
+# Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
+METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
+
+
+def no_metrics(head: Head) -> Reply:
+    """/metrics where no ops handler was handed over (a service built without a server)."""
+    return Reply.error(ApiError("not_found", "metrics are off (SEMIF_METRICS)"))
+
+
 class SlotTicket:
     """The ticket of a POST that holds an admission slot: its body in, its reply (by its caller) out,
     the slot freed once."""
 
-    __slots__ = ("_service", "_name", "_caller")
+    __slots__ = ("_service", "_endpoint", "_caller")
 
-    def __init__(self, service: Service, name: str, caller: str) -> None:
+    def __init__(self, service: Service, endpoint: Endpoint, caller: str) -> None:
         self._service = service
-        self._name = name
+        self._endpoint = endpoint
         self._caller = caller
 
     async def take(self, body: bytes) -> Reply:
-        return dataclasses.replace(await self._service.post(self._name, body), caller=self._caller)
+        reply = await self._service.post(self._endpoint, body)
+        return dataclasses.replace(reply, caller=self._caller)
 
     def release(self) -> None:
         self._service.admission.leave(self._caller)
@@ -135,12 +212,12 @@ class Service:
         settings: Settings,
         engine: Engine,
         admission: Admission | None = None,
-        handlers: Mapping[str, Handler] | None = None,
+        metrics: Handler = no_metrics,
         budget: WaitBudget | None = None,
         known: callers.Callers | None = None,
     ) -> None:
-        """`admission` and `budget` are shared with whoever reports them (ops); `handlers` are the GET
-        routes whose answer lives elsewhere, by route name (the server registers ops's /metrics);
+        """`admission` and `budget` are shared with whoever reports them (ops); `metrics` answers
+        /metrics, whose answer lives in ops (the server hands it over);
         `known` is the callers (None: read from the settings), replaced whole on reload."""
         self.settings = settings
         self.engine = engine
@@ -152,14 +229,7 @@ class Service:
         self.callers = known if known is not None else callers.for_settings(settings)
         # Extension: SEMIF_MAX_WAIT_S, built by the server beside admission; None: by count alone.
         self.budget = budget
-        if budget is not None:
-            engine.observers.append(self._scorer_call)
-        self.handlers: dict[str, Handler] = {
-            "health": lambda head: self.health(draining=head.draining),
-            "models": lambda head: self.models(),
-            "healthz": lambda head: self.healthz(draining=head.draining),
-            **(handlers or {}),
-        }
+        self.metrics: Handler = metrics
         facts = engine.health()
         # The System One routes name the weights in SemIf's form; SEMIF_MODEL, the id they named
         # before, stays accepted as the first alias. /health and the calibration binding keep SEMIF_MODEL.
@@ -184,7 +254,7 @@ class Service:
         )
         return Calibrated(table, limits, policy, sha256, time.time())
 
-    def answer(self, head: Head, routes: Mapping[bytes, Route] = ROUTES) -> Reply | Ticket:
+    def answer(self, head: Head, routes: Mapping[bytes, Endpoint] = ROUTES) -> Reply | Ticket:
         """The one answer to a request head among a listener's `routes`: a Reply now, or a ticket for its body."""
         caller = callers.UNAUTHENTICATED
         try:
@@ -197,12 +267,12 @@ class Service:
                 caller = self.authorize(head.fields.get(b"authorization"))
         except ApiError as error:
             return Reply.error(error)
-        if found.method == b"GET":
-            reply = self.handlers[found.name](head)
+        if found.get is not None:
+            reply = found.get(self, head)
             return reply if not found.protected else dataclasses.replace(reply, caller=caller)
-        return self._admit(head, found.name, caller)
+        return self._admit(head, found, caller)
 
-    def _admit(self, head: Head, name: str, caller: str) -> Reply | Ticket:
+    def _admit(self, head: Head, endpoint: Endpoint, caller: str) -> Reply | Ticket:
         """A POST's slot (the queue's, then its caller's share), then the checks on its body's head; a
         refusal after the slot closes the connection."""
         try:
@@ -215,13 +285,12 @@ class Service:
                 refusal := body_refusal(int(length), self.settings.max_body_bytes, declared=True)
             ):
                 raise refusal
-            self.check_content(
-                head.fields.get(b"content-encoding"), head.fields.get(b"content-type"), name
-            )
+            check_encoding(head.fields.get(b"content-encoding"))
+            endpoint.content(head.fields.get(b"content-type"))
         except ApiError as error:
             self.admission.leave(caller)
             return Reply.error(error, close=True, caller=caller)
-        return SlotTicket(self, name, caller)
+        return SlotTicket(self, endpoint, caller)
 
     def authorize(self, header: bytes | None) -> str:
         """The caller a bearer names, by a constant-time check over the token's bytes alone (INV-6,
@@ -275,34 +344,11 @@ class Service:
         }
         return Reply(503 if draining else 200, render(payload))
 
-    @staticmethod
-    def check_content(
-        content_encoding: bytes | None, content_type: bytes | None, name: str
-    ) -> None:
-        """Head checks on a POST's body before a byte of it is read: a coding we do not
-        decode is a 415; System One's multipart asset upload is refused (text only)."""
-        if content_encoding is not None and content_encoding.strip().lower() not in IDENTITY:
-            raise ApiError(
-                "unsupported_media_type",
-                f"Content-Encoding {excerpt(content_encoding.decode('latin-1'), 40)!r} is not supported; "
-                "send the body uncompressed (identity)",
-            )
-        if (
-            name == "systemone"
-            and content_type is not None
-            and content_type.lower().startswith(b"multipart/")
-        ):
-            raise ApiError(
-                "invalid_request",
-                "image assets are refused: this service scores text only",
-                param="assets",
-            )
-
-    async def post(self, name: str, body: bytes) -> Reply:
-        """Parse, score and build the reply for /decide, /decide/shared or /v1/systemone."""
+    async def post(self, endpoint: Endpoint, body: bytes) -> Reply:
+        """Parse, score and build a POST route's reply (/decide, /decide/shared or /v1/systemone)."""
         call = None
         try:
-            request, respond = self._read(name, body)
+            request, respond = self._read(endpoint, body)
             call, rows = self._engine_call(request)
             scored = await self._within_budget(rows, call)
         except ApiError as error:
@@ -314,23 +360,21 @@ class Service:
                 render(payload),
                 headers,
                 timing=call,
-                orderings=tuple(decision.orderings for decision in request.decisions),
+                decision_methods=tuple(decision.method for decision in request.decisions),
             )
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
 
-    def _read(self, name: str, body: bytes) -> tuple[DecideRequest, Respond]:
+    def _read(self, endpoint: Endpoint, body: bytes) -> tuple[DecideRequest, Respond]:
         """The body as a request, and how this route's response is built from its scores, both under the
         one calibration current now (a reload meanwhile never mixes two). A parser's
         own bug is a 500 in the envelope (C3), never a dropped connection with no answer and no access line."""
+        if endpoint.read is None:
+            raise RuntimeError(f"{endpoint.name} is not a POST route")
         current = self.calibration
         try:
-            if name == "systemone":
-                plan = translate.translate(body, current.policy)
-                return plan.request, functools.partial(self._answers, plan, current.table)
-            request = PARSERS[name](body, current.limits)
-            return request, lambda scored, _kind: (self._build(request, scored, current.table), ())
+            return endpoint.read(self, current, body)
         except ApiError:
             raise
         except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
@@ -339,34 +383,36 @@ class Service:
 
     @staticmethod
     def _engine_call(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
-        """The one engine call a request makes: direct for a plain /decide, else shared over all rows."""
-        if not request.shared and not request.averaged:
-            return CallTiming("direct", 1), [request.decisions[0].row]
-        rows = [row for d in request.decisions for row in _rows(d)]
-        return CallTiming("shared", len(rows)), rows
+        """The one engine call a request makes, over its rows (request_model: direct or shared)."""
+        rows = request.rows()
+        return CallTiming(request.kind, len(rows)), rows
 
     async def _within_budget(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
         """The engine call, once the wait budget (if any) admits the request: refused, it never joins the queue."""
         if self.budget is None:
             return await self._score(rows, call)
-        admitted = self.budget.admit(call.kind, len(rows))
+        try:
+            admitted = self.budget.admit(call.kind, len(rows))
+        except OverBudget as over:
+            raise busy(over) from None
         try:
             return await self._score(rows, call)
         finally:
             self.budget.estimator.leave(admitted, call.started)
 
-    def _scorer_call(self, call: CallTiming) -> None:
-        """A scorer call ended (on the loop): a successful one updates the per-row time the budget reads,
-        and one kind's calls coming to take longer than the whole budget is logged once per crossing."""
-        if call.outcome == "ok" and call.scoring is not None and self.budget is not None:
-            if self.budget.observe(call.kind, call.rows, call.scoring):
-                log.warning(
-                    "a %s scorer call now takes %.2f s (recent mean), over the SEMIF_MAX_WAIT_S budget of "
-                    "%g s: any request behind one such call is refused busy; raise SEMIF_MAX_WAIT_S",
-                    call.kind,
-                    self.budget.estimator.per_call(call.kind),
-                    self.budget.seconds,
-                )
+    def scorer_call(self, call: CallTiming) -> None:
+        """A scorer call ended (on the loop, after the window of recent calls measured it): one kind's
+        successful calls coming to take longer than the whole wait budget is logged once per crossing."""
+        if call.outcome != "ok" or call.scoring is None or self.budget is None:
+            return
+        if self.budget.crossed(call.kind):
+            log.warning(
+                "a %s scorer call now takes %.2f s (recent mean), over the SEMIF_MAX_WAIT_S budget of "
+                "%g s: any request behind one such call is refused busy; raise SEMIF_MAX_WAIT_S",
+                call.kind,
+                self.budget.estimator.recent.per_call(call.kind),
+                self.budget.seconds,
+            )
 
     async def _score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
         """One engine call per request, timed in `call`."""
@@ -386,13 +432,14 @@ class Service:
             log.exception("scorer call failed")
             raise ApiError("scoring_failed", "scoring failed") from None
 
-    def _build(self, request: DecideRequest, scored: Scored, table: calibration_file.Table) -> Any:
-        """A /decide or /decide/shared response: the views, and for shared SemIf's own timing beside them."""
+    def decided(
+        self, request: DecideRequest, table: calibration_file.Table, scored: Scored, _kind: str
+    ) -> Built:
+        """A /decide or /decide/shared response from the request's views."""
         results, semif_timing = scored
-        built = self._views(request, results, table)
-        return {"results": built, "timing": semif_timing} if request.shared else built[0]
+        return decide_json(request, viewing.views(request, results, table), semif_timing), ()
 
-    def _answers(
+    def answers(
         self, plan: translate.Plan, table: calibration_file.Table, scored: Scored, kind: str
     ) -> Built:
         """A System One response from the same views /decide/shared would return for the rows, with SemIf's
@@ -401,80 +448,34 @@ class Service:
         body = assemble.response(
             plan,
             self.served_model,
-            self._views(plan.request, results, table),
+            viewing.views(plan.request, results, table),
             results,
             kind,
             semif_timing,
         )
         return body, ((b"x-semif-mode", kind.encode()), (b"x-semif-backend", self.backend.encode()))
 
-    def _views(
-        self, request: DecideRequest, results: list[dict[str, Any]], table: calibration_file.Table
-    ) -> list[dict[str, Any]]:
-        """Each decision's view of its results: native, calibrated, or combined over its orderings."""
-        built, offset = [], 0
-        for decision in request.decisions:
-            count = len(averaging.orderings(len(decision.row["options"]), decision.orderings))
-            built.append(
-                self._one(decision, results[offset : offset + count], request.workload, table)
-            )
-            offset += count
-        if offset != len(results):
-            raise RuntimeError(f"scorer returned {len(results)} results for {offset} rows")
-        return built
 
-    def _one(
-        self,
-        decision: Decision,
-        results: list[dict[str, Any]],
-        workload: str | None,
-        table: calibration_file.Table,
-    ) -> dict[str, Any]:
-        if decision.averaged:
-            return self._averaged(decision, results, workload, table)
-        (result,) = results
-        if workload is None:
-            return result
-        temperature = table[workload][calibration_file.PLAIN_METHOD]
-        return {**result, "calibrated": calibration.calibrated_view(result, workload, temperature)}
+def busy(over: OverBudget) -> ApiError:
+    """The wait budget's refusal as 429 busy, Retry-After the drain of the rows ahead (1..60 s)."""
+    return ApiError(
+        "busy", str(over), ((b"retry-after", b"%d" % retry_after(over.estimate.seconds)),)
+    )
 
-    def _averaged(
-        self,
-        decision: Decision,
-        results: list[dict[str, Any]],
-        workload: str | None,
-        table: calibration_file.Table,
-    ) -> dict[str, Any]:
-        """The combined view, plus `combined.calibrated` when a workload is named (the
-        request model already refused a workload without this method's temperature)."""
-        method = decision.orderings
-        if method == PRIOR:  # the request model refused a prior decision without a workload
-            return self._debiased(decision, results, workload or "", table)
-        if workload is None:
-            return averaging.combine(decision.row, method, results)
-        temperature = table[workload][method]
-        return averaging.combine(
-            decision.row,
-            method,
-            results,
-            lambda mean: calibration.combined_view(workload, method, temperature, mean),
+
+def check_encoding(content_encoding: bytes | None) -> None:
+    """A body coding we do not decode is a 415, before a byte of the body is read."""
+    if content_encoding is not None and content_encoding.strip().lower() not in IDENTITY:
+        raise ApiError(
+            "unsupported_media_type",
+            f"Content-Encoding {excerpt(content_encoding.decode('latin-1'), 40)!r} is not supported; "
+            "send the body uncompressed (identity)",
         )
 
-    def _debiased(
-        self,
-        decision: Decision,
-        results: list[dict[str, Any]],
-        workload: str,
-        table: calibration_file.Table,
-    ) -> dict[str, Any]:
-        """The combined view under the workload's position prior for this option count (the request
-        model refused a decision without one), plus `combined.calibrated` only where the workload has
-        a temperature for "prior": for the prior a temperature is optional."""
-        prior = table.priors[workload][len(decision.row["options"])].prior
-        temperature = table[workload].get(PRIOR)
-        temper = (
-            None
-            if temperature is None
-            else (lambda scores: calibration.combined_view(workload, PRIOR, temperature, scores))
-        )
-        return averaging.combine(decision.row, PRIOR, results, temper, prior)
+
+def decide_json(
+    request: DecideRequest, views: list[View], semif_timing: dict[str, Any] | None
+) -> Any:
+    """A /decide or /decide/shared response: the views, and for shared SemIf's own timing beside them."""
+    shown = [as_json(view) for view in views]
+    return {"results": shown, "timing": semif_timing} if request.shared else shown[0]

@@ -11,10 +11,9 @@ Every number leaves as a float: the SDK's response models are strict.
 
 Where we differ, and why:
 - `output_tokens` is 0: SemIf reads option logits and generates nothing.
-- The probabilities are the view the service built (INV-1): native, or `calibrated`
-  when a workload applies, or `combined` (and `combined.calibrated`) when averaged;
-  under orderings "prior" (extension), `combined` is the debiased view, and
-  `combined.calibrated` is read where the workload has a temperature for "prior".
+- The probabilities are those of the view the service built (INV-1; decisions/views.py
+  `distribution`): native or `combined` (under orderings "prior", extension, the debiased
+  view), or its calibrated view wherever the service built one.
 - Extension: each answer's `semif` holds that view unchanged (the native result, or
   every ordering's native result with `combined`); the top-level `semif` holds the
   engine call's kind and, for a shared call, `score_shared`'s timing.
@@ -28,8 +27,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..decisions.prior import METHOD as PRIOR
 from ..decisions.request_model import Decision
+from ..decisions.views import View, as_json, distribution
 from .translate import Plan, Question
 
 
@@ -39,47 +38,40 @@ def confidence(probabilities: Sequence[float]) -> float:
     return min(1.0, max(0.0, (n * max(probabilities) - 1.0) / (n - 1.0)))
 
 
-def probabilities(decision: Decision, view: Mapping[str, Any], calibrated: bool) -> list[float]:
-    """The distribution an answer is read from: the combined view when averaged, tempered when calibrated.
-    Under the prior, the combined view is the debiased one, and its temperature is optional: the
-    calibrated view where the workload has one, else the debiased probabilities."""
-    source = view["combined"] if decision.averaged else view
-    if decision.orderings == PRIOR:
-        calibrated = "calibrated" in source
-    chosen = source["calibrated"] if calibrated else source
+def probabilities(decision: Decision, view: View) -> list[float]:
+    """The distribution an answer is read from (views.distribution), checked to be in the caller's order."""
     ids = [option["id"] for option in decision.row["options"]]
-    if list(view["option_ids"]) != ids:
+    if list(view.option_ids) != ids:
         raise ValueError(
             f"result for {decision.row['id']!r} does not score the options {ids} in order"
         )
-    return [float(p) for p in chosen["probabilities"]]
+    return [float(p) for p in distribution(view)]
 
 
-def answer(
-    question: Question, decision: Decision, view: Mapping[str, Any], calibrated: bool
-) -> dict[str, Any]:
+def answer(question: Question, decision: Decision, view: View) -> dict[str, Any]:
     """One question's answer, with its view under `semif`."""
-    p = probabilities(decision, view, calibrated)
+    p = probabilities(decision, view)
+    shown = as_json(view)
     ids = [option["id"] for option in decision.row["options"]]
     if question.kind == "noul":
-        return {"type": "noul", "noul": p[ids.index("true")], "semif": view}
-    distribution = dict(zip(ids, p))
+        return {"type": "noul", "noul": p[ids.index("true")], "semif": shown}
+    by_id = dict(zip(ids, p))
     if question.kind == "choice":
         best = max(range(len(p)), key=p.__getitem__)  # max keeps the first of equal values
         return {
             "type": "choice",
             "choice": ids[best],
-            "probabilities": distribution,
+            "probabilities": by_id,
             "confidence": confidence(p),
-            "semif": view,
+            "semif": shown,
         }
     return {
         "type": "score",
         "score": math.fsum(i * value for i, value in enumerate(p)),
         "legend": dict(question.legend or {}),
-        "probabilities": distribution,
+        "probabilities": by_id,
         "confidence": confidence(p),
-        "semif": view,
+        "semif": shown,
     }
 
 
@@ -93,15 +85,14 @@ def input_tokens(results: Sequence[Mapping[str, Any]], timing: Mapping[str, Any]
 def response(
     plan: Plan,
     model: str,
-    views: Sequence[Mapping[str, Any]],
+    views: Sequence[View],
     results: Sequence[Mapping[str, Any]],
     kind: str,
     timing: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The response body: answers keyed by question, in the request's order."""
-    calibrated = plan.request.workload is not None
     answers = {
-        question.key: answer(question, decision, view, calibrated)
+        question.key: answer(question, decision, view)
         for question, decision, view in zip(
             plan.questions, plan.request.decisions, views, strict=True
         )

@@ -192,7 +192,7 @@ OPTIONS = {"noul": _noul, "choice": _choice, "score": _score}
 
 
 def _question(
-    key: str, item: Any, state: Any, orderings: str, sent: bool
+    key: str, item: Any, state: Any, method: str, sent: bool
 ) -> tuple[Decision, Question]:
     """One question: its row (and so its prompt) and what its answer needs. An orderings method the
     request `sent` that these options cannot take blames `semif.orderings`; the server's default
@@ -223,15 +223,15 @@ def _question(
     )
     options, legend = OPTIONS[kind](item.get("criteria"), f"{param}.criteria")
     source = "semif.orderings" if sent else "the server's default orderings"
-    method = request_model.checked_orderings(
-        orderings, options, f"{param}: {source}", "semif.orderings" if sent else f"{param}.criteria"
+    checked = request_model.checked_orderings(
+        method, options, f"{param}: {source}", "semif.orderings" if sent else f"{param}.criteria"
     )
     row = {"id": key, "state": state, "question": question, "options": options}
-    return Decision(row=row, orderings=method), Question(key, kind, legend)
+    return Decision(row=row, method=checked), Question(key, kind, legend)
 
 
 def _extension(value: Any, policy: Policy) -> tuple[str, str | None, frozenset[str]]:
-    """Our own `semif` object: orderings and workload, each overriding the server's default, and
+    """Our own `semif` object: orderings method and workload, each overriding the server's default, and
     which of the two the request sent (so that a refusal blames the field it wrote)."""
     if value is None:
         return policy.orderings, policy.workload, frozenset()
@@ -243,8 +243,8 @@ def _extension(value: Any, policy: Policy) -> tuple[str, str | None, frozenset[s
             f"semif has unknown field(s): {', '.join(excerpt(key, 40) for key in unknown[:5])}",
             "semif",
         )
-    orderings = value.get("orderings", policy.orderings)
-    if orderings not in averaging.ORDERINGS:
+    method = value.get("orderings", policy.orderings)
+    if method not in averaging.ORDERINGS:
         raise refuse(
             f"semif.orderings must be one of {', '.join(averaging.ORDERINGS)}", "semif.orderings"
         )
@@ -253,7 +253,7 @@ def _extension(value: Any, policy: Policy) -> tuple[str, str | None, frozenset[s
         if "workload" in value
         else policy.workload
     )
-    return orderings, workload, EXTENSION_KEYS & set(value)
+    return method, workload, EXTENSION_KEYS & set(value)
 
 
 def translate(body: bytes, policy: Policy) -> Plan:
@@ -274,14 +274,13 @@ def translate(body: bytes, policy: Policy) -> Plan:
             "model",
         )
     state = request_model.checked_state(data["state"], "state")
-    orderings, workload, sent = _extension(data.get("semif"), policy)
+    method, workload, sent = _extension(data.get("semif"), policy)
     questions = data["questions"]
     limit = policy.limits.max_decisions
     if not isinstance(questions, dict) or not 1 <= len(questions) <= limit:
         raise refuse(f"questions must be an object of 1..{limit} questions", "questions")
     translated = [
-        _question(key, item, state, orderings, "orderings" in sent)
-        for key, item in questions.items()
+        _question(key, item, state, method, "orderings" in sent) for key, item in questions.items()
     ]
     request = DecideRequest(tuple(d for d, _ in translated), workload, shared=len(translated) > 1)
     # One method and one workload for every question, so the field the request sent is to blame (neither

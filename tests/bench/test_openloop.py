@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bench.common import procs
@@ -267,6 +268,19 @@ def test_a_shared_servers_backlog_drains_before_the_next_cell() -> None:
                 connection.close()
 
 
+MARK = "OPENLOOP_TEST_RUN"  # in the environment of every process one run started
+
+
+def marked(run: str) -> list[int]:
+    """The processes still running with MARK=run in their environment."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):  # gone, a zombie, or another user's
+            if process.environ().get(MARK) == run:
+                found.append(process.pid)
+    return found
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_it_stops_its_servers_and_keeps_what_it_measured(
     stop: signal.Signals, tmp_path: Path
@@ -283,7 +297,7 @@ def test_a_signal_stops_it_stops_its_servers_and_keeps_what_it_measured(
     shell = subprocess.Popen(
         ["bash", "-c", script],
         cwd=procs.ROOT,
-        env={**os.environ, "SEMIF_API_TOKEN": TOKEN},
+        env={**os.environ, "SEMIF_API_TOKEN": TOKEN, MARK: str(tmp_path)},
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -307,6 +321,7 @@ def test_a_signal_stops_it_stops_its_servers_and_keeps_what_it_measured(
     started = [int(found) for found in re.findall(r"started on \S+ \(pid (\d+)\)", stderr)]
     assert len(started) >= 2  # the capacity run's server and at least one cell's
     assert [each for each in started if Path(f"/proc/{each}").exists()] == []
+    assert marked(str(tmp_path)) == []  # nor one whose start the signal cut short
     result = json.loads(out.read_text())
     assert result["stopped"] == stop.name and result["verdicts"]
     assert 1 <= len(result["shapes"]["1"]["cells"]) < 6
@@ -372,3 +387,62 @@ except KeyboardInterrupt:
             process.wait()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)  # the server, had the guard failed
+
+
+def test_a_child_whose_handle_was_lost_is_found_and_killed(tmp_path: Path) -> None:
+    """A signal handler raising inside Popen loses the handle of a child that exists; stop_children
+    still finds it (run in a process of its own: here it would kill the suite's own servers)."""
+    finder = f"""
+import os, subprocess, sys
+from bench.common import procs
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                         env={{**os.environ, {MARK!r}: {str(tmp_path)!r}}}, start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+pid = child.pid
+del child  # the handle is gone, as after a raise inside Popen
+print(pid, procs.stop_children(), flush=True)
+"""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", finder],
+            cwd=procs.ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        pid, killed = done.stdout.split(maxsplit=1)
+        assert killed.strip() == f"[{pid}]" and marked(str(tmp_path)) == []
+    finally:
+        for left in marked(str(tmp_path)):  # had the guard failed
+            os.kill(left, signal.SIGKILL)
+
+
+def test_the_two_caller_cell_compares_the_interactive_caller_without_and_with_a_share(
+    tmp_path: Path,
+) -> None:
+    """A bulk caller at 3x capacity fills the queue: without a share most of the interactive caller's
+    requests are 429; with SEMIF_MAX_QUEUE_PER_CALLER the bulk caller is held to its share and the
+    interactive one is admitted. The same arrivals in both runs; the section shows both side by side."""
+    md, out = tmp_path / "RESULTS.md", tmp_path / "openloop.json"
+    done = run_openloop(
+        *("--two-callers", "--scorer", "stub", "--stub-delay-ms", "100"),
+        *("--duration", "6", "--capacity-s", "1", "--queue", "16", "--share", "4"),
+        "--md",
+        str(md),
+        out=out,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = json.loads(out.read_text())["two_callers"]
+    assert not json.loads(out.read_text())["shapes"]  # --two-callers alone runs no other cell
+    without, with_share = two["without_share"], two["with_share"]
+    for run in (without, with_share):
+        assert run["bulk"]["offered"] == without["bulk"]["offered"] > 0  # the same arrivals
+        assert run["interactive"]["offered"] == without["interactive"]["offered"] > 0
+    assert without["interactive"]["refused_share"] > 0.3
+    assert with_share["interactive"]["refused_share"] < without["interactive"]["refused_share"] / 2
+    assert with_share["bulk"]["refused_share"] > without["bulk"]["refused_share"]
+    text = md.read_text()
+    assert "### Two callers: a bulk caller beside an interactive one" in text
+    assert "| 4 " in text and "| unset (= SEMIF_MAX_QUEUE) " in text

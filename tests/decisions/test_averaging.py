@@ -22,8 +22,9 @@ from semif_serve.decisions.averaging import (
     ORDERINGS,
     combine,
     expand,
-    orderings,
+    permutations,
 )
+from semif_serve.decisions.views import Calibrated, as_json
 from tests.reference import softmax
 
 LETTERS = "abcdefghijklmnop"  # 16 ids, the contract's maximum option count
@@ -65,7 +66,7 @@ def results_for(
 
 @pytest.mark.parametrize("n", range(2, 17))
 def test_rotations_put_every_option_once_in_every_position(n: int) -> None:
-    orders = orderings(n, "rotations")
+    orders = permutations(n, "rotations")
     assert len(orders) == n
     assert orders[0] == tuple(range(n))
     for k, order in enumerate(orders):
@@ -92,7 +93,7 @@ def test_expand_rotations_ids_state_question_and_reordered_options(n: int) -> No
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_all_gives_every_permutation_identity_first(n: int) -> None:
-    orders = orderings(n, "all")
+    orders = permutations(n, "all")
     assert len(orders) == math.factorial(n)
     assert orders[0] == tuple(range(n))
     assert len(set(orders)) == len(orders)
@@ -103,17 +104,17 @@ def test_all_gives_every_permutation_identity_first(n: int) -> None:
 
 
 def test_none_is_the_identity_alone() -> None:
-    assert orderings(5, "none") == [(0, 1, 2, 3, 4)]
+    assert permutations(5, "none") == [(0, 1, 2, 3, 4)]
     assert [r["options"] for r in expand(make_row("abc"), "none")] == [make_row("abc")["options"]]
 
 
 def test_refuses_an_unknown_method_and_all_above_the_limit() -> None:
     assert METHODS == ("none", "rotations", "all")
     with pytest.raises(ValueError):
-        orderings(3, "shuffle")
+        permutations(3, "shuffle")
     with pytest.raises(ValueError):
-        orderings(MAX_ALL_OPTIONS + 1, "all")
-    assert len(orderings(MAX_ALL_OPTIONS, "all")) == math.factorial(MAX_ALL_OPTIONS)
+        permutations(MAX_ALL_OPTIONS + 1, "all")
+    assert len(permutations(MAX_ALL_OPTIONS, "all")) == math.factorial(MAX_ALL_OPTIONS)
 
 
 # --- combine: bias cancellation, agreement, spread ---------------------------------
@@ -130,7 +131,7 @@ def test_an_additive_position_bias_cancels_exactly(n: int, method: str) -> None:
     bias = [rng.uniform(-5, 5) for _ in range(n)]
     row = make_row(ids)
     results = results_for(row, method, lambda k, i, oid: truth[oid] + bias[i])
-    combined = combine(row, method, results)["combined"]
+    combined = as_json(combine(row, method, results))["combined"]
     expected = softmax([truth[oid] for oid in ids])
     assert combined["probabilities"] == pytest.approx(expected, abs=1e-12, rel=0)
     # The bias is real: the caller's order alone is off.
@@ -152,7 +153,7 @@ def hand_built() -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, list[f
 
 def test_agreement_spread_and_probabilities_on_a_hand_built_case() -> None:
     row, results, by_option = hand_built()
-    out = combine(row, "rotations", results)
+    out = as_json(combine(row, "rotations", results))
     combined = out["combined"]
     # The mean of log-probabilities is the log of the geometric mean.
     geo = {oid: math.prod(values) ** (1 / 3) for oid, values in by_option.items()}
@@ -173,7 +174,7 @@ def test_combine_returns_the_result_objects_unchanged_and_the_callers_order() ->
     row = make_row("cab")
     results = results_for(row, "rotations", lambda k, i, oid: float("abc".index(oid)) - i)
     snapshot = copy.deepcopy(results)
-    out = combine(row, "rotations", results)
+    out = as_json(combine(row, "rotations", results))
     assert out["id"] == "q1"
     assert out["option_ids"] == ["c", "a", "b"]
     assert len(out["orderings"]) == 3
@@ -186,7 +187,7 @@ def test_combine_returns_the_result_objects_unchanged_and_the_callers_order() ->
 
 def test_logits_are_mapped_by_option_id_not_by_position() -> None:
     row, results, _ = hand_built()
-    reference = combine(row, "rotations", results)["combined"]
+    reference = as_json(combine(row, "rotations", results))["combined"]
     # The same scores listed in another order inside each result.
     scrambled = []
     for result in results:
@@ -197,7 +198,7 @@ def test_logits_are_mapped_by_option_id_not_by_position() -> None:
         }
         scrambled.append({**result, **moved})
     assert scrambled[0]["option_ids"] != results[0]["option_ids"]
-    again = combine(row, "rotations", scrambled)["combined"]
+    again = as_json(combine(row, "rotations", scrambled))["combined"]
     assert again["probabilities"] == pytest.approx(reference["probabilities"], abs=1e-15)
     assert (again["top"], again["agreement"], again["spread"]) == (
         reference["top"],
@@ -215,7 +216,7 @@ def test_extreme_logits_stay_finite(method: str, truth: list[float]) -> None:
     by_id = dict(zip("abc", truth))
     for bias in ([0.0, 0.0, 0.0], [1e4, -1e4, 0.0]):
         results = results_for(row, method, lambda k, i, oid: by_id[oid] + bias[i])  # noqa: B023 - used within this iteration
-        probabilities = combine(row, method, results)["combined"]["probabilities"]
+        probabilities = as_json(combine(row, method, results))["combined"]["probabilities"]
         assert all(math.isfinite(p) and p >= 0 for p in probabilities)
         assert math.fsum(probabilities) == pytest.approx(1.0, abs=1e-12)
         assert probabilities == pytest.approx(softmax(truth), abs=1e-12)
@@ -227,7 +228,9 @@ def test_extreme_logits_stay_finite(method: str, truth: list[float]) -> None:
 def test_an_exact_tie_goes_to_the_earliest_option_in_the_callers_order() -> None:
     for ids in (["x", "y"], ["y", "x"], ["c", "b", "a"]):
         row = make_row(ids)
-        out = combine(row, "rotations", results_for(row, "rotations", lambda k, i, oid: 0.0))
+        out = as_json(
+            combine(row, "rotations", results_for(row, "rotations", lambda k, i, oid: 0.0))
+        )
         assert out["combined"]["probabilities"] == [1 / len(ids)] * len(ids)
         assert out["combined"]["top"] == ids[0]
         # Each ordering's own tie goes to the caller's first option too, never to
@@ -238,18 +241,26 @@ def test_an_exact_tie_goes_to_the_earliest_option_in_the_callers_order() -> None
 def test_a_tie_between_the_leaders_goes_to_the_earlier_in_the_callers_order() -> None:
     row = make_row("abc")  # b and c tie, a is below them
     truth = {"a": -1.0, "b": 2.0, "c": 2.0}
-    out = combine(row, "rotations", results_for(row, "rotations", lambda k, i, oid: truth[oid]))
+    out = as_json(
+        combine(row, "rotations", results_for(row, "rotations", lambda k, i, oid: truth[oid]))
+    )
     assert out["combined"]["top"] == "b"
     row = make_row("acb")
-    out = combine(row, "rotations", results_for(row, "rotations", lambda k, i, oid: truth[oid]))
+    out = as_json(
+        combine(row, "rotations", results_for(row, "rotations", lambda k, i, oid: truth[oid]))
+    )
     assert out["combined"]["top"] == "c"
 
 
 def test_top_follows_the_combined_probability_not_the_callers_first_option() -> None:
     row = make_row("abc")
     truth = {"a": 0.0, "b": 0.5, "c": 1.0}
-    out = combine(
-        row, "all", results_for(row, "all", lambda k, i, oid: truth[oid] + (3.0 if i == 0 else 0.0))
+    out = as_json(
+        combine(
+            row,
+            "all",
+            results_for(row, "all", lambda k, i, oid: truth[oid] + (3.0 if i == 0 else 0.0)),
+        )
     )
     assert out["combined"]["top"] == "c"
     # The position bias of 3 makes whichever option sits first each ordering's top.
@@ -294,11 +305,11 @@ def test_each_refusal_says_exactly_what_it_cannot_compute() -> None:
     nan[0]["option_logits"][1] = float("nan")
     cases = [
         (
-            lambda: orderings(3, "shuffle"),
+            lambda: permutations(3, "shuffle"),
             "orderings must be one of ('none', 'rotations', 'all', 'prior'), got 'shuffle'",
         ),
-        (lambda: orderings(0, "none"), "a decision needs at least one option, got 0"),
-        (lambda: orderings(5, "all"), "orderings 'all' allows at most 4 options, got 5"),
+        (lambda: permutations(0, "none"), "a decision needs at least one option, got 0"),
+        (lambda: permutations(5, "all"), "orderings 'all' allows at most 4 options, got 5"),
         (
             lambda: combine(row, "rotations", good[:2]),
             "'rotations' over 3 options needs 3 results, got 2",
@@ -333,7 +344,7 @@ WORKED_PRIOR = [
 
 def test_prior_is_an_orderings_value_but_not_an_averaging_method() -> None:
     assert ORDERINGS == (*METHODS, "prior")
-    assert orderings(5, "prior") == [(0, 1, 2, 3, 4)]
+    assert permutations(5, "prior") == [(0, 1, 2, 3, 4)]
     [row] = expand(make_row("abc"), "prior")
     assert row["id"] == "q1#o0" and row["options"] == make_row("abc")["options"]
 
@@ -342,12 +353,14 @@ def test_combine_under_the_prior_matches_the_worked_example() -> None:
     row = make_row("ab")
     [result] = [fake_result(r, [math.log(0.8), math.log(0.2)]) for r in expand(row, "prior")]
     tempered: list[list[float]] = []
-    out = combine(
-        row,
-        "prior",
-        [result],
-        lambda scores: tempered.append(scores) or {"t": 1},
-        prior=WORKED_PRIOR,
+    out = as_json(
+        combine(
+            row,
+            "prior",
+            [result],
+            lambda scores: tempered.append(scores) or Calibrated("w", 1.0, [0.5, 0.5]),
+            prior=WORKED_PRIOR,
+        )
     )
     combined = out["combined"]
     assert combined["probabilities"] == pytest.approx(
@@ -360,7 +373,12 @@ def test_combine_under_the_prior_matches_the_worked_example() -> None:
         1.0,
     )
     assert combined["spread"] == {"a": [pytest.approx(0.8)] * 2, "b": [pytest.approx(0.2)] * 2}
-    assert combined["prior"] == WORKED_PRIOR and combined["calibrated"] == {"t": 1}
+    assert combined["prior"] == WORKED_PRIOR
+    assert combined["calibrated"] == {
+        "workload": "w",
+        "temperature": 1.0,
+        "probabilities": [0.5, 0.5],
+    }
     assert tempered == [
         pytest.approx(
             [math.log(0.8) - math.log(WORKED_PRIOR[0]), math.log(0.2) - math.log(WORKED_PRIOR[1])]
@@ -372,11 +390,13 @@ def test_combine_under_the_prior_matches_the_worked_example() -> None:
 def test_the_prior_can_move_the_top_and_agreement_stays_one() -> None:
     """p = (0.6, 0.4) under a prior (0.8, 0.2): p/prior ∝ (0.75, 2), so b wins: 0.75/2.75, 2/2.75."""
     row = make_row("ab")
-    combined = combine(
-        row,
-        "prior",
-        [fake_result(expand(row, "prior")[0], [math.log(0.6), math.log(0.4)])],
-        prior=[0.8, 0.2],
+    combined = as_json(
+        combine(
+            row,
+            "prior",
+            [fake_result(expand(row, "prior")[0], [math.log(0.6), math.log(0.4)])],
+            prior=[0.8, 0.2],
+        )
     )["combined"]
     assert combined["probabilities"] == pytest.approx([3 / 11, 8 / 11], abs=1e-12)
     assert combined["top"] == "b" and combined["agreement"] == 1.0
@@ -415,7 +435,9 @@ def test_the_prior_method_and_a_prior_go_together_and_the_row_keeps_the_callers_
 
 
 def test_a_single_option_has_one_ordering_whatever_the_method() -> None:
-    assert orderings(1, "none") == orderings(1, "rotations") == orderings(1, "all") == [(0,)]
+    assert (
+        permutations(1, "none") == permutations(1, "rotations") == permutations(1, "all") == [(0,)]
+    )
 
 
 # --- properties ----------------------------------------------------------------------
@@ -428,7 +450,7 @@ def cases(draw: st.DrawFn) -> tuple[str, list[str], list[list[float]], list[floa
     method = draw(st.sampled_from(["rotations", "all"]))
     n = draw(st.integers(2, 16 if method == "rotations" else MAX_ALL_OPTIONS))
     ids = draw(st.permutations(list(LETTERS[:n])))
-    count = len(orderings(n, method))
+    count = len(permutations(n, method))
     per_ordering = draw(
         st.lists(st.lists(LOGIT, min_size=n, max_size=n), min_size=count, max_size=count)
     )
@@ -444,7 +466,7 @@ def test_property_combined_scores_are_well_formed(
     method, ids, per_ordering, bias = case
     row = make_row(ids)
     results = results_for(row, method, lambda k, i, oid: per_ordering[k][i])
-    out = combine(row, method, results)
+    out = as_json(combine(row, method, results))
     combined = out["combined"]
     count = len(results)
     assert out["option_ids"] == ids
@@ -463,7 +485,7 @@ def test_property_combined_scores_are_well_formed(
             assert low <= native <= high
     # A per-position bias added to every ordering leaves the combined scores alone.
     shifted = results_for(row, method, lambda k, i, oid: per_ordering[k][i] + bias[i])
-    assert combine(row, method, shifted)["combined"]["probabilities"] == pytest.approx(
+    assert as_json(combine(row, method, shifted))["combined"]["probabilities"] == pytest.approx(
         probabilities, abs=1e-9, rel=0
     )
 
@@ -477,5 +499,5 @@ def test_property_consistent_scores_plus_bias_give_softmax_of_truth(
     truth = dict(zip(ids, per_ordering[0]))
     row = make_row(ids)
     results = results_for(row, method, lambda k, i, oid: truth[oid] + bias[i])
-    probabilities = combine(row, method, results)["combined"]["probabilities"]
+    probabilities = as_json(combine(row, method, results))["combined"]["probabilities"]
     assert probabilities == pytest.approx(softmax([truth[oid] for oid in ids]), abs=1e-9, rel=0)

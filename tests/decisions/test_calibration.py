@@ -119,8 +119,8 @@ TEMPERATURE = st.floats(min_value=T_MIN, max_value=T_MAX, allow_nan=False)
 def test_the_view_keeps_the_argmax_and_sums_to_one(logits: list[float], temperature: float) -> None:
     native = result(logits)
     view = calibrated_view(native, "triage", temperature)
-    probabilities = view["probabilities"]
-    assert view["workload"] == "triage" and view["temperature"] == temperature
+    probabilities = view.probabilities
+    assert view.workload == "triage" and view.temperature == temperature
     assert len(probabilities) == len(logits)
     assert all(math.isfinite(p) and 0 <= p <= 1 for p in probabilities)
     assert math.fsum(probabilities) == pytest.approx(1.0, abs=1e-12)
@@ -134,9 +134,9 @@ def test_the_view_keeps_the_argmax_and_sums_to_one(logits: list[float], temperat
 
 def test_the_view_keeps_a_clear_argmax_that_is_not_first() -> None:
     for temperature in (T_MIN, 0.5, 1.0, 7.0, T_MAX):
-        probabilities = calibrated_view(result([0.1, 3.0, -2.0, 2.9]), "w", temperature)[
-            "probabilities"
-        ]
+        probabilities = calibrated_view(
+            result([0.1, 3.0, -2.0, 2.9]), "w", temperature
+        ).probabilities
         assert max(range(4), key=probabilities.__getitem__) == 1
 
 
@@ -147,7 +147,7 @@ def test_the_view_keeps_a_clear_argmax_that_is_not_first() -> None:
 def test_the_view_is_finite_at_extreme_logits_and_both_bounds(
     temperature: float, logits: list[float]
 ) -> None:
-    probabilities = calibrated_view(result(logits), "w", temperature)["probabilities"]
+    probabilities = calibrated_view(result(logits), "w", temperature).probabilities
     assert all(math.isfinite(p) and p >= 0 for p in probabilities)
     assert math.fsum(probabilities) == pytest.approx(1.0, abs=1e-12)
 
@@ -156,12 +156,12 @@ def test_the_view_is_softmax_of_logits_over_t() -> None:
     logits = [1.0, 2.0, 0.5]
     for temperature in (0.5, 2.0):
         expected = softmax(logits, temperature)
-        assert calibrated_view(result(logits), "w", temperature)["probabilities"] == pytest.approx(
+        assert calibrated_view(result(logits), "w", temperature).probabilities == pytest.approx(
             expected, abs=1e-15
         )
     # T sharpens below 1 and flattens above it.
-    sharp = calibrated_view(result(logits), "w", 0.5)["probabilities"]
-    flat = calibrated_view(result(logits), "w", 2.0)["probabilities"]
+    sharp = calibrated_view(result(logits), "w", 0.5).probabilities
+    flat = calibrated_view(result(logits), "w", 2.0).probabilities
     assert sharp[1] > result(logits)["probabilities"][1] > flat[1]
 
 
@@ -170,6 +170,6 @@ def test_the_view_does_not_modify_the_input_result() -> None:
     snapshot = copy.deepcopy(native)
     view = calibrated_view(native, "w", 0.05)
     assert native == snapshot
-    assert view["probabilities"] is not native["probabilities"]
-    assert view["probabilities"] is not native["option_logits"]
+    assert view.probabilities is not native["probabilities"]
+    assert view.probabilities is not native["option_logits"]
     assert "calibrated" not in native

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from semif_serve import config
 from semif_serve.decisions import averaging, calibration, calibration_file
 from semif_serve.decisions.calibration_file import T_MAX, T_MIN, BindingMismatch, check_binding
+from semif_serve.decisions.views import as_json
 from tests.wire_client import TOKEN
 
 BINDING = {
@@ -221,7 +222,7 @@ def averaged_cases(draw: st.DrawFn) -> tuple[dict[str, Any], str, list[dict[str,
     method = draw(st.sampled_from(["rotations", "all"]))
     n = draw(st.integers(2, 4 if method == "all" else 6))
     row = _row(n)
-    count = len(averaging.orderings(n, method))
+    count = averaging.row_count(n, method)
     logits = draw(st.lists(st.lists(LOGIT, min_size=n, max_size=n), min_size=count, max_size=count))
     return row, method, _results(row, method, logits), draw(TEMPERATURE)
 
@@ -230,11 +231,11 @@ def averaged_cases(draw: st.DrawFn) -> tuple[dict[str, Any], str, list[dict[str,
 @given(averaged_cases())
 def test_the_calibrated_combined_view_keeps_the_combined_top_and_stays_finite(case) -> None:
     row, method, results, temperature = case
-    combined = averaging.combine(row, method, results)["combined"]
+    combined = as_json(averaging.combine(row, method, results))["combined"]
     mean = averaging.mean_log_probabilities(row, method, results)
     view = calibration.combined_view("triage", method, temperature, mean)
-    probabilities = view["probabilities"]
-    assert (view["workload"], view["method"], view["temperature"]) == (
+    probabilities = view.probabilities
+    assert (view.workload, view.method, view.temperature) == (
         "triage",
         method,
         temperature,
@@ -263,7 +264,7 @@ def test_the_combined_view_is_finite_at_extreme_logits_and_both_bounds(
     results = _results(row, "rotations", [logits] * len(logits))
     mean = averaging.mean_log_probabilities(row, "rotations", results)
     assert all(math.isfinite(value) for value in mean)
-    probabilities = calibration.combined_view("w", "rotations", temperature, mean)["probabilities"]
+    probabilities = calibration.combined_view("w", "rotations", temperature, mean).probabilities
     assert all(math.isfinite(p) and p >= 0 for p in probabilities)
     assert math.fsum(probabilities) == pytest.approx(1.0, abs=1e-12)
 
@@ -275,10 +276,11 @@ def test_the_combined_view_tempers_the_mean_log_softmax() -> None:
     for temperature in (0.5, 2.0):
         weights = [math.exp(value / temperature) for value in mean]
         expected = [weight / sum(weights) for weight in weights]
-        assert calibration.combined_view("w", "rotations", temperature, mean)[
-            "probabilities"
-        ] == pytest.approx(expected, abs=1e-15)
-    at_one = calibration.combined_view("w", "rotations", 1.0, mean)["probabilities"]
+        assert calibration.combined_view(
+            "w", "rotations", temperature, mean
+        ).probabilities == pytest.approx(expected, abs=1e-15)
+    at_one = calibration.combined_view("w", "rotations", 1.0, mean).probabilities
     assert at_one == pytest.approx(
-        averaging.combine(row, "rotations", results)["combined"]["probabilities"], abs=1e-15
+        as_json(averaging.combine(row, "rotations", results))["combined"]["probabilities"],
+        abs=1e-15,
     )

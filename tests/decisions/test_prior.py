@@ -29,6 +29,7 @@ from semif_serve.decisions.prior import (
     entry,
     workload_prior,
 )
+from semif_serve.decisions.views import as_json
 from tests.reference import softmax
 
 ROOT6 = math.sqrt(6.0)
@@ -67,7 +68,7 @@ def debiased(scored: dict[str, Any], prior: Sequence[float]) -> list[float]:
     averaging.combine, the row's options in the order it was scored."""
     row = {"id": "q", "options": [{"id": option_id} for option_id in scored["option_ids"]]}
     native = {**scored, "probabilities": softmax(scored["option_logits"])}
-    return combine(row, METHOD, [native], prior=prior)["combined"]["probabilities"]
+    return as_json(combine(row, METHOD, [native], prior=prior))["combined"]["probabilities"]
 
 
 def test_decision_prior_matches_the_worked_example() -> None:

@@ -16,17 +16,17 @@ import pytest
 from semif_serve.engine.scorer import OutOfMemory
 from semif_serve.engine.worker import Engine
 from semif_serve.http.exchange import Reply
-from semif_serve.service.routes import Service
+from semif_serve.service.routes import ROUTES, Service
 from tests.bodies import BODY, SHARED
 from tests.fakes import settings
 
 SHARED_BODY = json.dumps(SHARED).encode()
 
 
-async def post(fake: Any, name: str, body: bytes) -> Reply:
+async def post(fake: Any, path: bytes, body: bytes) -> Reply:
     engine = Engine(fake)
     try:
-        return await Service(settings(), engine).post(name, body)
+        return await Service(settings(), engine).post(ROUTES[path], body)
     finally:
         engine.close()
 
@@ -39,21 +39,21 @@ def assert_filled(reply: Reply, kind: str, rows: int, outcome: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name,body,kind,rows",
-    [("decide", BODY, "direct", 1), ("shared", SHARED_BODY, "shared", 2)],
+    "path,body,kind,rows",
+    [(b"/decide", BODY, "direct", 1), (b"/decide/shared", SHARED_BODY, "shared", 2)],
     ids=["direct", "shared"],
 )
 async def test_a_scored_reply_carries_the_call_the_engine_timed(
-    fake, name: str, body: bytes, kind: str, rows: int
+    fake, path: bytes, body: bytes, kind: str, rows: int
 ) -> None:
-    reply = await post(fake, name, body)
+    reply = await post(fake, path, body)
     assert reply.status == 200
     assert_filled(reply, kind, rows, "ok")
 
 
 async def test_a_scorer_failure_carries_its_timing_and_outcome(fake) -> None:
     fake.raise_ = OutOfMemory("no room")
-    reply = await post(fake, "decide", BODY)
+    reply = await post(fake, b"/decide", BODY)
     assert (reply.status, reply.code) == (503, "out_of_memory")
     assert_filled(reply, "direct", 1, "out_of_memory")
 
@@ -63,12 +63,12 @@ async def test_a_reply_that_cannot_be_built_still_carries_the_call(
 ) -> None:
     # one result short: the reply cannot be assembled after the call has run
     monkeypatch.setattr(fake, "score_shared", lambda rows: fake._enter("shared", rows) or ([], {}))
-    reply = await post(fake, "shared", SHARED_BODY)
+    reply = await post(fake, b"/decide/shared", SHARED_BODY)
     assert (reply.status, reply.code) == (500, "scoring_failed")
     assert json.loads(reply.body)["error"]["message"] == "failed to build the response"
     assert_filled(reply, "shared", 2, "ok")
 
 
 async def test_a_refused_body_has_no_call(fake) -> None:
-    reply = await post(fake, "decide", b"{}")
+    reply = await post(fake, b"/decide", b"{}")
     assert reply.status == 422 and reply.timing is None and fake.calls == []

@@ -27,6 +27,7 @@ import pytest
 
 from semif_serve.builders import smollm2
 from semif_serve.decisions import averaging
+from semif_serve.decisions.views import as_json
 from semif_serve.engine import prefix
 from tests.timing import timeless
 from tests.wire_client import request
@@ -136,7 +137,9 @@ async def test_rotations_follow_the_evidence_where_the_first_position_does_not(
         assert rotated.json["combined"]["top"] == right.lower(), (
             f"{city}: rotations did not follow the evidence"
         )
-        assert rotated.json == averaging.combine(row, "rotations", rotated.json["orderings"])
+        assert rotated.json == as_json(
+            averaging.combine(row, "rotations", rotated.json["orderings"])
+        )
 
 
 @pytest.mark.parametrize("state", BOUNDARY_STATES, ids=["nested-object", "ends-in-plus"])

@@ -13,6 +13,7 @@ import pytest
 from fastjev._runtime import direct, shared
 
 from semif_serve.decisions import averaging, calibration_file, prior
+from semif_serve.decisions.views import as_json
 from semif_serve.engine import prefix
 from semif_serve.engine.torch_scorer import TorchScorer
 from tests.timing import timeless
@@ -121,7 +122,7 @@ async def test_rotations_end_to_end(
     rows = averaging.expand(ROW, "rotations")
     theirs = upstream_shared(model, tokenizer, rows, tiny_metadata)
     assert response.json["orderings"] == theirs
-    assert response.json == averaging.combine(ROW, "rotations", theirs)
+    assert response.json == as_json(averaging.combine(ROW, "rotations", theirs))
     assert response.json["combined"]["orderings"] == 3
 
 
@@ -167,4 +168,4 @@ async def test_the_prior_end_to_end_fitted_and_served_through_the_server(
     assert response.status == 200
     (one,) = upstream_shared(model, tokenizer, averaging.expand(ROW, "prior"), tiny_metadata)
     assert response.json["orderings"] == [one]  # the one row, SemIf's result untouched (INV-1)
-    assert response.json == averaging.combine(ROW, "prior", [one], prior=entry["prior"])
+    assert response.json == as_json(averaging.combine(ROW, "prior", [one], prior=entry["prior"]))

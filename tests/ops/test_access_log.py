@@ -161,16 +161,14 @@ async def test_access_log_off_writes_no_access_lines() -> None:
 
 async def test_readiness_turns_503_at_sigterm_while_the_in_flight_request_gets_200() -> None:
     process = await Process.start(SEMIF_LOG_FORMAT="json", SEMIF_STUB_DELAY_MS="2000")
-    in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
-    await asyncio.wait_for(process.in_flight(), 5)
     probe = await Connection.open(process.port)
     assert (await probe.request("GET", "/health", headers=[])).status == 200
-    probe.writer.write(
-        HEALTH[:10]
-    )  # a probe whose head is in progress keeps its connection through the drain
-    await asyncio.sleep(
-        1.0
-    )  # for the server to read those bytes; nothing else to wait on from outside
+    # A probe whose head is in progress keeps its connection through the drain. Its bytes are
+    # sent before the call below, so the server has them once /health reports that call (no sleep).
+    probe.writer.write(HEALTH[:10])
+    await probe.writer.drain()
+    in_flight = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
+    await asyncio.wait_for(process.in_flight(), 5)
     process.proc.send_signal(signal.SIGTERM)
     await asyncio.wait_for(process.wait_for_line("shutting down"), 5)
     assert not in_flight.done()

@@ -168,8 +168,8 @@ SYSTEM_ONE = {
     "questions": {"q": {"type": "noul", "instructions": "Urgent?"}},
 }
 PARSING = [
-    ("/decide", ROW, "decide"),
-    ("/decide/shared", SHARED, "shared"),
+    ("/decide", ROW, "parse_decide"),
+    ("/decide/shared", SHARED, "parse_shared"),
     ("/v1/systemone", SYSTEM_ONE, None),
 ]
 
@@ -186,7 +186,7 @@ async def test_a_parser_that_raises_its_own_bug_is_a_logged_500_envelope_not_a_d
     if parser is None:
         monkeypatch.setattr(service_routes.translate, "translate", bug)
     else:
-        monkeypatch.setitem(service_routes.PARSERS, parser, bug)
+        monkeypatch.setattr(service_routes.request_model, parser, bug)
     server = await start_server(fake)
     response = await request(server.port, "POST", path, body)
     assert assert_envelope(response, 500, "scoring_failed") == "failed to read the request"
@@ -401,12 +401,12 @@ async def test_scorer_failures_give_the_tables_status_and_exact_message(
         "state": "s",
         "questions": {"q": {"type": "noul", "instructions": "Q?"}},
     }
-    for name, body in (
-        ("decide", BODY),
-        ("shared", json.dumps(SHARED).encode()),
-        ("systemone", json.dumps(systemone).encode()),
+    for path, body in (
+        (b"/decide", BODY),
+        (b"/decide/shared", json.dumps(SHARED).encode()),
+        (b"/v1/systemone", json.dumps(systemone).encode()),
     ):
-        reply = await service.post(name, body)
+        reply = await service.post(service_routes.ROUTES[path], body)
         assert reply.status == status
         assert json.loads(reply.body) == {
             "error": {"code": code, "message": message, "type": CODES[code][1]}
@@ -426,7 +426,9 @@ async def test_a_scorer_returning_the_wrong_number_of_results_is_a_logged_500(
 ) -> None:
     original = fake.score_shared
     fake.score_shared = lambda rows: (original(rows)[0] * 2, {})  # one result too many per row
-    reply = await service.post("shared", json.dumps(SHARED).encode())
+    reply = await service.post(
+        service_routes.ROUTES[b"/decide/shared"], json.dumps(SHARED).encode()
+    )
     assert reply.status == 500
     assert json.loads(reply.body) == {
         "error": {
@@ -441,9 +443,11 @@ async def test_a_scorer_returning_the_wrong_number_of_results_is_a_logged_500(
 
 
 async def test_a_refused_body_never_takes_an_admission_slot(service, fake) -> None:
-    reply = await service.post("decide", b"[]")
+    reply = await service.post(service_routes.ROUTES[b"/decide"], b"[]")
     assert reply.status == 422 and service.admission.in_progress == 0 and fake.calls == []
-    assert (await service.post("decide", json.dumps(ROW).encode())).status == 200
+    assert (
+        await service.post(service_routes.ROUTES[b"/decide"], json.dumps(ROW).encode())
+    ).status == 200
 
 
 def test_an_unknown_error_code_is_a_programming_error() -> None:

@@ -174,10 +174,26 @@ async def test_a_file_that_fails_a_check_leaves_the_old_one_serving(tmp_path: Pa
             (f"svc {OLD} extra\n", 0o600, "line 1: 3 field(s)"),
             (f"svc {OLD}\nnew short\n", 0o600, "line 2: caller 'new''s token must be at least 32"),
             ("# nobody\n", 0o600, "holds no caller"),
+            (
+                None,
+                0o600,
+                f"SEMIF_API_TOKENS_FILE {tokens} is unreadable: No such file or directory",
+            ),
         ]
         bad_calibrations = [
             ("{not json", "is not valid JSON"),
             (bound({"triage": {"none": -1.0}}), "triage"),
+            (
+                json.dumps(
+                    {
+                        **json.loads(bound({"triage": {"none": 2.0}})),
+                        "priors": {
+                            "triage": {"4": {"prior": [0.9, 0.9, 0.9, 0.9], "decisions": 3}}
+                        },
+                    }
+                ),
+                "prior",
+            ),
             (
                 json.dumps({**json.loads(bound({"triage": {"none": 2.0}})), "revision": "r" * 40}),
                 "bound to revision",
@@ -188,7 +204,10 @@ async def test_a_file_that_fails_a_check_leaves_the_old_one_serving(tmp_path: Pa
             ),
         ]
         for text, mode, reason in bad_tokens:
-            replace(tokens, text, mode)
+            if text is None:
+                tokens.unlink()
+            else:
+                replace(tokens, text, mode)
             line = await reload(process, "the callers are unchanged")
             assert reason in line, line
             assert OLD not in line and NEW not in line

@@ -45,4 +45,4 @@ def test_a_method_without_a_temperature_quotes_workload_and_id_to_60_characters(
 def test_each_method_fitted_for_the_workload_is_accepted(orderings: str) -> None:
     body = json.dumps({**ROW, "workload": WORKLOAD, "orderings": orderings}).encode()
     request = request_model.parse_decide(body, LIMITS)
-    assert request.workload == WORKLOAD and request.decisions[0].orderings == orderings
+    assert request.workload == WORKLOAD and request.decisions[0].method == orderings

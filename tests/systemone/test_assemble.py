@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from semif_serve.decisions.request_model import Decision
+from semif_serve.decisions.views import Averaged, Calibrated, Combined, Native, View, as_json
 from semif_serve.systemone import assemble, translate
 
 EXAMPLES = json.loads((Path(__file__).parent / "published_examples.json").read_text())
@@ -70,11 +71,14 @@ def test_the_published_score_is_the_probability_weighted_level() -> None:
             for i, level in enumerate(answer["legend"].values())
         ],
     }
-    view = {"option_ids": ["0", "1", "2"], "probabilities": list(answer["probabilities"].values())}
-    built = assemble.answer(question, Decision(row, "none"), view, calibrated=False)
+    result = {
+        "option_ids": ["0", "1", "2"],
+        "probabilities": list(answer["probabilities"].values()),
+    }
+    built = assemble.answer(question, Decision(row, "none"), Native(result))
     assert built["score"] == pytest.approx(answer["score"])
     assert built["legend"] == answer["legend"] and built["probabilities"] == answer["probabilities"]
-    assert built["semif"] is view
+    assert built["semif"] is result
 
 
 def test_an_answer_refuses_a_view_whose_options_are_out_of_order() -> None:
@@ -88,8 +92,7 @@ def test_an_answer_refuses_a_view_whose_options_are_out_of_order() -> None:
         assemble.answer(
             translate.Question("c", "choice"),
             Decision(row, "none"),
-            {"option_ids": ["b", "a"], "probabilities": [0.9, 0.1]},
-            calibrated=False,
+            Native({"option_ids": ["b", "a"], "probabilities": [0.9, 0.1]}),
         )
 
 
@@ -129,23 +132,21 @@ COMBINED_TEMPERED = {"u": [0.55, 0.45], "d": [0.7, 0.2, 0.1], "f": [0.25, 0.25, 
 IDS = {"u": ["true", "false"], "d": ["a", "b", "c"], "f": ["0", "1", "2", "3"]}
 
 
-def view(key: str, averaged: bool) -> dict[str, object]:
+def tempered(table: dict[str, list[float]], key: str, method: str | None = None) -> Calibrated:
+    return Calibrated("triage", 2.0, table[key], method)
+
+
+def combined(key: str, table: dict[str, list[float]], calibrated: Calibrated | None) -> Combined:
+    return Combined("rotations", 1, table[key], IDS[key][0], 1.0, {}, None, calibrated)
+
+
+def view(key: str, averaged: bool, calibrated: bool) -> View:
     """A service view: each table a different distribution, so the answer shows which one it read."""
+    native = {"option_ids": IDS[key], "probabilities": NATIVE[key]}
     if averaged:
-        return {
-            "option_ids": IDS[key],
-            "probabilities": NATIVE[key],
-            "calibrated": {"probabilities": TEMPERED[key]},
-            "combined": {
-                "probabilities": COMBINED[key],
-                "calibrated": {"probabilities": COMBINED_TEMPERED[key]},
-            },
-        }
-    return {
-        "option_ids": IDS[key],
-        "probabilities": NATIVE[key],
-        "calibrated": {"probabilities": TEMPERED[key]},
-    }
+        combined_calibrated = tempered(COMBINED_TEMPERED, key, "rotations") if calibrated else None
+        return Averaged(key, IDS[key], combined(key, COMBINED, combined_calibrated), [native])
+    return Native(native, tempered(TEMPERED, key) if calibrated else None)
 
 
 # (workload, orderings, the table every answer must be read from)
@@ -166,7 +167,7 @@ def test_each_answer_is_read_from_the_view_the_request_chose_with_its_exact_figu
     workload, orderings, table
 ) -> None:
     built = plan(workload, orderings)
-    views = [view(key, orderings != "none") for key in ("u", "d", "f")]
+    views = [view(key, orderings != "none", workload is not None) for key in ("u", "d", "f")]
     results = [{"input_tokens": 50}, {"input_tokens": 60}, {"input_tokens": 70}]
     body = assemble.response(built, "served", views, results, "shared", {"prefix_tokens": 40})
     assert list(body["answers"]) == ["u", "d", "f"]
@@ -181,18 +182,16 @@ def test_each_answer_is_read_from_the_view_the_request_chose_with_its_exact_figu
     }[id(table)]
     noul, choice, choice_confidence, score, score_confidence = expected
     u, d, f = body["answers"]["u"], body["answers"]["d"], body["answers"]["f"]
-    assert u == {"type": "noul", "noul": noul, "semif": views[0]}
-    assert (
-        set(d) == {"type", "choice", "probabilities", "confidence", "semif"}
-        and d["semif"] is views[1]
-    )
+    assert u == {"type": "noul", "noul": noul, "semif": as_json(views[0])}
+    assert set(d) == {"type", "choice", "probabilities", "confidence", "semif"} and d[
+        "semif"
+    ] == as_json(views[1])
     assert (d["type"], d["choice"]) == ("choice", choice)
     assert d["probabilities"] == dict(zip(["a", "b", "c"], table["d"]))
     assert d["confidence"] == pytest.approx(choice_confidence)
-    assert (
-        set(f) == {"type", "score", "legend", "probabilities", "confidence", "semif"}
-        and f["semif"] is views[2]
-    )
+    assert set(f) == {"type", "score", "legend", "probabilities", "confidence", "semif"} and f[
+        "semif"
+    ] == as_json(views[2])
     assert f["type"] == "score" and f["score"] == pytest.approx(score)
     assert f["legend"] == {"0": "Calm", "1": "Tense", "2": "Angry", "3": "Furious"}
     assert f["probabilities"] == dict(zip(["0", "1", "2", "3"], table["f"]))
@@ -203,7 +202,12 @@ def test_a_response_refuses_fewer_views_than_questions() -> None:
     """Assembly pairs each question with its view: a missing view is the service's bug, never a shorter answer."""
     with pytest.raises(ValueError):
         assemble.response(
-            plan(None, "none"), "served", [view("u", False), view("d", False)], [], "shared", None
+            plan(None, "none"),
+            "served",
+            [view("u", False, False), view("d", False, False)],
+            [],
+            "shared",
+            None,
         )
 
 
@@ -218,15 +222,14 @@ DEBIASED = {"u": [0.35, 0.65], "d": [0.5, 0.2, 0.3], "f": [0.7, 0.1, 0.1, 0.1]}
 DEBIASED_TEMPERED = {"u": [0.45, 0.55], "d": [0.2, 0.2, 0.6], "f": [0.1, 0.1, 0.1, 0.7]}
 
 
-def prior_view(key: str, tempered: bool) -> dict[str, object]:
-    combined: dict[str, object] = {"method": "prior", "probabilities": DEBIASED[key]}
-    if tempered:
-        combined["calibrated"] = {"probabilities": DEBIASED_TEMPERED[key]}
-    return {
-        "option_ids": IDS[key],
-        "combined": combined,
-        "orderings": [{"probabilities": NATIVE[key]}],
-    }
+def prior_view(key: str, calibrated: bool) -> View:
+    combined_calibrated = tempered(DEBIASED_TEMPERED, key, "prior") if calibrated else None
+    return Averaged(
+        key,
+        IDS[key],
+        Combined("prior", 1, DEBIASED[key], IDS[key][0], 1.0, {}, None, combined_calibrated),
+        [{"probabilities": NATIVE[key]}],
+    )
 
 
 def prior_plan() -> translate.Plan:
@@ -252,27 +255,27 @@ def prior_plan() -> translate.Plan:
 
 
 @pytest.mark.parametrize(
-    ("tempered", "table"),
+    ("calibrated", "table"),
     [(False, DEBIASED), (True, DEBIASED_TEMPERED)],
     ids=["debiased", "calibrated"],
 )
 def test_a_prior_answer_reads_the_debiased_view_or_its_calibrated_view(
-    tempered: bool, table: dict[str, list[float]]
+    calibrated: bool, table: dict[str, list[float]]
 ) -> None:
     """Worked by hand: debiased d argmax a, confidence (3*0.5-1)/2; f 0.1+0.2+0.3, (4*0.7-1)/3.
     Calibrated: d argmax c, (3*0.6-1)/2; f 0.1+0.2+2.1, (4*0.7-1)/3."""
-    views = [prior_view(key, tempered) for key in ("u", "d", "f")]
+    views = [prior_view(key, calibrated) for key in ("u", "d", "f")]
     body = assemble.response(
         prior_plan(), "served", views, [{"input_tokens": 5}] * 3, "shared", None
     )
     u, d, f = body["answers"]["u"], body["answers"]["d"], body["answers"]["f"]
-    assert u == {"type": "noul", "noul": table["u"][0], "semif": views[0]}
+    assert u == {"type": "noul", "noul": table["u"][0], "semif": as_json(views[0])}
     assert (d["choice"], d["probabilities"], d["semif"]) == (
-        "c" if tempered else "a",
+        "c" if calibrated else "a",
         dict(zip("abc", table["d"])),
-        views[1],
+        as_json(views[1]),
     )
-    assert d["confidence"] == pytest.approx(0.4 if tempered else 0.25)
-    assert f["score"] == pytest.approx(2.4 if tempered else 0.6) and f[
+    assert d["confidence"] == pytest.approx(0.4 if calibrated else 0.25)
+    assert f["score"] == pytest.approx(2.4 if calibrated else 0.6) and f[
         "confidence"
     ] == pytest.approx(0.6)

@@ -191,17 +191,17 @@ def test_the_extension_object_overrides_orderings_and_workload() -> None:
         "semif": {"orderings": "rotations", "workload": "triage"},
     }
     plan = translate.translate(json.dumps(body).encode(), POLICY)
-    assert plan.request.workload == "triage" and plan.request.decisions[0].orderings == "rotations"
+    assert plan.request.workload == "triage" and plan.request.decisions[0].method == "rotations"
     assert plan.request.averaged and not plan.request.shared
     defaults = translate.Policy(LIMITS, POLICY.models, "rotations", "triage")
     body.pop("semif")
     assert (
-        translate.translate(json.dumps(body).encode(), defaults).request.decisions[0].orderings
+        translate.translate(json.dumps(body).encode(), defaults).request.decisions[0].method
         == "rotations"
     )
     body["semif"] = {"orderings": "none", "workload": None}
     overridden = translate.translate(json.dumps(body).encode(), defaults).request
-    assert (overridden.decisions[0].orderings, overridden.workload) == ("none", None)
+    assert (overridden.decisions[0].method, overridden.workload) == ("none", None)
 
 
 @pytest.mark.parametrize(
@@ -393,12 +393,12 @@ def prior_plan(
 
 def test_the_prior_is_one_ordering_per_question_and_needs_no_temperature() -> None:
     plan = prior_plan({"orderings": "prior", "workload": "sorting"}, {"q": NOUL, "k": THREE})
-    assert [d.orderings for d in plan.request.decisions] == ["prior", "prior"]
+    assert [d.method for d in plan.request.decisions] == ["prior", "prior"]
     assert plan.request.workload == "sorting" and plan.request.averaged and plan.request.shared
     defaults = prior_plan(
         None, {"q": NOUL}, "prior", "triage"
     )  # triage has no temperature for "prior"
-    assert (defaults.request.decisions[0].orderings, defaults.request.workload) == (
+    assert (defaults.request.decisions[0].method, defaults.request.workload) == (
         "prior",
         "triage",
     )

@@ -56,6 +56,7 @@ class MemoryChannel:
         self.peer = "memory:1"
         self.on_gone = None
         self.sent = bytearray()  # what the wire wrote
+        self.unread = False  # the client reads nothing: what the wire writes stays buffered
         self.linger: float | None = None  # set when the wire closed: how long it would linger
         self._held = bytearray()
         self._eof = False
@@ -113,10 +114,15 @@ class MemoryChannel:
             self.sent += data
 
     def write_buffer_size(self) -> int:
-        return 0
+        return len(self.sent) if self.unread else 0
 
-    async def drain(self) -> None:
-        pass
+    async def drain(self, timeout: float) -> None:
+        """A client that reads (the default) takes everything at once; one that does not
+        (`unread`) leaves the wire waiting until `timeout` on the fake clock."""
+        if self.unread:
+            waiter = asyncio.get_running_loop().create_future()
+            self.clock.timer(timeout, waiter)
+            await waiter
 
     def close(self) -> None:
         self.linger = self.linger or 0.0
@@ -131,6 +137,7 @@ class Wire:
 
     server: Server
     channel: MemoryChannel
+    connection: HttpConnection
     task: asyncio.Task[None]
 
     @property
@@ -170,4 +177,4 @@ class Memory:
         )
         task = asyncio.ensure_future(connection.run())
         await settle()
-        return Wire(self.server, channel, task)
+        return Wire(self.server, channel, connection, task)

@@ -127,7 +127,7 @@ def assert_valid(request: request_model.DecideRequest) -> None:
         assert isinstance(row["state"], (str, dict, list)) and row["state"]
         ids = [o["id"] for o in row["options"]]
         assert 2 <= len(ids) <= request_model.MAX_OPTIONS and len(set(ids)) == len(ids)
-        rows += len(averaging.orderings(len(ids), item.orderings))
+        rows += averaging.row_count(len(ids), item.method)
     assert rows <= LIMITS.max_decisions
     json.dumps(
         [d.row for d in request.decisions], ensure_ascii=False

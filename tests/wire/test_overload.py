@@ -266,3 +266,21 @@ async def test_a_client_that_never_reads_its_responses_cannot_hold_a_connection(
         flood.cancel()
         sock.close()
     await assert_serving(server.port)
+
+
+async def test_a_reply_the_client_does_not_read_ends_the_connection_exactly_at_the_idle_timeout(
+    memory_server,
+) -> None:
+    """The send deadline on the fake clock (the socket above fills real buffers): a write the
+    client does not take waits SEMIF_IDLE_TIMEOUT_S from the reply, not a tick less, and no longer."""
+    memory = await memory_server(idle_timeout=2.0)
+    wire = await memory.connect()
+    wire.channel.unread = True
+    await wire.channel.send(HEALTH)
+    await memory.clock.advance(1.0)
+    await wire.channel.send(HEALTH)  # not answered: the wire still waits on the first reply
+    await memory.clock.advance(1.0 - 0.001)
+    assert not wire.done and not wire.channel.is_closed
+    await memory.clock.advance(0.002)
+    assert wire.done and wire.channel.is_closed
+    assert [r.status for r in wire.channel.responses()] == [200]  # written, never taken

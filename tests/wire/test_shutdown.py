@@ -14,6 +14,7 @@ import pytest
 
 from tests.bodies import POST, ROW
 from tests.served_process import Process
+from tests.wire.memory import settle
 from tests.wire_client import (
     HEALTH,
     TOKEN,
@@ -149,22 +150,15 @@ async def test_requests_pipelined_behind_an_in_flight_one_are_not_answered_after
     await asyncio.wait_for(stopping, 2)
 
 
-@pytest.mark.parametrize("stage", ["scoring", "reading the body", "reading the head"])
-async def test_when_the_grace_runs_out_work_in_progress_gets_503_not_silence(
-    start_server, fake, stage
+async def test_when_the_grace_runs_out_a_call_in_progress_gets_503_not_silence(
+    start_server, fake
 ) -> None:
-    server = await start_server(fake, shutdown_grace=0.3, header_timeout=10.0, body_timeout=10.0)
+    """The grace on a real socket and the loop's clock (each stage in memory below)."""
+    server = await start_server(fake, shutdown_grace=0.3)
     fake.gate = threading.Event()
     connection = await Connection.open(server.port)
-    if stage == "scoring":
-        connection.writer.write(POST)
-        await fake.wait_entered()
-    elif stage == "reading the body":
-        connection.writer.write(POST[:-10])
-        await eventually(lambda: server.service.admission.in_progress == 1)
-    else:
-        connection.writer.write(POST[:10])
-        await eventually(lambda: any(not c.closable for c in server.connections.values()))
+    connection.writer.write(POST)
+    await fake.wait_entered()
     stopping = await begin_shutdown(server)
     response = await connection.read_response(timeout=2)
     assert response.status == 503 and response.code == "shutting_down"
@@ -172,6 +166,47 @@ async def test_when_the_grace_runs_out_work_in_progress_gets_503_not_silence(
     fake.gate.set()
     await asyncio.wait_for(stopping, 3)
     assert server.service.admission.in_progress == 0
+
+
+# -- in memory: what the wire answers when shutdown's grace ends it (its task cancelled) ----------
+
+
+@pytest.mark.parametrize("stage", ["scoring", "reading the body", "reading the head"])
+async def test_a_connection_cancelled_with_work_in_progress_answers_503_not_silence(
+    memory_server, fake, stage
+) -> None:
+    memory = await memory_server(header_timeout=10.0, body_timeout=10.0)
+    fake.gate = threading.Event()
+    wire = await memory.connect()
+    if stage == "scoring":
+        await wire.channel.send(POST)
+        await fake.wait_entered()
+    elif stage == "reading the body":
+        await wire.channel.send(POST[:-10])
+        assert memory.server.service.admission.in_progress == 1
+    else:
+        await wire.channel.send(POST[:10])
+    assert not wire.connection.closable
+    memory.drain.begin()
+    wire.task.cancel()
+    await settle()
+    (response,) = wire.channel.responses()
+    assert response.status == 503 and response.code == "shutting_down"
+    assert response.headers[b"connection"] == b"close" and wire.done and wire.channel.is_closed
+    fake.gate.set()
+    await eventually(lambda: memory.server.service.admission.in_progress == 0)
+
+
+async def test_a_connection_cancelled_between_requests_closes_without_a_word(
+    memory_server,
+) -> None:
+    memory = await memory_server()
+    wire = await memory.connect()
+    await wire.channel.send(HEALTH)
+    assert wire.connection.closable
+    wire.task.cancel()
+    await settle()
+    assert len(wire.channel.responses()) == 1 and wire.done and wire.channel.linger == 0.0
 
 
 # -- the real process -----------------------------------------------------------------------------
