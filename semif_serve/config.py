@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, TypedDict
 
-from .decisions import averaging, calibration_file, prior
+from .decisions import calibration_file, methods
 from .errors import excerpt
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
@@ -444,15 +444,17 @@ class _SystemOne(TypedDict):
 
 
 def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> _SystemOne:
-    """The /v1/systemone defaults: an orderings method, and a workload that has a temperature for it
-    (for "prior", a workload is required and needs priors; its temperature is optional)."""
+    """The /v1/systemone defaults: an orderings method, and a workload that has what the method needs
+    (decisions/methods.py): a temperature where it requires one, priors where it needs them (a method
+    that needs priors needs a workload)."""
     orderings = _choice(
-        env, "SEMIF_SYSTEMONE_ORDERINGS", default("systemone_orderings"), averaging.ORDERINGS
+        env, "SEMIF_SYSTEMONE_ORDERINGS", default("systemone_orderings"), methods.ORDERINGS
     )
+    method = methods.TABLE[orderings]
     workload = env.get("SEMIF_SYSTEMONE_WORKLOAD") or None
-    if workload is None and orderings == prior.METHOD:
+    if workload is None and method.needs_prior:
         raise ValueError(
-            "SEMIF_SYSTEMONE_ORDERINGS=prior needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
+            f"SEMIF_SYSTEMONE_ORDERINGS={orderings} needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
             "with priors in SEMIF_CALIBRATION"
         )
     if workload is not None:
@@ -461,13 +463,12 @@ def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> _System
                 f"SEMIF_SYSTEMONE_WORKLOAD names {workload!r}, which SEMIF_CALIBRATION does not hold "
                 f"(it holds: {', '.join(sorted(table)) or 'none'})"
             )
-        if orderings == prior.METHOD:
-            if workload not in table.priors:
-                raise ValueError(
-                    f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no priors for SEMIF_SYSTEMONE_ORDERINGS="
-                    f"'prior'; workloads with priors: {', '.join(sorted(table.priors)) or 'none'}"
-                )
-        elif orderings not in (fitted := table.methods()[workload]):
+        if method.needs_prior and workload not in table.priors:
+            raise ValueError(
+                f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no priors for SEMIF_SYSTEMONE_ORDERINGS="
+                f"{orderings!r}; workloads with priors: {', '.join(sorted(table.priors)) or 'none'}"
+            )
+        if method.temperature_required and orderings not in (fitted := table.methods()[workload]):
             raise ValueError(
                 f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no temperature for "
                 f"SEMIF_SYSTEMONE_ORDERINGS={orderings!r}; it has: {', '.join(sorted(fitted)) or 'none at all'}"

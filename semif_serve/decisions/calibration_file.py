@@ -44,7 +44,8 @@ from types import MappingProxyType
 from typing import Any
 
 from . import prior as position_prior
-from .averaging import MAX_OPTIONS, ORDERINGS
+from .averaging import MAX_OPTIONS
+from .methods import ORDERINGS, TABLE
 
 T_MIN, T_MAX = 0.05, 20.0
 VARIABLE = "SEMIF_CALIBRATION"
@@ -284,11 +285,12 @@ def bound(document: dict[str, Any]) -> Table:
     }
     priors = _priors(document)
     for name, methods in workloads.items():
-        if position_prior.METHOD in methods and name not in priors:
-            raise ValueError(
-                f"{VARIABLE}: workload {name!r} has a temperature for method {position_prior.METHOD!r} "
-                "but no entry under 'priors'"
-            )
+        for method in methods:
+            if TABLE[method].needs_prior and name not in priors:
+                raise ValueError(
+                    f"{VARIABLE}: workload {name!r} has a temperature for method {method!r} "
+                    "but no entry under 'priors'"
+                )
     return Table(workloads, binding, _fitted(document.get("fitted")), priors)
 
 
