@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, TypedDict
 
-from .decisions import averaging, calibration_file, prior
+from .decisions import calibration_file, methods
 from .errors import excerpt
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-4B"
@@ -46,7 +46,10 @@ SEMIF_ONLY: dict[str, tuple[str | None, str]] = {
         "auto",
         "routing is always auto: one question direct, several shared (no serial fallback)",
     ),
-    "SEMIF_DTYPE": (None, "SEMIF_DEVICE decides it: bfloat16 on CUDA, float32 on CPU"),
+    "SEMIF_DTYPE": (
+        None,
+        "CUDA serves bfloat16; on the CPU set SEMIF_CPU_DTYPE (float32, the default, or bfloat16)",
+    ),
     "SEMIF_ACCEPT_JEV_ALIASES": (
         None,
         "SEMIF_MODEL_ALIASES lists the names accepted (empty: none)",
@@ -96,6 +99,8 @@ class Settings:
     model: str = DEFAULT_MODEL
     revision: str = DEFAULT_REVISION
     device: str = "cuda"
+    # Extension (issue 38): the CPU's dtype, the operator's choice, never the host's (CUDA: bfloat16).
+    cpu_dtype: str = "float32"
     vram_cap_gib: float | None = None
     max_tokens: int = 4096
     max_decisions: int = 64
@@ -309,6 +314,19 @@ def _device(env: Mapping[str, str]) -> str:
     return value
 
 
+CPU_DTYPES = ("float32", "bfloat16")
+
+
+def _cpu_dtype(env: Mapping[str, str]) -> str:
+    """SEMIF_CPU_DTYPE: float32 (default) or bfloat16, set explicitly: which is faster depends on
+    the CPU (bfloat16 wins with AMX, loses badly without), so the host never picks. Only with
+    SEMIF_DEVICE=cpu: on CUDA it would be ignored, and an ignored setting is refused."""
+    value = _choice(env, "SEMIF_CPU_DTYPE", "float32", CPU_DTYPES)
+    if "SEMIF_CPU_DTYPE" in env and env.get("SEMIF_DEVICE", "cuda") != "cpu":
+        raise ValueError("SEMIF_CPU_DTYPE needs SEMIF_DEVICE=cpu (CUDA serves bfloat16)")
+    return value
+
+
 def load(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate every setting; raise ValueError naming the first bad one."""
     env = os.environ if env is None else env
@@ -322,6 +340,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         model=_nonempty(env, "SEMIF_MODEL", default("model")),
         revision=_nonempty(env, "SEMIF_REVISION", default("revision")),
         device=_device(env),
+        cpu_dtype=_cpu_dtype(env),
         vram_cap_gib=_optional_positive_float(env, "SEMIF_VRAM_CAP_GIB", default("vram_cap_gib")),
         max_tokens=_positive_int(env, _named(env, "SEMIF_MAX_TOKENS"), default("max_tokens")),
         max_decisions=_positive_int(env, "SEMIF_MAX_DECISIONS", default("max_decisions")),
@@ -425,15 +444,17 @@ class _SystemOne(TypedDict):
 
 
 def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> _SystemOne:
-    """The /v1/systemone defaults: an orderings method, and a workload that has a temperature for it
-    (for "prior", a workload is required and needs priors; its temperature is optional)."""
+    """The /v1/systemone defaults: an orderings method, and a workload that has what the method needs
+    (decisions/methods.py): a temperature where it requires one, priors where it needs them (a method
+    that needs priors needs a workload)."""
     orderings = _choice(
-        env, "SEMIF_SYSTEMONE_ORDERINGS", default("systemone_orderings"), averaging.ORDERINGS
+        env, "SEMIF_SYSTEMONE_ORDERINGS", default("systemone_orderings"), methods.ORDERINGS
     )
+    method = methods.TABLE[orderings]
     workload = env.get("SEMIF_SYSTEMONE_WORKLOAD") or None
-    if workload is None and orderings == prior.METHOD:
+    if workload is None and method.needs_prior:
         raise ValueError(
-            "SEMIF_SYSTEMONE_ORDERINGS=prior needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
+            f"SEMIF_SYSTEMONE_ORDERINGS={orderings} needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
             "with priors in SEMIF_CALIBRATION"
         )
     if workload is not None:
@@ -442,13 +463,12 @@ def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> _System
                 f"SEMIF_SYSTEMONE_WORKLOAD names {workload!r}, which SEMIF_CALIBRATION does not hold "
                 f"(it holds: {', '.join(sorted(table)) or 'none'})"
             )
-        if orderings == prior.METHOD:
-            if workload not in table.priors:
-                raise ValueError(
-                    f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no priors for SEMIF_SYSTEMONE_ORDERINGS="
-                    f"'prior'; workloads with priors: {', '.join(sorted(table.priors)) or 'none'}"
-                )
-        elif orderings not in (fitted := table.methods()[workload]):
+        if method.needs_prior and workload not in table.priors:
+            raise ValueError(
+                f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no priors for SEMIF_SYSTEMONE_ORDERINGS="
+                f"{orderings!r}; workloads with priors: {', '.join(sorted(table.priors)) or 'none'}"
+            )
+        if method.temperature_required and orderings not in (fitted := table.methods()[workload]):
             raise ValueError(
                 f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no temperature for "
                 f"SEMIF_SYSTEMONE_ORDERINGS={orderings!r}; it has: {', '.join(sorted(fitted)) or 'none at all'}"

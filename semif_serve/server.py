@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 
 from .config import Settings
 from .decisions import calibration_file
+from .engine.recent import RecentCalls
 from .engine.scorer import Scorer
 from .engine.worker import Engine
 from .errors import ApiError, envelope
@@ -91,11 +92,14 @@ class Server:
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
         admission = Admission(settings.max_queue, settings.max_queue_per_caller)
+        recent = (
+            RecentCalls()
+        )  # the one window of recent scorer time: Retry-After and the wait estimate
         # Extension: admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
         budget = (
             None
             if settings.max_wait_s is None
-            else WaitBudget(settings.max_wait_s, WaitEstimator())
+            else WaitBudget(settings.max_wait_s, WaitEstimator(recent=recent))
         )
         busy = _busy_reasons(admission, budget, settings)
         self.ops = ops = Operations(
@@ -106,6 +110,7 @@ class Server:
             lambda: len(self.connections),
             self.drain.seconds,
             busy,
+            recent=recent,
         )
         # /metrics is a route like any other; its answer lives in ops.
         self.service = Service(
@@ -116,8 +121,10 @@ class Server:
             budget=budget,
             known=table,
         )
-        # Every observer is wired here: the engine's scorer calls to ops and (with a budget) the service;
-        # the estimate's error and the kinds over budget to the metrics.
+        # Every observer is wired here: the engine's scorer calls to the window of recent calls first (what
+        # the others read), then (with a budget) the service and ops; the estimate's error and the kinds
+        # over budget to the metrics.
+        engine.observers.append(recent.scorer_call)
         if budget is not None:
             engine.observers.append(self.service.scorer_call)
         engine.observers.append(self.ops.scorer_call)
@@ -267,11 +274,13 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     table = callers.for_settings(settings)
     scorer = scorer if scorer is not None else build_scorer(settings)
     # and so does a table fitted on another model or prompt.
+    facts = scorer.health()
     calibration_file.check_binding(
         settings.calibration,
         settings.model,
         settings.revision,
-        scorer.health().get("prompt_version"),
+        facts.get("prompt_version"),
+        facts.get("dtype"),
     )
     log_settings(log, settings)  # once every setting is known valid, before the (long) load
     engine = Engine(scorer)

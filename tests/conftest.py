@@ -83,13 +83,24 @@ def smollm2_build() -> dict[str, str]:
     return smollm2.build()
 
 
-@pytest.fixture(scope="session")
-def reading_build() -> dict[str, str]:
-    """Build (or find) the 0.5B reading model in the per-machine cache; skip, or under CI=true
-    fail, without its parts."""
-    model = reading.MODELS["0.5b"]
+def _reading(size: str) -> dict[str, str]:
+    """Build (or find) a reading model in the per-machine cache; skip, or under CI=true fail,
+    without its parts."""
+    model = reading.MODELS[size]
     require_parts(model)
     return reading.build(model)
+
+
+@pytest.fixture(scope="session")
+def reading_build() -> dict[str, str]:
+    """The 0.5B reading model: quick to load twice (served and in-process)."""
+    return _reading("0.5b")
+
+
+@pytest.fixture(scope="session")
+def reading_large_build() -> dict[str, str]:
+    """The 1.5B reading model: the one that reads (7.1 GB of float32 weights)."""
+    return _reading("1.5b")
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 Rules: calibrate (temperatures) and prior (position priors) both write one file,
 `SEMIF_CALIBRATION`'s bound form, so each must keep what the other put there.
 This module reads an existing file, refuses one the new figures cannot join
-(plain, or bound to another model, revision or prompt version), merges, and
+(plain, or bound to another model, revision, prompt version or dtype), merges, and
 writes beside the old file before moving over it, so a failure never leaves
 half a file. What a valid file is stays the server's business
 (semif_serve/decisions/calibration.py); this module only knows which top-level keys each
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.report import write_json
-from semif_serve.decisions.calibration_file import BINDING_KEYS, is_bound
+from semif_serve.decisions.calibration_file import BINDING_KEYS, DEFAULT_DTYPE, is_bound
 
 PRIORS = "priors"
 
@@ -29,7 +29,8 @@ class CalibrationError(ValueError):
 
 
 def binding(health: dict[str, Any], versions: set[Any]) -> dict[str, Any]:
-    """model and revision from /health; the one prompt_version behind every score (and /health's, when it reports one)."""
+    """model, revision and dtype from /health; the one prompt_version behind every score (and /health's,
+    when it reports one)."""
     seen = set(versions)
     reported = health.get("prompt_version")
     if reported is not None:
@@ -37,11 +38,14 @@ def binding(health: dict[str, Any], versions: set[Any]) -> dict[str, Any]:
     seen.discard(None)
     if len(seen) != 1:
         raise CalibrationError(f"the scores do not name exactly one prompt_version: {sorted(seen)}")
-    return {
+    bound = {
         "model": health.get("model"),
         "revision": health.get("revision"),
         "prompt_version": seen.pop(),
     }
+    if health.get("dtype") is not None:  # the stub serves no weights, so it has no dtype
+        bound["dtype"] = health["dtype"]
+    return bound
 
 
 def read(path: Path) -> Any:
@@ -60,9 +64,15 @@ def mismatch(existing: Any, bound_to: dict[str, Any], where: Path) -> str | None
         return None
     if not is_bound(existing):
         return f"{where} is a plain {{workload: T}} file with no binding"
-    for key in BINDING_KEYS:
-        if existing.get(key) != bound_to[key]:
-            return f"{where} is bound to {key} {existing.get(key)!r}, but the server reports {bound_to[key]!r}"
+    for key in (*BINDING_KEYS, "dtype"):
+        # A file (or a server) that names no dtype means float32, as the server reads it.
+        theirs, ours = (
+            (existing.get(key, DEFAULT_DTYPE), bound_to.get(key, DEFAULT_DTYPE))
+            if key == "dtype"
+            else (existing.get(key), bound_to[key])
+        )
+        if theirs != ours:
+            return f"{where} is bound to {key} {theirs!r}, but the server reports {ours!r}"
     return None
 
 

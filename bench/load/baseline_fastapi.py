@@ -23,7 +23,7 @@ from semif_serve.engine.stub import StubScorer
 from semif_serve.engine.worker import Engine
 from semif_serve.errors import ApiError
 from semif_serve.http.exchange import Reply
-from semif_serve.service.routes import Service
+from semif_serve.service.routes import ROUTES, Service
 
 settings = config.load()
 if settings.scorer != "stub":
@@ -49,7 +49,7 @@ def _response(reply: Reply) -> Response:
     )
 
 
-async def _post(name: str, request: Request) -> Response:
+async def _post(path: bytes, request: Request) -> Response:
     """Auth, then an admission slot before the body is read, as our wire layer does."""
     try:
         caller = service.authorize(request.headers.get("authorization", "").encode("latin-1"))
@@ -57,7 +57,7 @@ async def _post(name: str, request: Request) -> Response:
     except ApiError as error:
         return _response(Reply.error(error))
     try:
-        return _response(await service.post(name, await request.body()))
+        return _response(await service.post(ROUTES[path], await request.body()))
     finally:
         service.admission.leave(caller)
 
@@ -69,9 +69,9 @@ async def health() -> Response:
 
 @app.post("/decide")
 async def decide(request: Request) -> Response:
-    return await _post("decide", request)
+    return await _post(b"/decide", request)
 
 
 @app.post("/decide/shared")
 async def decide_shared(request: Request) -> Response:
-    return await _post("shared", request)
+    return await _post(b"/decide/shared", request)

@@ -19,6 +19,7 @@ import h11
 
 from bench.common.report import machine, splice
 from semif_serve.config import Settings
+from semif_serve.engine.recent import RecentCalls
 from semif_serve.engine.stub import StubScorer
 from semif_serve.engine.worker import CallTiming, Engine
 from semif_serve.http.exchange import Reply
@@ -48,6 +49,7 @@ def cost(metrics: bool, access_log: bool, repeats: int, batches: int = 5) -> flo
         service.engine.health,
         lambda: 1,
         lambda: 0.0,
+        recent=RecentCalls(),
     )
     reply = Reply(200, b"x" * 600, timing=CallTiming("direct", 1, 0.0, 0.0001, 0.0002))
     best = float("inf")

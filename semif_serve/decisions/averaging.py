@@ -10,11 +10,11 @@ Pure arithmetic and expansion: no I/O, no torch. The request model validates
 collisions and the row cap; this module only refuses what it cannot compute
 (ValueError).
 
-*Extension:* `orderings` may also be "prior": one ordering, the
-caller's, with a position prior fitted per workload divided out of it
-(decisions/prior.py holds that arithmetic). It is not an averaging method (METHODS keeps
-the three that average; ORDERINGS is every value a decision may carry), but it
-is expanded and combined like one, so its result keeps the averaged shape.
+*Extension:* a method may need a position prior (decisions/methods.py says which): one
+ordering, the caller's, with the prior fitted per workload divided out of it
+(decisions/prior.py holds that arithmetic). It reads more than the scores (METHODS keeps
+those that do not; ORDERINGS is every value a decision may carry), but it is expanded
+and combined like them, so its result keeps the averaged shape.
 
 Tie rule (copied into the contract): `top` is the option with the highest
 combined probability, an exact tie going to the option earliest in the
@@ -26,25 +26,23 @@ position bias.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import prior as position_prior
+from .methods import ORDERINGS, TABLE
 from .numerics import log_softmax, softmax
 from .views import Averaged, Calibrated, Combined, Prior
 
-METHODS: tuple[str, ...] = ("none", "rotations", "all")
-ORDERINGS: tuple[str, ...] = (*METHODS, position_prior.METHOD)
+METHODS: tuple[str, ...] = tuple(name for name in ORDERINGS if not TABLE[name].needs_prior)
 MAX_ALL_OPTIONS = 4
 MAX_OPTIONS = 16  # SemIf's letters A..P
 
 
 def permutations(n: int, method: str) -> list[tuple[int, ...]]:
-    """Index orders, identity first: 'rotations' -> the n cyclic shifts,
-    shift k = (k, k+1, ..., k+n-1) mod n; 'all' -> every permutation (n!);
-    'none' and 'prior' -> [identity].
+    """Index orders, identity first, as the method's entry in decisions/methods.py writes them:
+    'rotations' -> the n cyclic shifts; 'all' -> every permutation (n!); the rest -> [identity].
 
     'all' above MAX_ALL_OPTIONS raises rather than building n! rows (16! would
     never finish); the 422 itself is the request model's job.
@@ -53,13 +51,9 @@ def permutations(n: int, method: str) -> list[tuple[int, ...]]:
         raise ValueError(f"orderings must be one of {ORDERINGS}, got {method!r}")
     if n < 1:
         raise ValueError(f"a decision needs at least one option, got {n}")
-    if method == "rotations":
-        return [tuple((k + i) % n for i in range(n)) for k in range(n)]
-    if method == "all":
-        if n > MAX_ALL_OPTIONS:
-            raise ValueError(f"orderings 'all' allows at most {MAX_ALL_OPTIONS} options, got {n}")
-        return list(itertools.permutations(range(n)))  # lexicographic: identity first
-    return [tuple(range(n))]
+    if method == "all" and n > MAX_ALL_OPTIONS:
+        raise ValueError(f"orderings 'all' allows at most {MAX_ALL_OPTIONS} options, got {n}")
+    return TABLE[method].orders(n)
 
 
 def row_count(n: int, method: str) -> int:
@@ -132,7 +126,7 @@ def _debiased(
     scored: Sequence[tuple[dict[str, float], dict[str, float]]],
     prior: Sequence[float],
 ) -> list[float]:
-    """log p − log prior for method "prior": the prior is over positions, so the one result
+    """log p − log prior, for a method that needs the prior: the prior is over positions, so the one result
     must hold the options in the caller's order (position i is option i)."""
     if list(results[0]["option_ids"]) != list(option_ids):
         raise ValueError(
@@ -172,12 +166,12 @@ def combine(
     `temper`, when given, turns the mean log-probabilities into `combined.calibrated`
     (the results are checked and scored once for both views).
 
-    Method "prior" (given `prior`, the workload's prior over positions): the one result's
+    A method that needs a prior (given `prior`, the workload's prior over positions): the one result's
     log-probabilities less log prior, position by position, are what probabilities and
     `temper` read; `agreement` is 1.0 (one ordering), each spread [p, p], and
     `combined.prior` the prior divided out.
     """
-    if (method == position_prior.METHOD) != (prior is not None):
+    if (method in TABLE and TABLE[method].needs_prior) != (prior is not None):
         raise ValueError(
             f"orderings {position_prior.METHOD!r} needs a position prior, and only it takes one (got {method!r})"
         )

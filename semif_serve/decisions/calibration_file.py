@@ -13,6 +13,9 @@ Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
   temperature fitted on one model's logits means nothing on another's, so the
   file names what it was fitted on, and startup refuses it unless the model,
   revision and prompt version loaded are exactly those (`check_binding`).
+  *Extension (issue 38):* and the dtype served: an optional `"dtype"` (float32 or
+  bfloat16; absent means float32, so every earlier file loads as it did), since
+  bfloat16 logits are not float32's.
 
 *Extension:* the bound form may also hold `"priors": {workload: {"<n>":
 {"prior": [p_0..p_{n-1}], "decisions": k}}}`, PriDe's position prior per workload and
@@ -41,19 +44,24 @@ from types import MappingProxyType
 from typing import Any
 
 from . import prior as position_prior
-from .averaging import MAX_OPTIONS, ORDERINGS
+from .averaging import MAX_OPTIONS
+from .methods import ORDERINGS, TABLE
 
 T_MIN, T_MAX = 0.05, 20.0
 VARIABLE = "SEMIF_CALIBRATION"
 PLAIN_METHOD = "none"
 BINDING_KEYS = ("model", "revision", "prompt_version")
-BOUND_KEYS = frozenset({*BINDING_KEYS, "fitted", "workloads", "priors"})
+DTYPES = ("float32", "bfloat16")
+DEFAULT_DTYPE = (
+    "float32"  # what a bound file without "dtype" was fitted in: the CPU's only dtype then
+)
+BOUND_KEYS = frozenset({*BINDING_KEYS, "dtype", "fitted", "workloads", "priors"})
 PRIOR_KEYS = frozenset({"prior", "decisions"})
 EMPTY: Mapping[str, float] = MappingProxyType({})
 
 
 class BindingMismatch(ValueError):
-    """A bound calibration file names another model, revision or prompt version (startup refuses)."""
+    """A bound calibration file names another model, revision, prompt version or dtype (startup refuses)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,7 @@ class Binding:
     model: str
     revision: str
     prompt_version: str
+    dtype: str = DEFAULT_DTYPE
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,15 @@ def _nonempty(document: Mapping[str, Any], key: str) -> str:
     return value
 
 
+def _dtype(document: Mapping[str, Any]) -> str:
+    value = document.get("dtype", DEFAULT_DTYPE)
+    if value not in DTYPES:
+        raise ValueError(
+            f"{VARIABLE}: a bound file's 'dtype' must be one of {', '.join(DTYPES)}, got {value!r}"
+        )
+    return str(value)
+
+
 def _methods(name: str, methods: Any) -> dict[str, float]:
     if not isinstance(methods, dict) or not methods:
         raise ValueError(
@@ -257,7 +275,8 @@ def bound(document: dict[str, Any]) -> Table:
         raise ValueError(
             f"{VARIABLE}: a bound file has unknown key(s) {unknown}; keys are {', '.join(sorted(BOUND_KEYS))}"
         )
-    binding = Binding(*(_nonempty(document, key) for key in BINDING_KEYS))
+    model, revision, prompt_version = (_nonempty(document, key) for key in BINDING_KEYS)
+    binding = Binding(model, revision, prompt_version, _dtype(document))
     workloads = {
         str(name): _methods(name, methods)
         for name, methods in _object(
@@ -266,11 +285,12 @@ def bound(document: dict[str, Any]) -> Table:
     }
     priors = _priors(document)
     for name, methods in workloads.items():
-        if position_prior.METHOD in methods and name not in priors:
-            raise ValueError(
-                f"{VARIABLE}: workload {name!r} has a temperature for method {position_prior.METHOD!r} "
-                "but no entry under 'priors'"
-            )
+        for method in methods:
+            if TABLE[method].needs_prior and name not in priors:
+                raise ValueError(
+                    f"{VARIABLE}: workload {name!r} has a temperature for method {method!r} "
+                    "but no entry under 'priors'"
+                )
     return Table(workloads, binding, _fitted(document.get("fitted")), priors)
 
 
@@ -295,11 +315,18 @@ def as_table(value: Table | Mapping[str, float]) -> Table:
     return value if isinstance(value, Table) else plain(value)
 
 
-def check_binding(table: Table, model: str, revision: str, prompt_version: str | None) -> None:
-    """Refuse a bound table unless it was fitted on exactly the model, revision and prompt loaded.
+def check_binding(
+    table: Table,
+    model: str,
+    revision: str,
+    prompt_version: str | None,
+    dtype: str | None = DEFAULT_DTYPE,
+) -> None:
+    """Refuse a bound table unless it was fitted on exactly the model, revision, prompt and dtype loaded.
 
-    model and revision are SEMIF_MODEL and SEMIF_REVISION (the torch scorer loads exactly
-    that snapshot); prompt_version is the scorer package's, from its health facts.
+    model and revision are SEMIF_MODEL and SEMIF_REVISION (the torch engine loads exactly
+    that snapshot); prompt_version and dtype are the scorer's, from its health facts. A scorer
+    with no weights (the stub) reports no dtype, and then there is none to compare.
     """
     if table.binding is None:
         return
@@ -308,6 +335,8 @@ def check_binding(table: Table, model: str, revision: str, prompt_version: str |
         "revision": (revision, "SEMIF_REVISION"),
         "prompt_version": (prompt_version, "the scorer's prompt_version"),
     }
+    if dtype is not None:
+        loaded["dtype"] = (dtype, "the served dtype (SEMIF_CPU_DTYPE on the CPU)")
     for key, (actual, source) in loaded.items():
         expected = getattr(table.binding, key)
         if expected != actual:

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import ApiError, excerpt
 from . import averaging
 from .averaging import MAX_OPTIONS
-from .prior import METHOD as PRIOR
+from .methods import ORDERINGS, TABLE
 
 EXPANDED_ID = re.compile(r"#o\d+")
 DECIDE_KEYS = {"id", "state", "question", "options", "workload", "orderings"}
@@ -35,7 +35,7 @@ class Decision:
 
     @property
     def averaged(self) -> bool:
-        return self.method != "none"
+        return TABLE[self.method].averaged
 
     @property
     def row_count(self) -> int:
@@ -203,8 +203,8 @@ def checked_orderings(
     value: Any, options: list[dict[str, str]], field: str, param: str | None = None
 ) -> str:
     """`value` as the orderings method for these options; `field` names where it came from in the message."""
-    if value not in averaging.ORDERINGS:
-        raise invalid(f"{field} must be one of {', '.join(averaging.ORDERINGS)}", param)
+    if value not in ORDERINGS:
+        raise invalid(f"{field} must be one of {', '.join(ORDERINGS)}", param)
     if value == "all" and len(options) > averaging.MAX_ALL_OPTIONS:
         raise invalid(
             f'{field} "all" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}',
@@ -263,11 +263,12 @@ def check_request(request: DecideRequest, limits: Limits, param: str | None = No
 def check_methods(
     workload: str, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None
 ) -> None:
-    """A workload calibrates a decision only with a temperature fitted for its orderings method.
-    Not for "prior": there the workload names the prior, and a temperature is optional."""
+    """A workload calibrates a decision only with a temperature fitted for its orderings method,
+    where the method requires one (under the prior the workload names the prior, and a temperature
+    is optional)."""
     fitted = limits.methods_of(workload)
     for decision in decisions:
-        if decision.method not in fitted and decision.method != PRIOR:
+        if decision.method not in fitted and TABLE[decision.method].temperature_required:
             raise invalid(
                 f"workload {excerpt(workload, 60)!r} has no temperature for method {decision.method!r} "
                 f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted)) or 'none at all'}",
@@ -278,16 +279,16 @@ def check_methods(
 def check_priors(
     workload: str | None, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None
 ) -> None:
-    """A decision with orderings "prior" needs the request's workload to hold a prior for its
+    """A decision whose method needs a prior needs the request's workload to hold one for its
     option count: a prior is fitted per workload and per n, and a decision that cannot be
     debiased is refused, never answered undebiased."""
     for decision in decisions:
-        if decision.method != PRIOR:
+        if not TABLE[decision.method].needs_prior:
             continue
         n, name = len(decision.row["options"]), excerpt(decision.row["id"], 60)
         if workload is None:
             raise invalid(
-                f'decision {name!r} has orderings "prior" over {n} options, which needs a workload '
+                f'decision {name!r} has orderings "{decision.method}" over {n} options, which needs a workload '
                 "naming the prior; the request names no workload",
                 param,
             )

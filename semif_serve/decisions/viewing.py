@@ -12,7 +12,7 @@ from typing import Any
 
 from . import averaging, calibration
 from .calibration_file import PLAIN_METHOD, Table
-from .prior import METHOD as PRIOR
+from .methods import TABLE
 from .request_model import DecideRequest, Decision
 from .views import Native, View
 
@@ -29,25 +29,28 @@ def view(
     decision: Decision, results: Sequence[Mapping[str, Any]], workload: str | None, table: Table
 ) -> View:
     """One decision's view. A workload adds the calibrated view with the temperature fitted for the
-    decision's method; under the prior the workload names the prior, and a temperature is optional."""
+    decision's method (where the method leaves it optional, only if fitted), and names the prior
+    divided out where the method needs one."""
     if not decision.averaged:
         (result,) = results
         if workload is None:
             return Native(result)
         plain = table[workload][PLAIN_METHOD]
         return Native(result, calibration.calibrated_view(result, workload, plain))
-    method = decision.method
+    method, needs = decision.method, TABLE[decision.method]
     if workload is None:
         return averaging.combine(decision.row, method, results)
     temperatures = table[workload]
-    # Under the prior the temperature is optional; for any other method the request model refused one without.
-    temperature: float | None = temperatures.get(PRIOR) if method == PRIOR else temperatures[method]
+    # Where the method requires a temperature, the request model refused a workload without one.
+    temperature: float | None = (
+        temperatures[method] if needs.temperature_required else temperatures.get(method)
+    )
     temper = (
         None
         if temperature is None
         else functools.partial(calibration.combined_view, workload, method, temperature)
     )
-    if method != PRIOR:
+    if not needs.needs_prior:
         return averaging.combine(decision.row, method, results, temper)
     prior = table.priors[workload][len(decision.row["options"])].prior
-    return averaging.combine(decision.row, PRIOR, results, temper, prior)
+    return averaging.combine(decision.row, method, results, temper, prior)

@@ -148,7 +148,7 @@ class TorchScorer:
         self._package = package if package is not None else resolve(settings.scorer)
         self._loader = loader
         self._cuda = settings.device != "cpu"
-        self._dtype = "bfloat16" if self._cuda else "float32"
+        self._dtype = "bfloat16" if self._cuda else settings.cpu_dtype
         self._loaded: _Model | None = None
 
     # -- startup ---------------------------------------------------------------

@@ -5,7 +5,8 @@ close the connection, how it closes and what a deadline answers are read from th
 Rule 2: one question per request head. The wire frames the head, runs its own checks
 (`head_refusal`), asks the application once (`answer`): a Reply it writes, or a Ticket
 whose body it reads (`body_refusal` before each chunk is kept) and whose reply it writes,
-releasing the ticket however the exchange ends. It names no route.
+releasing the ticket however the exchange ends. It names no route: it keeps the ticket's,
+unread, for the refusals it makes itself until the reply is written (`_refuse`).
 Rule 3: every wait has a deadline, counted on the injected clock and handed to the
 channel as a timeout; a client that leaves while its request waits never reaches the scorer.
 Rule 4: bytes come and go through a channel.Channel (never a socket or a transport); each
@@ -31,7 +32,7 @@ import h11
 from ..config import Settings
 from ..errors import ApiError, excerpt
 from .channel import Channel
-from .exchange import Answer, Exchange, Head, Reply, Ticket, body_refusal
+from .exchange import Answer, Exchange, Head, Reply, Route, Ticket, body_refusal
 from .phases import REPLIED, STILL_SENDING, Phase, Step, after
 
 # How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
@@ -189,6 +190,7 @@ class HttpConnection:
         self.head_only = False  # the request is HEAD: its response carries no body
         self.ops = ops
         self.exchange: Exchange | None = None  # the request being answered, once its head parsed
+        self.route: Route | None = None  # the route that answered it, once the application did
         self.received = 0  # bytes of that request read: its head, then its body
 
     def _caught_up(self) -> Phase:
@@ -275,7 +277,7 @@ class HttpConnection:
         exchange, received = self.exchange, self.received
         if exchange is None:  # bytes that never became a head
             exchange, received = self.ops.begin(None), len(self.head)
-        self.exchange = None
+        self.exchange = self.route = None
         fields = [
             (b"content-type", reply.content_type),
             (b"content-length", str(len(reply.body)).encode()),
@@ -299,8 +301,9 @@ class HttpConnection:
         finally:
             self.ops.finish(exchange, reply, self.channel.peer, received, len(data))
 
-    async def _refuse(self, error: ApiError, close: bool) -> None:
-        await self._send(Reply.error(error), close=close)
+    async def _refuse(self, error: ApiError) -> None:
+        """The wire's own refusal, which closes the connection: under the route that answered the head, if any."""
+        await self._send(Reply.error(error, route=self.route), close=True)
 
     # -- the loop ------------------------------------------------------------
 
@@ -334,11 +337,8 @@ class HttpConnection:
         if self._caught_up() is Phase.WAITING or self.phase in REPLIED:
             return
         with contextlib.suppress(Exception):
-            await self._send(
-                Reply.error(
-                    ApiError("shutting_down", "the server stopped before this request finished")
-                ),
-                close=True,
+            await self._refuse(
+                ApiError("shutting_down", "the server stopped before this request finished")
             )
 
     async def _serve_one(self, first: bool) -> bool:
@@ -347,10 +347,7 @@ class HttpConnection:
             event, raw = await self._next_request(first)
         except Deadline:
             if self.phase is Phase.HEAD:  # in WAITING nothing was asked: the connection just ends
-                await self._send(
-                    Reply.error(ApiError("request_timeout", "request head not received in time")),
-                    close=True,
-                )
+                await self._refuse(ApiError("request_timeout", "request head not received in time"))
             return False
         except h11.RemoteProtocolError as error:
             await self._protocol_error(error)
@@ -362,15 +359,12 @@ class HttpConnection:
         self.exchange = self.ops.begin(event, fields.once(b"x-request-id"))
         refusal = head_refusal(raw, fields)
         if refusal is not None:  # ambiguous: close rather than guess where the next head begins
-            await self._refuse(refusal, close=True)
+            await self._refuse(refusal)
             return False
         try:
             return await self._dispatch(event, fields)
         except Deadline:
-            await self._send(
-                Reply.error(ApiError("request_timeout", "request body not received in time")),
-                close=True,
-            )
+            await self._refuse(ApiError("request_timeout", "request body not received in time"))
         except h11.RemoteProtocolError as error:
             await self._protocol_error(error)
         return False
@@ -383,7 +377,7 @@ class HttpConnection:
         code = PROTOCOL_CODES.get(status, "bad_request")
         # h11 quotes the offending bytes (perhaps a credential) after ": bytearray(": keep its description only.
         message = excerpt(str(error).split(": bytearray(", 1)[0], 120) or "malformed request"
-        await self._refuse(ApiError(code, message), close=True)
+        await self._refuse(ApiError(code, message))
 
     async def _dispatch(self, request: h11.Request, fields: Fields) -> bool:
         """Ask the application once, then read the body a ticket takes."""
@@ -395,6 +389,7 @@ class HttpConnection:
         if isinstance(answer, Reply):
             await self._send(answer, close=unread or answer.close)
             return self._reusable()
+        self.route = answer.route
         try:
             return await self._take(answer, unread)
         finally:
@@ -412,7 +407,7 @@ class HttpConnection:
             body = await self._read_body() if unread else b""
             self.received += len(body)
         except ApiError as error:
-            await self._refuse(error, close=True)
+            await self._refuse(error)
             return False
         self.phase = after(self.phase, Step.READ)
         if self.channel.gone:  # it sent its request and left: it never reaches the scorer

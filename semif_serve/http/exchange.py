@@ -1,7 +1,7 @@
 """Routes and replies: what the wire and the application both speak, and nothing else.
 
 Rule 1: types and one lookup. This module holds what a route is to the wire and ops (its
-name, method, whether it needs the bearer), the Head the wire hands over, the Reply every
+path, name, method, whether it needs the bearer), the Head the wire hands over, the Reply every
 answer is, the Ticket an accepted request becomes, `route`, which finds a request line's
 route in a listener's table or refuses it, and the body limit both sides check; it runs no
 handler, reads no body and knows no socket. The table itself is the application's
@@ -35,9 +35,11 @@ from . import request_target
 
 @dataclass(frozen=True)
 class Route:
-    """One endpoint as the wire and ops see it: its name, method, and whether it needs the bearer (a POST also
-    takes an admission slot); what it does is the application's (service/routes.py `Endpoint`)."""
+    """One endpoint as the wire and ops see it: its path (ops' route label), name, method, and whether it
+    needs the bearer (a POST also takes an admission slot); what it does is the application's
+    (service/routes.py `Endpoint`)."""
 
+    path: bytes
     name: str
     method: bytes
     protected: bool
@@ -52,8 +54,8 @@ class Route:
 
 @dataclass(frozen=True)
 class Reply:
-    """A status and a rendered body; an error's code, a scorer call's timing and (extension) the
-    orderings method of each decision answered, for the access log and metrics."""
+    """A status and a rendered body; the route that answered, an error's code, a scorer call's timing
+    and (extension) the orderings method of each decision answered, for the access log and metrics."""
 
     status: int
     body: bytes
@@ -66,6 +68,8 @@ class Reply:
     decision_methods: tuple[str, ...] = ()
     # Extension: the caller's name for the access log and metrics; "-": not authenticated.
     caller: str = "-"
+    # The route that answered; None: refused before one was found (ops then labels it by the target).
+    route: Route | None = None
 
     @classmethod
     def error(
@@ -74,6 +78,7 @@ class Reply:
         timing: CallTiming | None = None,
         close: bool = False,
         caller: str = "-",
+        route: Route | None = None,
     ) -> Reply:
         return cls(
             error.status,
@@ -83,6 +88,7 @@ class Reply:
             timing,
             close=close,
             caller=caller,
+            route=route,
         )
 
 
@@ -99,7 +105,12 @@ class Head(NamedTuple):
 
 class Ticket(Protocol):
     """A request the application accepted on its head. The wire calls `take` at most once, with the
-    whole body, and `release` exactly once, however the exchange ends (the client may leave first)."""
+    whole body, and `release` exactly once, however the exchange ends (the client may leave first);
+    it keeps `route` for the refusals it makes itself meanwhile (a body timeout, a body over the limit)."""
+
+    @property
+    def route(self) -> Route:
+        """The route that accepted the head."""
 
     def take(self, body: bytes) -> Awaitable[Reply]:
         """The reply to the body: the route's answer, or a refusal of what the body holds."""
@@ -145,9 +156,10 @@ class Exchange:
 
     request_id: str
     method: str
-    path: str
-    route: str
+    target: bytes | None  # as the request line sent it; None: bytes that never became a head
     started: float = field(default_factory=time.perf_counter)
+    # Where no route answered: the path as logged and the route label, read from `target` once (by ops).
+    unrouted: tuple[str, str] | None = None
 
 
 def body_refusal(size: int, limit: int, declared: bool = False) -> ApiError | None:

@@ -4,8 +4,9 @@ Rule 1: forms only. This module reads origin-form (`/decide?x`) and http(s) abso
 (`http://host/decide`, which RFC 9112 3.2.2 says a server MUST accept), and knows nothing
 of routes, methods or responses: service/routes.py routes the path it returns, and any other form
 (another scheme, `*`, `host:port`) is returned as sent, for routing to find no endpoint.
-Rule 2: one reading. `path` (for the access log and the route label; it never raises) and
-`resolve` (for routing; it refuses) split a target the same way, with urllib.
+Rule 2: one reading. `path` (for the access log and the route label of a head no route
+answered; it never raises) and `resolve` (for routing; it refuses) split a target the same
+way, with urllib.
 Rule 3: ambiguity is refused, not resolved. An absolute-form authority must name the host
 the Host field names (RFC 9110 4.2.3's normal form: scheme and host case-blind, an
 omitted port is the scheme's default). RFC 9112 says the server then ignores Host, but a

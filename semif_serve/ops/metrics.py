@@ -34,7 +34,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..decisions.averaging import ORDERINGS
+from ..decisions.methods import ORDERINGS
 from ..engine.worker import KINDS
 from ..errors import STATUS
 

@@ -19,6 +19,7 @@ from typing import Any
 import h11
 
 from ..config import Settings
+from ..engine.recent import RecentCalls
 from ..engine.worker import CallTiming
 from ..errors import ApiError, excerpt
 from ..http import request_target
@@ -51,12 +52,16 @@ class Operations:
         open_connections: Callable[[], int],
         drain_seconds: Callable[[], float],
         busy_refusals: Callable[[], dict[str, int]] | None = None,
+        *,
+        recent: RecentCalls,
     ) -> None:
-        """`routes` is the application's table: its paths are the route labels (any other path is
+        """`routes` is the application's table: its paths are the route labels (a reply carries the
+        route that answered; one refused before any was found is labelled by its target's path, or
         "other"), and a route marked `typesafe` answers with the SDK's own request-id field too.
         `in_progress` counts the admitted POSTs (the busy Retry-After and a gauge); `scorer_facts`
         is the engine's health (the model info metric); both are read when needed, never cached.
-        `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time."""
+        `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time.
+        `recent` is the window of recent scorer calls the busy Retry-After reads (the server feeds it)."""
         self.labels = {path: path.decode() for path in routes}
         # Extension: System One's SDK reads a response's request id from its own header name: on its
         # routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives it an id.
@@ -64,7 +69,7 @@ class Operations:
             self.labels[path] for path, found in routes.items() if found.typesafe
         )
         self.in_progress = in_progress
-        self.retry_after = RetryAfter()
+        self.retry_after = RetryAfter(recent)
         self.access_log = settings.access_log
         self.metrics = (
             _metrics(
@@ -80,20 +85,32 @@ class Operations:
         """Open the exchange for a parsed head (and the X-Request-Id it carried once, if any),
         or for bytes that never became one."""
         if request is None:
-            return Exchange(request_ids.generate(), "-", "-", "other")
-        path = request_target.path(request.target)
+            return Exchange(request_ids.generate(), "-", None)
         return Exchange(
-            request_ids.accept(request_id),
-            _printable(request.method, 16),
-            _printable(path, 200),
-            self.labels.get(path, "other"),
+            request_ids.accept(request_id), _printable(request.method, 16), request.target
         )
+
+    def _unrouted(self, exchange: Exchange) -> tuple[str, str]:
+        """The logged path and the route label of an exchange no route answered (refused before one was
+        found), read from its target once: the path routing reads (a known one is its label), or "-"
+        and "other" for bytes that never became a head."""
+        if exchange.unrouted is None:
+            if exchange.target is None:
+                exchange.unrouted = ("-", "other")
+            else:
+                path = request_target.path(exchange.target)
+                exchange.unrouted = (_printable(path, 200), self.labels.get(path, "other"))
+        return exchange.unrouted
 
     def headers(self, exchange: Exchange, reply: Reply) -> list[tuple[bytes, bytes]]:
         """What every response carries beyond the reply's own headers."""
         request_id = exchange.request_id.encode()
         fields = [(b"x-request-id", request_id)]
-        if exchange.route in self.typesafe or reply.status == 404:
+        found = reply.route
+        typesafe = (
+            found.typesafe if found is not None else self._unrouted(exchange)[1] in self.typesafe
+        )
+        if typesafe or reply.status == 404:
             fields.append((b"x-typesafe-request-id", request_id))
         if reply.status == 429 and not any(name == b"retry-after" for name, _ in reply.headers):
             # A wait-budget refusal brings its own (the estimate); a full queue's is estimated here.
@@ -107,8 +124,13 @@ class Operations:
     ) -> None:
         """The response is written (the wire read `bytes_in` of the request): log it and count it."""
         total = time.perf_counter() - exchange.started
+        found = reply.route
+        if found is not None:  # its path is its label, and what the log shows (routing read it so)
+            path = route = self.labels[found.path]
+        else:
+            path, route = self._unrouted(exchange)
         if self.metrics is not None:
-            self.metrics.request(exchange.route, reply.status, reply.code, total, reply.caller)
+            self.metrics.request(route, reply.status, reply.code, total, reply.caller)
             self.metrics.decisions(reply.decision_methods, reply.caller)
         if self.access_log:
             timing = reply.timing
@@ -118,7 +140,7 @@ class Operations:
                     peer,
                     reply.caller,
                     exchange.method,
-                    exchange.path,
+                    path,
                     reply.status,
                     reply.code,
                     timing.rows if timing is not None else 0,
@@ -142,7 +164,6 @@ class Operations:
         """One scorer call ended (called on the event loop)."""
         if timing.scoring is None or timing.kind == "load":
             return
-        self.retry_after.observe(timing.scoring)
         if self.metrics is not None:
             self.metrics.scorer_call(
                 timing.kind,

@@ -12,8 +12,8 @@ the estimated wait (`_within_budget`), both before anything reaches the scorer.
 Rule 2: every endpoint is declared here (`ROUTES`: path, method, bearer, and what it
 does: a GET's handler, or a POST's reader and content rule), so adding one touches this
 module alone and `answer` dispatches on the route itself; its answer is decided here (or,
-for /metrics, by the ops handler the server hands over). The wire names no route; ops is
-handed the table for its labels.
+for /metrics, by the ops handler the server hands over). Every Reply and Ticket made once
+the route is found carries it (ops labels by it); the wire names no route.
 Rule 3: the scorer's failures (engine/scorer.py) become envelopes in one place, `_score`.
 
 Scores pass through untouched (INV-1): the only things added are `calibrated` and
@@ -145,36 +145,52 @@ def _read_systemone(
     return plan.request, functools.partial(service.answers, plan, current.table)
 
 
-# Every endpoint: path -> name, method, bearer, and what it does. A GET route answers HEAD too and takes
-# no admission slot; a POST takes one. Adding an endpoint is one entry here and its handler.
+# Every endpoint: path, name, method, bearer, and what it does, keyed by its path. A GET route answers HEAD
+# too and takes no admission slot; a POST takes one. Adding an endpoint is one entry here and its handler.
 ROUTES = {
-    b"/health": Endpoint(
-        "health", b"GET", protected=False, get=lambda s, head: s.health(head.draining)
-    ),
-    b"/decide": Endpoint("decide", b"POST", protected=True, read=_read_decide),
-    b"/decide/shared": Endpoint("shared", b"POST", protected=True, read=_read_shared),
-    # Extension: Prometheus metrics, answered by ops (the server hands its handler over). No token, no slot.
-    b"/metrics": Endpoint("metrics", b"GET", protected=False, get=lambda s, head: s.metrics(head)),
-    # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
-    b"/v1/systemone": Endpoint(
-        "systemone",
-        b"POST",
-        protected=True,
-        typesafe=True,
-        read=_read_systemone,
-        content=text_only,
-    ),
-    b"/v1/models": Endpoint(
-        "models", b"GET", protected=True, typesafe=True, get=lambda s, head: s.models()
-    ),
-    # Extension: SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
-    b"/healthz": Endpoint(
-        "healthz",
-        b"GET",
-        protected=False,
-        typesafe=True,
-        get=lambda s, head: s.healthz(head.draining),
-    ),
+    endpoint.path: endpoint
+    for endpoint in (
+        Endpoint(
+            b"/health",
+            "health",
+            b"GET",
+            protected=False,
+            get=lambda s, head: s.health(head.draining),
+        ),
+        Endpoint(b"/decide", "decide", b"POST", protected=True, read=_read_decide),
+        Endpoint(b"/decide/shared", "shared", b"POST", protected=True, read=_read_shared),
+        # Extension: Prometheus metrics, answered by ops (the server hands its handler over). No token, no slot.
+        Endpoint(
+            b"/metrics", "metrics", b"GET", protected=False, get=lambda s, head: s.metrics(head)
+        ),
+        # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
+        Endpoint(
+            b"/v1/systemone",
+            "systemone",
+            b"POST",
+            protected=True,
+            typesafe=True,
+            read=_read_systemone,
+            content=text_only,
+        ),
+        Endpoint(
+            b"/v1/models",
+            "models",
+            b"GET",
+            protected=True,
+            typesafe=True,
+            get=lambda s, head: s.models(),
+        ),
+        # Extension: SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
+        Endpoint(
+            b"/healthz",
+            "healthz",
+            b"GET",
+            protected=False,
+            typesafe=True,
+            get=lambda s, head: s.healthz(head.draining),
+        ),
+    )
 }
 # Extension: what the SEMIF_METRICS_PORT listener answers. /metrics alone: the scrape, never the card.
 METRICS_ROUTES = {b"/metrics": ROUTES[b"/metrics"]}
@@ -189,16 +205,16 @@ class SlotTicket:
     """The ticket of a POST that holds an admission slot: its body in, its reply (by its caller) out,
     the slot freed once."""
 
-    __slots__ = ("_service", "_endpoint", "_caller")
+    __slots__ = ("_service", "route", "_caller")
 
     def __init__(self, service: Service, endpoint: Endpoint, caller: str) -> None:
         self._service = service
-        self._endpoint = endpoint
+        self.route = endpoint
         self._caller = caller
 
     async def take(self, body: bytes) -> Reply:
-        reply = await self._service.post(self._endpoint, body)
-        return dataclasses.replace(reply, caller=self._caller)
+        reply = await self._service.post(self.route, body)
+        return dataclasses.replace(reply, route=self.route, caller=self._caller)
 
     def release(self) -> None:
         self._service.admission.leave(self._caller)
@@ -256,9 +272,12 @@ class Service:
 
     def answer(self, head: Head, routes: Mapping[bytes, Endpoint] = ROUTES) -> Reply | Ticket:
         """The one answer to a request head among a listener's `routes`: a Reply now, or a ticket for its body."""
-        caller = callers.UNAUTHENTICATED
         try:
             found = route(head.method, head.target, head.fields.get(b"host"), routes)
+        except ApiError as error:
+            return Reply.error(error)  # no route: ops labels it by the target
+        caller = callers.UNAUTHENTICATED
+        try:
             if found.protected:
                 if head.draining:
                     raise ApiError(
@@ -266,10 +285,9 @@ class Service:
                     )
                 caller = self.authorize(head.fields.get(b"authorization"))
         except ApiError as error:
-            return Reply.error(error)
+            return Reply.error(error, route=found)
         if found.get is not None:
-            reply = found.get(self, head)
-            return reply if not found.protected else dataclasses.replace(reply, caller=caller)
+            return dataclasses.replace(found.get(self, head), route=found, caller=caller)
         return self._admit(head, found, caller)
 
     def _admit(self, head: Head, endpoint: Endpoint, caller: str) -> Reply | Ticket:
@@ -278,7 +296,7 @@ class Service:
         try:
             self.admission.enter(caller)
         except ApiError as error:
-            return Reply.error(error, caller=caller)
+            return Reply.error(error, caller=caller, route=endpoint)
         try:
             length = head.fields.get(b"content-length")  # h11 checked its digits
             if length is not None and (
@@ -289,7 +307,7 @@ class Service:
             endpoint.content(head.fields.get(b"content-type"))
         except ApiError as error:
             self.admission.leave(caller)
-            return Reply.error(error, close=True, caller=caller)
+            return Reply.error(error, close=True, caller=caller, route=endpoint)
         return SlotTicket(self, endpoint, caller)
 
     def authorize(self, header: bytes | None) -> str:
@@ -401,17 +419,18 @@ class Service:
             self.budget.estimator.leave(admitted, call.started)
 
     def scorer_call(self, call: CallTiming) -> None:
-        """A scorer call ended (on the loop): a successful one updates the per-row time the budget reads,
-        and one kind's calls coming to take longer than the whole budget is logged once per crossing."""
-        if call.outcome == "ok" and call.scoring is not None and self.budget is not None:
-            if self.budget.observe(call.kind, call.rows, call.scoring):
-                log.warning(
-                    "a %s scorer call now takes %.2f s (recent mean), over the SEMIF_MAX_WAIT_S budget of "
-                    "%g s: any request behind one such call is refused busy; raise SEMIF_MAX_WAIT_S",
-                    call.kind,
-                    self.budget.estimator.per_call(call.kind),
-                    self.budget.seconds,
-                )
+        """A scorer call ended (on the loop, after the window of recent calls measured it): one kind's
+        successful calls coming to take longer than the whole wait budget is logged once per crossing."""
+        if call.outcome != "ok" or call.scoring is None or self.budget is None:
+            return
+        if self.budget.crossed(call.kind):
+            log.warning(
+                "a %s scorer call now takes %.2f s (recent mean), over the SEMIF_MAX_WAIT_S budget of "
+                "%g s: any request behind one such call is refused busy; raise SEMIF_MAX_WAIT_S",
+                call.kind,
+                self.budget.estimator.recent.per_call(call.kind),
+                self.budget.seconds,
+            )
 
     async def _score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
         """One engine call per request, timed in `call`."""

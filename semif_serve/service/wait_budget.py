@@ -6,7 +6,8 @@ A request's wait is the rows admitted ahead of it, not yet scored, x the recent
 scorer time per row; never its own rows: the budget bounds waiting, and a request's
 own cost is the same whenever it is sent, so refusing on it would refuse an idle
 server forever (contract.md says why). Each call kind (`direct`, `shared`) keeps its
-own per-row time: one shared call over 21 rows costs far less than 21 direct calls.
+own per-row time: one shared call over 21 rows costs far less than 21 direct calls. The
+times are the one window of recent calls (engine/recent.py) that Retry-After reads too.
 Rule 2: cold start admits. A kind with no measured call yet prices its rows at 0,
 so its first requests are admitted (SEMIF_MAX_QUEUE alone bounds them) and the
 first call measures it; borrowing the other kind's figure would price a shared row
@@ -26,7 +27,7 @@ the metrics' histogram of the error, so an operator can see whether to trust it.
 call in progress counts whole (its elapsed part is not subtracted): the estimate errs
 high by at most one call, never low on that account. A kind whose recent mean call
 time exceeds the budget makes any request behind one such call wait too long:
-`WaitBudget.observe` says when that starts (the service logs it) and `over` holds it
+`WaitBudget.crossed` says when that starts (the service logs it) and `over` holds it
 (a gauge), so a misconfigured budget shows as itself, not as a wall of 429s.
 """
 
@@ -34,13 +35,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..engine.recent import RecentCalls
 from ..engine.worker import KINDS
-
-WINDOW = 64  # recent scorer calls of a kind the per-row time averages over
 
 
 @dataclass(frozen=True)
@@ -63,43 +62,24 @@ class Admitted:
 
 
 class WaitEstimator:
-    """Rows ahead by kind, and the recent scorer seconds per row by kind."""
+    """Rows ahead by kind, priced by the recent scorer seconds per row of each kind (`recent`)."""
 
     def __init__(
-        self, clock: Callable[[], float] = time.perf_counter, window: int = WINDOW
+        self, clock: Callable[[], float] = time.perf_counter, recent: RecentCalls | None = None
     ) -> None:
         self.clock = clock
-        self._calls: dict[str, deque[tuple[int, float]]] = {
-            kind: deque(maxlen=window) for kind in KINDS
-        }
+        self.recent = recent if recent is not None else RecentCalls()
         self._ahead: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.observers: list[
             Callable[[float, float], None]
         ] = []  # (predicted, actual) after each scored request
-
-    def observe(self, kind: str, rows: int, seconds: float) -> None:
-        """One scorer call of `kind` over `rows` rows took `seconds`."""
-        if kind in self._calls and rows > 0:
-            self._calls[kind].append((rows, seconds))
-
-    def per_row(self, kind: str) -> float | None:
-        """Recent seconds per row of `kind` (total time over total rows); None before its first call."""
-        calls = self._calls[kind]
-        if not calls:
-            return None
-        return sum(seconds for _, seconds in calls) / sum(rows for rows, _ in calls)
-
-    def per_call(self, kind: str) -> float | None:
-        """Recent mean seconds of one call of `kind`; None before its first call."""
-        calls = self._calls[kind]
-        return sum(seconds for _, seconds in calls) / len(calls) if calls else None
 
     def rows_ahead(self) -> int:
         return sum(self._ahead.values())
 
     def estimate(self, kind: str, rows: int) -> Estimate:
         """This request's wait if admitted now: every admitted row not yet scored, its own not (Rule 1, 2)."""
-        seconds = sum(self._ahead[k] * (self.per_row(k) or 0.0) for k in KINDS)
+        seconds = sum(self._ahead[k] * (self.recent.per_row(k) or 0.0) for k in KINDS)
         return Estimate(kind, rows, self.rows_ahead(), seconds)
 
     def enter(self, estimate: Estimate) -> Admitted:
@@ -137,13 +117,12 @@ class WaitBudget:
         # Per kind: does one call alone (its recent mean) exceed the budget? Read at scrape time (a gauge).
         self.over: dict[str, bool] = dict.fromkeys(KINDS, False)
 
-    def observe(self, kind: str, rows: int, seconds: float) -> bool:
-        """A successful call of `kind` took `seconds`; True when it made the kind's recent mean call time
-        exceed the budget (once per crossing: the next True comes only after it fell back within)."""
-        self.estimator.observe(kind, rows, seconds)
+    def crossed(self, kind: str) -> bool:
+        """After a successful call of `kind`: True when the kind's recent mean call time now exceeds the
+        budget (once per crossing: the next True comes only after it fell back within)."""
         if kind not in self.over:
             return False
-        per_call = self.estimator.per_call(kind)
+        per_call = self.estimator.recent.per_call(kind)
         was, self.over[kind] = self.over[kind], per_call is not None and per_call > self.seconds
         return self.over[kind] and not was
 

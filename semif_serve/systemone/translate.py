@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..decisions import averaging, request_model
+from ..decisions import averaging, methods, request_model
 from ..decisions.request_model import DecideRequest, Decision, Limits
 from ..errors import ApiError, excerpt
 
@@ -244,9 +244,9 @@ def _extension(value: Any, policy: Policy) -> tuple[str, str | None, frozenset[s
             "semif",
         )
     method = value.get("orderings", policy.orderings)
-    if method not in averaging.ORDERINGS:
+    if method not in methods.ORDERINGS:
         raise refuse(
-            f"semif.orderings must be one of {', '.join(averaging.ORDERINGS)}", "semif.orderings"
+            f"semif.orderings must be one of {', '.join(methods.ORDERINGS)}", "semif.orderings"
         )
     workload = (
         request_model.checked_workload(value["workload"], policy.limits, "semif.workload")
@@ -286,7 +286,7 @@ def translate(body: bytes, policy: Policy) -> Plan:
     # One method and one workload for every question, so the field the request sent is to blame (neither
     # sent: the server's two defaults, which configuration refuses to start with unless they agree; a
     # prior missing for one option count is then the orderings' to answer for, as any method's limit).
-    # No workload at all can only fail "prior", which needs one: the missing workload is to blame.
+    # No workload at all can only fail a method that needs a prior: the missing workload is to blame.
     blamed = "semif.workload" if "workload" in sent or workload is None else "semif.orderings"
     if workload is not None:
         request_model.check_methods(workload, request.decisions, policy.limits, blamed)

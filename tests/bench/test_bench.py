@@ -228,7 +228,7 @@ def test_a_temporary_log_folder_goes_after_a_clean_exit_and_stays_after_a_failur
 def test_another_checkout_is_served_from_its_own_code(tmp_path: Path) -> None:
     """bench.load.server_cpu compares commits side by side: procs.semif_serve(checkout=…) must run that copy."""
     shutil.copytree(procs.ROOT / "semif_serve", tmp_path / "semif_serve")
-    stub = tmp_path / "semif_serve" / "stub.py"
+    stub = tmp_path / "semif_serve" / "engine" / "stub.py"
     stub.write_text(stub.read_text().replace('"stub (no model)"', '"stub (other checkout)"'))
     with (
         procs.semif_serve(STUB, TOKEN, checkout=tmp_path) as other,

@@ -68,7 +68,7 @@ def test_a_bound_file_loads_every_method_and_its_binding(tmp_path: Path) -> None
     }
     assert table.binding == calibration_file.Binding(**BINDING)
     assert table.describe() == {
-        "binding": BINDING,
+        "binding": {**BINDING, "dtype": "float32"},  # a file without a dtype is bound to float32
         "fitted": FITTED,
         "workloads": {"routing": {"all": 0.9}, "triage": {"none": 2.5, "rotations": 1.8}},
         "priors": {},

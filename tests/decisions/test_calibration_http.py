@@ -151,6 +151,7 @@ async def test_health_lists_each_workload_with_its_methods_and_the_binding(
             "model": "semif-serve/fake",
             "revision": "f" * 40,
             "prompt_version": "direct-options-v1",
+            "dtype": "float32",  # the table names none, so float32
         },
         "fitted": None,
         "workloads": {"routing": {"all": 0.5}, "triage": {"none": 2.0, "rotations": 1.5}},
@@ -204,9 +205,8 @@ def test_a_matching_binding_serves_and_reports_itself(tmp_path: Path) -> None:
         health = asyncio.run(call(server.target, "GET", "/health", timeout=10.0))
         assert health.status == 200
         described = json.loads(health.body)["calibration"]
-        assert described["binding"] == MATCHING and described["workloads"] == {
-            "triage": {"none": 2.0, "rotations": 1.5}
-        }
+        assert described["binding"] == {**MATCHING, "dtype": "float32"}
+        assert described["workloads"] == {"triage": {"none": 2.0, "rotations": 1.5}}
         body = json.dumps(
             {**ROW, "options": FOUR, "orderings": "rotations", "workload": "triage"}
         ).encode()

@@ -46,7 +46,7 @@ def test_an_unknown_key_is_refused_listing_the_keys(tmp_path: Path) -> None:
     message, _ = refusal(tmp_path, {**BINDING, "workloads": {"w": {"none": 1.0}}, "extra": 1})
     assert message == (
         "SEMIF_CALIBRATION: a bound file has unknown key(s) ['extra']; "
-        "keys are fitted, model, priors, prompt_version, revision, workloads"
+        "keys are dtype, fitted, model, priors, prompt_version, revision, workloads"
     )
 
 
@@ -86,3 +86,39 @@ def test_a_binding_mismatch_names_where_the_loaded_value_came_from(
     with pytest.raises(calibration_file.BindingMismatch) as refused:
         calibration_file.check_binding(table, *loaded)
     assert str(refused.value) == message
+
+
+def test_a_file_without_a_dtype_is_bound_to_float32_and_refused_under_bfloat16() -> None:
+    table = calibration_file.bound({**BINDING, "workloads": {"w": {"none": 1.0}}})
+    assert table.binding is not None and table.binding.dtype == "float32"
+    calibration_file.check_binding(table, "m", "r", "p", "float32")
+    with pytest.raises(calibration_file.BindingMismatch) as refused:
+        calibration_file.check_binding(table, "m", "r", "p", "bfloat16")
+    assert str(refused.value) == (
+        "SEMIF_CALIBRATION is bound to dtype 'float32', but the served dtype "
+        "(SEMIF_CPU_DTYPE on the CPU) is 'bfloat16'"
+    )
+    calibration_file.check_binding(table, "m", "r", "p", None)  # the stub serves no weights
+
+
+@pytest.mark.parametrize("method", ["none", "prior"])
+def test_a_temperature_or_prior_fitted_in_bfloat16_is_refused_under_float32(method: str) -> None:
+    prior = {"priors": {"w": {"2": {"prior": [0.6, 0.4], "decisions": 8}}}}
+    table = calibration_file.bound(
+        {**BINDING, "dtype": "bfloat16", "workloads": {"w": {method: 1.5}}, **prior}
+    )
+    calibration_file.check_binding(table, "m", "r", "p", "bfloat16")
+    with pytest.raises(calibration_file.BindingMismatch) as refused:
+        calibration_file.check_binding(table, "m", "r", "p", "float32")
+    assert str(refused.value) == (
+        "SEMIF_CALIBRATION is bound to dtype 'bfloat16', but the served dtype "
+        "(SEMIF_CPU_DTYPE on the CPU) is 'float32'"
+    )
+
+
+def test_an_unknown_dtype_in_a_bound_file_is_refused() -> None:
+    with pytest.raises(ValueError) as refused:
+        calibration_file.bound({**BINDING, "dtype": "fp16", "workloads": {"w": {"none": 1.0}}})
+    assert str(refused.value) == (
+        "SEMIF_CALIBRATION: a bound file's 'dtype' must be one of float32, bfloat16, got 'fp16'"
+    )

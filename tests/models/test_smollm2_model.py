@@ -8,6 +8,8 @@
   of 25 city pairs tried ("In which country is this city?"), only these 3 followed the
   evidence both ways, fewer than a coin would; without averaging the model picks the
   first-listed option. They pin the served averaging path to a real model's answers.
+* It does not read: the reading check of tests/reading_rows.py (which the 1.5B reading
+  model passes) fails here, so that check can fail.
 * INV-7 on this tokenizer: upstream's one-token state prefix is not a prefix of the real
   prompt when the state's last value is itself an object (`"}}` then `,` re-tokenises
   two tokens back) or a string ending in `+` or `/` (e.g. `"x+"`). Upstream refuses
@@ -29,6 +31,7 @@ from semif_serve.builders import smollm2
 from semif_serve.decisions import averaging
 from semif_serve.decisions.views import as_json
 from semif_serve.engine import prefix
+from tests.reading_rows import misread
 from tests.timing import timeless
 from tests.wire_client import request
 
@@ -165,3 +168,10 @@ async def test_boundary_states_upstream_refuses_are_served_with_the_same_tokens(
         alone = (await request(server.port, "POST", "/decide", row)).json
         assert alone["prompt_sha256"] == many["prompt_sha256"]
         assert max(abs(a - b) for a, b in zip(alone["probabilities"], many["probabilities"])) < 1e-5
+
+
+async def test_the_reading_check_fails_on_it(start_server, tiny_scorer) -> None:
+    """tests/reading_rows.py's check fails on a model that does not read, so passing it (the
+    1.5B reading model does) is evidence of reading, not of a check that cannot fail."""
+    server = await start_server(tiny_scorer)
+    assert await misread(server.port) != []

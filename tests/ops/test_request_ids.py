@@ -7,7 +7,9 @@ import threading
 
 import pytest
 
+from semif_serve.engine.recent import RecentCalls
 from semif_serve.engine.scorer import OutOfMemory
+from semif_serve.engine.worker import CallTiming
 from semif_serve.http.exchange import MAX_RETRY_AFTER
 from semif_serve.ops.retry_after import RetryAfter
 from tests.bodies import ROW
@@ -163,14 +165,29 @@ async def test_draining_503_carries_retry_after(start_server, fake) -> None:
 
 
 def test_busy_estimate_is_queue_depth_times_recent_call_time() -> None:
-    estimate = RetryAfter(window=4)
+    recent = RecentCalls(window=4)
+    estimate = RetryAfter(recent)
     assert estimate.busy(10) == 1  # nothing scored yet: the floor
     for seconds in (0.5, 1.5, 1.0, 1.0):
-        estimate.observe(seconds)
+        recent.observe("direct", 1, seconds)
     assert estimate.busy(1) == 1
     assert estimate.busy(3) == 3
     assert estimate.busy(7) == 7
-    estimate.observe(3.0)  # the oldest (0.5) leaves the window: mean 1.625
+    recent.observe("direct", 1, 3.0)  # the oldest (0.5) leaves the window: mean 1.625
     assert estimate.busy(4) == 7
     assert estimate.busy(1000) == MAX_RETRY_AFTER
     assert RetryAfter.unavailable() == 1
+
+
+def test_the_busy_estimate_reads_only_requests_successful_calls() -> None:
+    """One window serves Retry-After and the wait budget: a refused, failed or unfinished call, and
+    the engine's load, teach neither."""
+    recent = RecentCalls()
+    estimate = RetryAfter(recent)
+    for outcome, kind in (("refused", "direct"), ("failed", "shared"), ("ok", "load")):
+        recent.scorer_call(CallTiming(kind, 1, 0.0, 0.0, 9.0, outcome))
+    recent.scorer_call(CallTiming("direct", 1, 0.0, 0.0, None))  # never ended
+    assert estimate.busy(2) == 1 and recent.per_call("direct") is None
+    recent.scorer_call(CallTiming("shared", 8, 0.0, 0.0, 2.5))
+    recent.scorer_call(CallTiming("direct", 1, 0.0, 1.0, 1.5))
+    assert estimate.busy(2) == 3  # the mean of both kinds' calls, 1.5 s, x 2 in progress

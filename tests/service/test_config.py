@@ -384,3 +384,29 @@ def test_the_share_per_caller_defaults_to_the_queue_and_never_exceeds_it() -> No
         ValueError, match="^SEMIF_MAX_QUEUE_PER_CALLER must be an integer >= 1, got '0'$"
     ):
         config.load(valid_env(SEMIF_MAX_QUEUE_PER_CALLER="0"))
+
+
+def test_the_cpu_dtype_is_float32_unless_the_operator_sets_bfloat16_on_the_cpu() -> None:
+    assert config.load(valid_env()).cpu_dtype == "float32"
+    assert config.load(valid_env(SEMIF_DEVICE="cpu")).cpu_dtype == "float32"
+    on_cpu = config.load(valid_env(SEMIF_DEVICE="cpu", SEMIF_CPU_DTYPE="bfloat16"))
+    assert on_cpu.cpu_dtype == "bfloat16"
+    with pytest.raises(ValueError) as refused:
+        config.load(valid_env(SEMIF_DEVICE="cpu", SEMIF_CPU_DTYPE="float16"))
+    assert str(refused.value) == "SEMIF_CPU_DTYPE must be one of float32, bfloat16, got 'float16'"
+    for device in ("cuda", "cuda:1"):  # ignored there, so refused
+        with pytest.raises(ValueError) as refused:
+            config.load(valid_env(SEMIF_DEVICE=device, SEMIF_CPU_DTYPE="float32"))
+        assert str(refused.value) == "SEMIF_CPU_DTYPE needs SEMIF_DEVICE=cpu (CUDA serves bfloat16)"
+    with pytest.raises(ValueError) as refused:
+        config.load(valid_env(SEMIF_CPU_DTYPE="bfloat16"))  # SEMIF_DEVICE defaults to cuda
+    assert str(refused.value).startswith("SEMIF_CPU_DTYPE needs SEMIF_DEVICE=cpu")
+
+
+def test_semifs_dtype_setting_is_refused_naming_the_cpu_dtype_setting() -> None:
+    with pytest.raises(ValueError) as refused:
+        config.load(valid_env(SEMIF_DEVICE="cpu", SEMIF_DTYPE="bfloat16"))
+    assert str(refused.value) == (
+        "SEMIF_DTYPE='bfloat16' is SemIf's setting and is not read here: CUDA serves bfloat16; "
+        "on the CPU set SEMIF_CPU_DTYPE (float32, the default, or bfloat16)"
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from semif_serve.engine.recent import RecentCalls
 from semif_serve.http.exchange import retry_after
 from semif_serve.service.routes import busy
 from semif_serve.service.wait_budget import OverBudget, WaitBudget, WaitEstimator
@@ -26,35 +27,37 @@ def estimator(**per_row: float) -> tuple[WaitEstimator, Clock]:
     clock = Clock()
     made = WaitEstimator(clock)
     for kind, seconds in per_row.items():
-        made.observe(kind, 4, 4 * seconds)
+        made.recent.observe(kind, 4, 4 * seconds)
     return made, clock
 
 
 def test_per_row_time_is_recent_total_seconds_over_total_rows_of_its_kind() -> None:
     made, _ = estimator()
-    assert made.per_row("direct") is None and made.per_row("shared") is None
-    made.observe("shared", 20, 1.0)
-    made.observe("shared", 1, 0.05)
-    assert made.per_row("shared") == pytest.approx(1.05 / 21)
-    assert made.per_row("direct") is None  # kinds never mix
+    assert made.recent.per_row("direct") is None and made.recent.per_row("shared") is None
+    made.recent.observe("shared", 20, 1.0)
+    made.recent.observe("shared", 1, 0.05)
+    assert made.recent.per_row("shared") == pytest.approx(1.05 / 21)
+    assert made.recent.per_row("direct") is None  # kinds never mix
 
 
 def test_a_call_without_rows_or_of_an_unknown_kind_is_not_measured() -> None:
     made, _ = estimator()
-    made.observe("direct", 0, 5.0)  # no rows: no per-row time to learn (and no division by 0)
-    made.observe("shared", -1, 5.0)
-    made.observe("neither", 3, 5.0)  # not a kind: ignored, not a KeyError
-    assert made.per_row("direct") is None and made.per_row("shared") is None
-    made.observe("direct", 1, 0.25)
-    made.observe("direct", 0, 5.0)  # nor does it dilute a measured kind
-    assert made.per_row("direct") == 0.25
+    made.recent.observe(
+        "direct", 0, 5.0
+    )  # no rows: no per-row time to learn (and no division by 0)
+    made.recent.observe("shared", -1, 5.0)
+    made.recent.observe("neither", 3, 5.0)  # not a kind: ignored, not a KeyError
+    assert made.recent.per_row("direct") is None and made.recent.per_row("shared") is None
+    made.recent.observe("direct", 1, 0.25)
+    made.recent.observe("direct", 0, 5.0)  # nor does it dilute a measured kind
+    assert made.recent.per_row("direct") == 0.25
 
 
 def test_the_window_keeps_only_recent_calls() -> None:
-    made = WaitEstimator(Clock(), window=2)
+    made = WaitEstimator(Clock(), RecentCalls(window=2))
     for seconds in (9.0, 1.0, 1.0):
-        made.observe("direct", 1, seconds)
-    assert made.per_row("direct") == 1.0
+        made.recent.observe("direct", 1, seconds)
+    assert made.recent.per_row("direct") == 1.0
 
 
 def test_estimate_is_the_rows_ahead_times_each_kinds_per_row_time_never_its_own() -> None:
@@ -88,7 +91,7 @@ def test_cold_start_prices_an_unmeasured_kind_at_zero_so_it_is_admitted() -> Non
     )  # no shared call measured yet: admitted, never priced as 64 direct rows
     budget.admit("shared", 64)
     assert made.rows_ahead() == 128 and budget.refused == 0
-    made.observe("shared", 64, 0.64)  # measured now: 128 ahead at 10 ms each
+    made.recent.observe("shared", 64, 0.64)  # measured now: 128 ahead at 10 ms each
     with pytest.raises(OverBudget):
         budget.admit("shared", 1)
 
@@ -119,17 +122,22 @@ def test_over_budget_is_busy_naming_the_budget_with_the_drain_of_the_rows_ahead_
 def test_one_call_over_the_budget_is_told_once_per_crossing_and_held_for_the_gauge() -> None:
     made, _ = estimator()
     budget = WaitBudget(1.0, made)
+
+    def observe(kind: str, rows: int, seconds: float) -> bool:
+        made.recent.observe(kind, rows, seconds)
+        return budget.crossed(kind)
+
     assert budget.over == {"direct": False, "shared": False}
-    assert budget.observe("direct", 1, 0.5) is False
-    assert budget.observe("direct", 1, 2.0) is True  # mean 1.25 s a call: over, said once
-    assert budget.observe("direct", 1, 1.5) is False and budget.over["direct"]
+    assert observe("direct", 1, 0.5) is False
+    assert observe("direct", 1, 2.0) is True  # mean 1.25 s a call: over, said once
+    assert observe("direct", 1, 1.5) is False and budget.over["direct"]
     assert budget.over["shared"] is False  # kinds apart
-    assert budget.observe("shared", 64, 1.0) is False  # 1.0 s is not over 1 s
+    assert observe("shared", 64, 1.0) is False  # 1.0 s is not over 1 s
     for _ in range(8):
-        budget.observe("direct", 1, 0.1)
+        observe("direct", 1, 0.1)
     assert budget.over["direct"] is False  # back within: the next crossing is said again
-    assert budget.observe("direct", 1, 30.0) is True
-    assert budget.observe("neither", 1, 30.0) is False
+    assert observe("direct", 1, 30.0) is True
+    assert observe("neither", 1, 30.0) is False
 
 
 def test_retry_after_rounds_up_and_clamps_to_the_contracts_range() -> None:

@@ -156,7 +156,7 @@ async def test_without_a_budget_nothing_of_it_shows(start_server, budget: float 
     shown = ("semif_busy_refusals" in metrics, "semif_wait_estimate_error_seconds" in metrics)
     assert shown == ((False, False) if budget is None else (True, True))
     assert (server.service.budget is None) == (budget is None)
-    assert len(server.service.engine.observers) == (1 if budget is None else 2)
+    assert len(server.service.engine.observers) == (2 if budget is None else 3)
 
 
 async def test_only_a_successful_call_teaches_the_estimate(start_server, fake) -> None:
@@ -164,10 +164,10 @@ async def test_only_a_successful_call_teaches_the_estimate(start_server, fake) -
     fake.raise_ = ValueError("the scorer refuses this row")
     server = await start_server(fake, max_wait_s=30.0)
     assert (await request(server.port, "POST", "/decide", ROW)).status == 422
-    assert server.service.budget.estimator.per_row("direct") is None
+    assert server.service.budget.estimator.recent.per_row("direct") is None
     fake.raise_ = None
     assert (await request(server.port, "POST", "/decide", ROW)).status == 200
-    assert server.service.budget.estimator.per_row("direct") is not None
+    assert server.service.budget.estimator.recent.per_row("direct") is not None
 
 
 async def test_a_call_longer_than_the_budget_never_refuses_an_idle_server() -> None:

@@ -90,3 +90,24 @@ def test_the_head_checks_return_the_refusal_or_nothing(name: str) -> None:
     raw, parsed, expected = HEADS[name]
     refusal = head_refusal(raw, parsed)
     assert (None if refusal is None else (refusal.status, refusal.message)) == expected
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /health HTTP/1.1\nhost: x\r\nx-request-id: probe-7\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nhost: x\r\nx-request-id: probe-7\r\nx-big: "
+        + b"v" * MAX_HEAD
+        + b"\r\n\r\n",
+    ],
+    ids=["bare LF", "over 16 KiB"],
+)
+async def test_a_refused_head_echoes_the_request_id_it_carried(memory_server, head) -> None:
+    """The head parsed before the wire's checks refused it: its X-Request-Id is echoed, as on every
+    other response (h11's own refusals come before any field is read, and carry a generated one)."""
+    memory = await memory_server()
+    wire = await memory.connect()
+    await wire.channel.send(head)
+    (response,) = wire.channel.responses()
+    assert response.status in (400, 431) and response.headers[b"x-request-id"] == b"probe-7"
+    assert response.headers[b"connection"] == b"close" and wire.done
