@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -15,25 +14,12 @@ from typing import Any
 from tests.bodies import ROW
 from tests.calibration_file import MATCHING
 from tests.metrics_samples import sample, scrape
-from tests.served_process import Process
+from tests.served_process import Process, replace
 from tests.wire_client import TOKEN, request
 
 OLD = "old-" + "o" * 32
 NEW = "new-" + "n" * 32
 OTHER = "other-" + "x" * 32
-
-
-def replace(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write the file as an operator's tooling should: whole, then renamed over the old one."""
-    partial = path.with_suffix(".partial")
-    partial.write_text(text)
-    partial.chmod(mode)
-    os.replace(partial, path)
-
-
-async def reload(process: Process, fragment: str) -> str:
-    process.proc.send_signal(signal.SIGHUP)
-    return await asyncio.wait_for(process.wait_for_line(fragment), 10)
 
 
 def bearer(token: str) -> list[tuple[bytes, bytes]]:
@@ -63,11 +49,11 @@ async def test_a_token_is_rotated_with_no_failed_request(tmp_path: Path) -> None
         load = asyncio.ensure_future(caller())
         await asyncio.sleep(0.3)
         replace(tokens, f"svc {OLD}\nother {OTHER}\nsvc.next {NEW}\n")  # add the new token
-        assert "3 callers (svc, other, svc.next)" in await reload(process, "reloaded")
+        assert "3 callers (svc, other, svc.next)" in await process.reload("reloaded")
         current[0] = NEW  # the caller moves to it
         await asyncio.sleep(0.3)
         replace(tokens, f"other {OTHER}\nsvc.next {NEW}\n")  # remove the old one
-        assert "2 callers (other, svc.next)" in await reload(process, "reloaded")
+        assert "2 callers (other, svc.next)" in await process.reload("reloaded")
         await asyncio.sleep(0.3)
         running = False
         await load
@@ -124,7 +110,7 @@ async def test_under_load_each_response_sees_the_old_or_the_new_calibration_neve
         for table in (TABLE_B, TABLE_A, TABLE_B, TABLE_A, TABLE_B):
             await asyncio.sleep(0.4)  # requests queued behind the scorer on each side of a swap
             replace(path, table)
-            await reload(process, "reloaded (sha256")
+            await process.reload("reloaded (sha256")
             shas.add((await request(process.port, "GET", "/health")).json["calibration_sha256"])
         await asyncio.sleep(0.4)
         running = False
@@ -208,14 +194,14 @@ async def test_a_file_that_fails_a_check_leaves_the_old_one_serving(tmp_path: Pa
                 tokens.unlink()
             else:
                 replace(tokens, text, mode)
-            line = await reload(process, "the callers are unchanged")
+            line = await process.reload("the callers are unchanged")
             assert reason in line, line
             assert OLD not in line and NEW not in line
             assert (await request(process.port, "POST", "/decide", ROW, bearer(OLD))).status == 200
         replace(tokens, f"svc {OLD}\n")
         for text, reason in bad_calibrations:
             replace(path, text)
-            line = await reload(process, "the calibration is unchanged")
+            line = await process.reload("the calibration is unchanged")
             assert reason in line, line
             health = (await request(process.port, "GET", "/health")).json
             assert health["calibration_sha256"] == sha and health["workloads"] == ["triage"]
