@@ -320,13 +320,14 @@ def check_binding(
     model: str,
     revision: str,
     prompt_version: str | None,
-    dtype: str | None = DEFAULT_DTYPE,
+    dtype: str | None,
 ) -> None:
     """Refuse a bound table unless it was fitted on exactly the model, revision, prompt and dtype loaded.
 
     model and revision are SEMIF_MODEL and SEMIF_REVISION (the torch engine loads exactly
-    that snapshot); prompt_version and dtype are the scorer's, from its health facts. A scorer
-    with no weights (the stub) reports no dtype, and then there is none to compare.
+    that snapshot); prompt_version and dtype are the scorer's, from its health facts, at startup
+    and on reload alike (no default: a caller that forgot the dtype would compare against
+    float32). A scorer with no weights (the stub) reports no dtype, and then there is none to compare.
     """
     if table.binding is None:
         return

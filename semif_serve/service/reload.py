@@ -55,6 +55,7 @@ def calibration(service: Service, env: Mapping[str, str]) -> str | None:
             service.settings.model,
             service.settings.revision,
             service.prompt_version,
+            service.dtype,
         )
         if file_digest(path) != before:
             raise ValueError(

@@ -252,6 +252,9 @@ class Service:
         self.backend = catalogue.backend(facts)
         self.served_model = catalogue.model_id(facts)
         self.prompt_version = facts.get("prompt_version")
+        self.dtype = facts.get(
+            "dtype"
+        )  # what a reloaded calibration must be bound to, as at startup
         self.aliases = (facts["model"], *settings.model_aliases)
         self.calibration = self.calibrated(
             settings.calibration, file_digest(settings.calibration_path)

@@ -86,7 +86,7 @@ def test_a_plain_file_is_the_none_method_and_unbound(tmp_path: Path) -> None:
         "routing": {"none": 2.0},
     }
     assert table.binding is None and table.describe()["binding"] is None
-    check_binding(table, "any/model", "b" * 40, None)  # nothing to check: never refused
+    check_binding(table, "any/model", "b" * 40, None, None)  # nothing to check: never refused
 
 
 def test_fitted_is_optional_and_the_bounds_are_accepted(tmp_path: Path) -> None:
@@ -166,12 +166,14 @@ def test_a_mismatched_binding_is_refused_naming_the_variable_and_the_mismatch(
     table = calibration_file.load(write(tmp_path, bound_file()))
     loaded = {**BINDING, key: "something-else"}
     with pytest.raises(BindingMismatch) as caught:
-        check_binding(table, loaded["model"], loaded["revision"], loaded["prompt_version"])
+        check_binding(
+            table, loaded["model"], loaded["revision"], loaded["prompt_version"], "float32"
+        )
     message = str(caught.value)
     assert message.startswith("SEMIF_CALIBRATION") and key in message and source in message
     assert repr(BINDING[key]) in message and "'something-else'" in message
     check_binding(
-        table, BINDING["model"], BINDING["revision"], BINDING["prompt_version"]
+        table, BINDING["model"], BINDING["revision"], BINDING["prompt_version"], "float32"
     )  # the exact match passes
 
 
@@ -182,6 +184,7 @@ def test_a_scorer_without_a_prompt_version_cannot_satisfy_a_binding(tmp_path: Pa
             BINDING["model"],
             BINDING["revision"],
             None,
+            "float32",
         )
 
 

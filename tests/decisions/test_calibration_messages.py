@@ -82,9 +82,9 @@ def test_a_binding_mismatch_names_where_the_loaded_value_came_from(
     loaded: tuple[str, str, str], message: str
 ) -> None:
     table = calibration_file.bound({**BINDING, "workloads": {"w": {"none": 1.0}}})
-    calibration_file.check_binding(table, "m", "r", "p")  # the matching triple passes
+    calibration_file.check_binding(table, "m", "r", "p", "float32")  # the matching triple passes
     with pytest.raises(calibration_file.BindingMismatch) as refused:
-        calibration_file.check_binding(table, *loaded)
+        calibration_file.check_binding(table, *loaded, "float32")
     assert str(refused.value) == message
 
 

@@ -201,5 +201,9 @@ def test_the_committed_calibration_file_loads_beside_the_build_small_model_makes
         "fastjev"
     ).direct.PROMPT_VERSION  # what /health reports, as in torch_engine
     calibration_file.check_binding(
-        table, smollm2_build["SEMIF_MODEL"], smollm2_build["SEMIF_REVISION"], prompt_version
+        table,
+        smollm2_build["SEMIF_MODEL"],
+        smollm2_build["SEMIF_REVISION"],
+        prompt_version,
+        "float32",
     )

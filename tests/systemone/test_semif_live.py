@@ -166,7 +166,7 @@ def test_a_file_bound_to_the_real_snapshot_binds_what_health_reports(
     """The tiny snapshot's binding is its SEMIF_MODEL, SEMIF_REVISION and prompt version, as today: the
     check startup runs accepts a file bound so, and refuses one bound to the System One id."""
     facts = TorchScorer(tiny_settings).health()
-    loaded = (tiny_settings.model, tiny_settings.revision, facts["prompt_version"])
+    loaded = (tiny_settings.model, tiny_settings.revision, facts["prompt_version"], facts["dtype"])
     today = calibration_file.load(
         bound_path(
             tmp_path,
