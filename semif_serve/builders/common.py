@@ -11,7 +11,8 @@ import contextlib
 import importlib.util
 import json
 import os
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,16 @@ def remember(out: Path, key: str, record: dict[str, str]) -> None:
     staging = marker.with_name(marker.name + ".tmp")
     staging.write_text(json.dumps(record))
     os.replace(staging, marker)
+
+
+def print_settings(command: str, build: Callable[[], Mapping[str, str]]) -> int:
+    """A builder's command line: the built model's settings as `KEY=value` lines, for
+    `set -a; . <(semif-serve COMMAND)`; or its BuildError, one line on stderr, and exit 1."""
+    try:
+        settings = build()
+    except BuildError as error:
+        print(f"{command}: {error}", file=sys.stderr)
+        return 1
+    for key, value in settings.items():
+        print(f"{key}={value}")
+    return 0

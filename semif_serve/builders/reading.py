@@ -40,7 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from . import snapshot
-from .common import BuildError, built_before, remember, require_model_extra, tokenizer_as_declared
+from .common import (
+    BuildError,
+    built_before,
+    print_settings,
+    remember,
+    require_model_extra,
+    tokenizer_as_declared,
+)
 from .common import writing as writing_under
 
 # Bump whenever the files this module renders would change for the same GGUF.
@@ -380,14 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"HF_HOME to build into (default ${HOME_ENV}, else {default_out()})",
     )
     args = parser.parse_args(argv)
-    try:
-        settings = build(MODELS[args.size], args.out)
-    except BuildError as error:
-        print(f"reading-model: {error}", file=sys.stderr)
-        return 1
-    for key, value in settings.items():
-        print(f"{key}={value}")
-    return 0
+    return print_settings("reading-model", lambda: build(MODELS[args.size], args.out))
 
 
 if __name__ == "__main__":

