@@ -79,6 +79,10 @@ COMMANDS: dict[str, Command] = {
         "bench.load.verify_cost",
         "load: time of the weights check (hash and presence) before serving",
     ),
+    "cpu-dtype": Command(
+        "bench.load.cpu_dtype",
+        "load: float32 against bfloat16 on this host's CPU, one scorer call at a time, alternated",
+    ),
     "openloop": Command(
         "bench.load.openloop",
         "load: open-loop Poisson arrivals, one server at a time (ours, the peer fastjev): goodput, p99, refusals, health",
