@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from semif_serve.config import TOKEN_RULE
 from semif_serve.service import callers
 from semif_serve.service.callers import MAX_CALLERS, Callers
 
@@ -160,3 +161,16 @@ def test_a_symlink_is_followed_and_its_target_judged(tmp_path: Path) -> None:
     Path(target).chmod(0o644)
     with pytest.raises(ValueError, match="readable or writable by other users"):
         callers.load(str(link))
+
+
+def test_bytes_that_are_not_utf_8_are_refused_naming_the_line_not_a_codec(tmp_path: Path) -> None:
+    """A token file saved in another encoding (or binary) fails the token rule on its line, as any
+    other bad token does, at startup and on reload alike, never with a decoding error."""
+    path = tmp_path / "tokens"
+    path.write_bytes(f"alice {ALICE}\nbob ".encode() + b"\xff" * 40 + b"\n")
+    path.chmod(0o600)
+    with pytest.raises(callers.TokensFileError) as refused:
+        callers.load(str(path))
+    assert str(refused.value) == (
+        f"SEMIF_API_TOKENS_FILE {path} line 2: caller 'bob''s token must be {TOKEN_RULE}"
+    )
