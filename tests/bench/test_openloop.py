@@ -355,9 +355,12 @@ def test_an_interrupt_while_a_server_drains_kills_it_rather_than_leaving_it(tmp_
         f"signal.signal(signal.SIGTERM, lambda *_: pathlib.Path({str(termed)!r}).touch()); "
         "print(flush=True); time.sleep(120)"
     )
+    # The stopper restores Python's SIGINT handler: a suite run as a script's background job
+    # starts with SIGINT ignored, which its children inherit (openloop installs its own).
     stopper = f"""
-import subprocess, sys
+import signal, subprocess, sys
 from bench.common import procs
+signal.signal(signal.SIGINT, signal.default_int_handler)
 server = subprocess.Popen([sys.executable, "-c", {server!r}], stdout=subprocess.PIPE, start_new_session=True)
 server.stdout.readline()
 print(server.pid, flush=True)
