@@ -252,9 +252,8 @@ class Service:
         self.backend = catalogue.backend(facts)
         self.served_model = catalogue.model_id(facts)
         self.prompt_version = facts.get("prompt_version")
-        self.dtype = facts.get(
-            "dtype"
-        )  # what a reloaded calibration must be bound to, as at startup
+        # What a reloaded calibration must be bound to, as at startup (service/reload.py).
+        self.dtype = facts.get("dtype")
         self.aliases = (facts["model"], *settings.model_aliases)
         self.calibration = self.calibrated(
             settings.calibration, file_digest(settings.calibration_path)
