@@ -450,29 +450,30 @@ def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> _System
     orderings = _choice(
         env, "SEMIF_SYSTEMONE_ORDERINGS", default("systemone_orderings"), methods.ORDERINGS
     )
-    method = methods.TABLE[orderings]
+    method = methods.BY_NAME[orderings]
     workload = env.get("SEMIF_SYSTEMONE_WORKLOAD") or None
-    if workload is None and method.needs_prior:
+    if workload is not None and workload not in table:
+        raise ValueError(
+            f"SEMIF_SYSTEMONE_WORKLOAD names {workload!r}, which SEMIF_CALIBRATION does not hold "
+            f"(it holds: {', '.join(sorted(table)) or 'none'})"
+        )
+    fit = table.fit(workload) if workload is not None else None
+    lack = method.lacks(fit, None)
+    if lack is methods.Need.WORKLOAD:
         raise ValueError(
             f"SEMIF_SYSTEMONE_ORDERINGS={orderings} needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
             "with priors in SEMIF_CALIBRATION"
         )
-    if workload is not None:
-        if workload not in table:
-            raise ValueError(
-                f"SEMIF_SYSTEMONE_WORKLOAD names {workload!r}, which SEMIF_CALIBRATION does not hold "
-                f"(it holds: {', '.join(sorted(table)) or 'none'})"
-            )
-        if method.needs_prior and workload not in table.priors:
-            raise ValueError(
-                f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no priors for SEMIF_SYSTEMONE_ORDERINGS="
-                f"{orderings!r}; workloads with priors: {', '.join(sorted(table.priors)) or 'none'}"
-            )
-        if method.temperature_required and orderings not in (fitted := table.methods()[workload]):
-            raise ValueError(
-                f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no temperature for "
-                f"SEMIF_SYSTEMONE_ORDERINGS={orderings!r}; it has: {', '.join(sorted(fitted)) or 'none at all'}"
-            )
+    if lack is methods.Need.PRIOR:
+        raise ValueError(
+            f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no priors for SEMIF_SYSTEMONE_ORDERINGS="
+            f"{orderings!r}; workloads with priors: {', '.join(sorted(table.priors)) or 'none'}"
+        )
+    if lack is methods.Need.TEMPERATURE and fit is not None:  # a workload's own temperature
+        raise ValueError(
+            f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no temperature for "
+            f"SEMIF_SYSTEMONE_ORDERINGS={orderings!r}; it has: {', '.join(sorted(fit.temperatures)) or 'none at all'}"
+        )
     return {
         "model_aliases": _aliases(env),
         "systemone_orderings": orderings,

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..decisions.methods import ORDERINGS
 from .clients import TOKEN_ENV, Client
 from .errors import MissingToken, SemifError
 from .results import Averaged, Decided
@@ -85,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
     )
     parse.add_argument(
         "--orderings",
-        choices=("none", "rotations", "all", "prior"),
+        choices=ORDERINGS,
         help="order averaging, or prior: one row debiased by the workload's position prior",
     )
     parse.add_argument("--workload", help="a calibrated workload the server knows")

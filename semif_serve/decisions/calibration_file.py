@@ -44,8 +44,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import prior as position_prior
-from .averaging import MAX_OPTIONS
-from .methods import ORDERINGS, TABLE
+from .methods import BY_NAME, MAX_OPTIONS, Fit
 
 T_MIN, T_MAX = 0.05, 20.0
 VARIABLE = "SEMIF_CALIBRATION"
@@ -57,6 +56,10 @@ DEFAULT_DTYPE = (
 )
 BOUND_KEYS = frozenset({*BINDING_KEYS, "dtype", "fitted", "workloads", "priors"})
 PRIOR_KEYS = frozenset({"prior", "decisions"})
+# The methods a temperature may be fitted for: a workload's method keys in the bound form.
+ORDERINGS: tuple[str, ...] = tuple(
+    name for name, method in BY_NAME.items() if method.rules.tempered
+)
 EMPTY: Mapping[str, float] = MappingProxyType({})
 
 
@@ -122,6 +125,10 @@ class Table(Mapping[str, Mapping[str, float]]):
     def prior_counts(self) -> dict[str, frozenset[int]]:
         """workload -> the option counts it holds a prior for (what the request model checks)."""
         return {name: frozenset(counts) for name, counts in self.priors.items()}
+
+    def fit(self, workload: str) -> Fit:
+        """What the table holds for `workload` (one it holds), as a method checks it."""
+        return Fit(frozenset(self[workload]), frozenset(self.priors.get(workload, {})))
 
     def describe(self) -> dict[str, Any]:
         """The /health view: every workload with its methods, the option counts with a prior,
@@ -283,15 +290,15 @@ def bound(document: dict[str, Any]) -> Table:
             document, "workloads", "{workload: {method: temperature}}"
         ).items()
     }
-    priors = _priors(document)
+    table = Table(workloads, binding, _fitted(document.get("fitted")), _priors(document))
     for name, methods in workloads.items():
-        for method in methods:
-            if TABLE[method].needs_prior and name not in priors:
+        for method in map(BY_NAME.__getitem__, methods):
+            if method.lacks(table.fit(name), None) is not None:
                 raise ValueError(
                     f"{VARIABLE}: workload {name!r} has a temperature for method {method!r} "
                     "but no entry under 'priors'"
                 )
-    return Table(workloads, binding, _fitted(document.get("fitted")), priors)
+    return table
 
 
 def plain(temperatures: Mapping[str, float]) -> Table:

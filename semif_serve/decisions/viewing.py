@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import averaging, calibration
-from .calibration_file import PLAIN_METHOD, Table
-from .methods import TABLE
+from .calibration_file import Table
 from .request_model import DecideRequest, Decision
 from .views import Native, View
 
@@ -35,22 +34,19 @@ def view(
         (result,) = results
         if workload is None:
             return Native(result)
-        plain = table[workload][PLAIN_METHOD]
+        plain = table[workload][decision.method]
         return Native(result, calibration.calibrated_view(result, workload, plain))
-    method, needs = decision.method, TABLE[decision.method]
+    method = decision.method
     if workload is None:
         return averaging.combine(decision.row, method, results)
-    temperatures = table[workload]
     # Where the method requires a temperature, the request model refused a workload without one.
-    temperature: float | None = (
-        temperatures[method] if needs.temperature_required else temperatures.get(method)
-    )
+    temperature = table[workload].get(method)
     temper = (
         None
         if temperature is None
         else functools.partial(calibration.combined_view, workload, method, temperature)
     )
-    if not needs.needs_prior:
+    if not method.needs_prior:
         return averaging.combine(decision.row, method, results, temper)
     prior = table.priors[workload][len(decision.row["options"])].prior
     return averaging.combine(decision.row, method, results, temper, prior)
