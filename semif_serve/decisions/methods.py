@@ -29,6 +29,7 @@ class Need(enum.Enum):
     WORKLOAD = "workload"  # the method reads the workload's fit, and the request names none
     TEMPERATURE = "temperature"  # a temperature fitted for the method itself
     PRIOR = "prior"  # the position prior fitted for n
+    THRESHOLD = "threshold"  # the escalation threshold fitted for n, beside the prior
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Fit:
 
     temperatures: frozenset[str]
     priors: frozenset[int] = frozenset()
+    thresholds: frozenset[int] = frozenset()  # the option counts whose prior has a threshold
 
 
 def _caller(n: int) -> list[tuple[int, ...]]:
@@ -62,6 +64,9 @@ class Rules:
     max_options: int = MAX_OPTIONS
     needs: tuple[Need, ...] = (Need.TEMPERATURE,)  # of the workload's fit, once a workload is named
     tempered: bool = True  # a temperature may be fitted for it (the calibration file's method keys)
+    # The first engine call scores its first order alone; the rest only where that answer is
+    # unsure, in a second call (decisions/adaptive.py). Its orders are its worst case.
+    escalates: bool = False
 
 
 class Method(enum.StrEnum):
@@ -81,6 +86,12 @@ class Method(enum.StrEnum):
     # PriDe: one row in the caller's order, the workload's prior for n divided out; the workload
     # names the prior, and its temperature for the method is optional.
     PRIOR = "prior", Rules(_caller, needs=(Need.PRIOR,))
+    # Extension: the prior's one row, and the other n-1 rotations only where its margin is below the
+    # workload's threshold for n; its views borrow the temperatures of "prior" and "rotations".
+    ADAPTIVE = (
+        "adaptive",
+        Rules(_rotations, needs=(Need.PRIOR, Need.THRESHOLD), tempered=False, escalates=True),
+    )
 
     def __repr__(self) -> str:
         return repr(self.value)  # messages quote a method as the name the caller sent
@@ -89,6 +100,10 @@ class Method(enum.StrEnum):
     def needs_prior(self) -> bool:
         """Its view divides out the workload's position prior fitted for n."""
         return Need.PRIOR in self.rules.needs
+
+    def first_call(self, n: int) -> int:
+        """The rows over n options it scores in the request's first engine call."""
+        return 1 if self.rules.escalates else len(self.orders(n))
 
     def orders(self, n: int) -> list[tuple[int, ...]]:
         """The index orders it scores over n options, identity first: one engine row each. Above the
@@ -111,9 +126,16 @@ class Method(enum.StrEnum):
         for need in self.rules.needs:
             if need is Need.TEMPERATURE and self.value not in fit.temperatures:
                 return need
-            if need is Need.PRIOR and (n not in fit.priors if n is not None else not fit.priors):
+            if need is Need.PRIOR and not _holds(fit.priors, n):
+                return need
+            if need is Need.THRESHOLD and not _holds(fit.thresholds, n):
                 return need
         return None
+
+
+def _holds(counts: frozenset[int], n: int | None) -> bool:
+    """Fitted for n options, or (n None) for some option count."""
+    return n in counts if n is not None else bool(counts)
 
 
 BY_NAME: Mapping[str, Method] = MappingProxyType({method.value: method for method in Method})

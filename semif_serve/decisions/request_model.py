@@ -38,18 +38,32 @@ class Decision:
 
     @property
     def row_count(self) -> int:
-        """The engine rows it expands to: one per ordering."""
+        """The engine rows it may expand to, one per ordering: an escalating method's worst case."""
         return averaging.row_count(len(self.row["options"]), self.method)
 
+    @property
+    def first_count(self) -> int:
+        """The rows it sends in the request's first engine call."""
+        return self.method.first_call(len(self.row["options"])) if self.averaged else 1
+
     def rows(self) -> list[dict[str, Any]]:
-        """The rows it sends: itself, or one per ordering."""
-        return averaging.expand(self.row, self.method) if self.averaged else [self.row]
+        """The rows it sends in the first engine call: itself, or one per ordering (an escalating
+        method: its first ordering)."""
+        if not self.averaged:
+            return [self.row]
+        return averaging.expand(self.row, self.method)[: self.first_count]
+
+    def rest(self) -> list[dict[str, Any]]:
+        """The rows an escalating method sends in the second engine call: its other orderings."""
+        return averaging.expand(self.row, self.method)[self.first_count :]
 
 
 @dataclass(frozen=True)
 class DecideRequest:
-    """A validated /decide or /decide/shared body, and the one engine call it makes: each decision
-    owns a slice of that call's rows, in order (`planned`)."""
+    """A validated /decide or /decide/shared body, and the engine call it makes: each decision owns
+    a slice of that call's rows, in order (`slices`). *Extension:* a decision of an escalating method
+    may add its other rows in a second call (decisions/adaptive.py); `planned` then gives each its
+    rows of both."""
 
     decisions: tuple[Decision, ...]
     workload: str | None
@@ -57,9 +71,9 @@ class DecideRequest:
     slices: tuple[slice, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        ends = list(itertools.accumulate(decision.row_count for decision in self.decisions))
-        starts = [0, *ends[:-1]]
-        object.__setattr__(self, "slices", tuple(map(slice, starts, ends)))
+        object.__setattr__(
+            self, "slices", _slices([decision.first_count for decision in self.decisions])
+        )
 
     @property
     def averaged(self) -> bool:
@@ -67,8 +81,9 @@ class DecideRequest:
 
     @property
     def row_count(self) -> int:
-        """Every row the engine call scores: what the row cap counts."""
-        return self.slices[-1].stop if self.slices else 0
+        """Every row the request may score, an escalating decision at its worst case: what the row
+        cap and the wait budget count."""
+        return sum(decision.row_count for decision in self.decisions)
 
     @property
     def kind(self) -> str:
@@ -76,14 +91,27 @@ class DecideRequest:
         return "shared" if self.shared or self.averaged else "direct"
 
     def rows(self) -> list[dict[str, Any]]:
-        """The engine call's rows, each decision's slice in turn."""
+        """The first engine call's rows, each decision's slice in turn."""
         return [row for decision in self.decisions for row in decision.rows()]
 
-    def planned(self, results: int) -> Iterator[tuple[Decision, slice]]:
-        """Each decision with its slice of the call's `results` (their count, checked against the rows)."""
-        if results != self.row_count:
-            raise RuntimeError(f"scorer returned {results} results for {self.row_count} rows")
-        return zip(self.decisions, self.slices)
+    def planned(
+        self, results: int, escalated: frozenset[int] = frozenset()
+    ) -> Iterator[tuple[Decision, slice]]:
+        """Each decision with its slice of `results` (their count, checked against the rows): its first
+        call's rows, and where it escalated (its index in `escalated`) all its rows, in order."""
+        counts = [
+            decision.row_count if index in escalated else decision.first_count
+            for index, decision in enumerate(self.decisions)
+        ]
+        if results != sum(counts):
+            raise RuntimeError(f"scorer returned {results} results for {sum(counts)} rows")
+        return zip(self.decisions, _slices(counts))
+
+
+def _slices(counts: list[int]) -> tuple[slice, ...]:
+    """Consecutive slices of these lengths."""
+    ends = list(itertools.accumulate(counts))
+    return tuple(map(slice, [0, *ends[:-1]], ends))
 
 
 @dataclass(frozen=True)
@@ -97,12 +125,15 @@ class Limits:
     methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # Extension: workload -> the option counts it has a position prior for.
     priors: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    # Extension: workload -> the option counts whose prior has an escalation threshold.
+    thresholds: Mapping[str, frozenset[int]] = field(default_factory=dict)
 
     def fit(self, workload: str) -> Fit:
         """What the calibration holds for `workload`, as a method checks it."""
         return Fit(
             self.methods.get(workload, frozenset({"none"})),
             self.priors.get(workload, frozenset()),
+            self.thresholds.get(workload, frozenset()),
         )
 
 
@@ -286,6 +317,12 @@ def _lacking(lack: Need, workload: str | None, fit: Fit | None, decision: Decisi
         return (
             f'decision {name!r} has orderings "{method}" over {n} options, which needs a workload '
             "naming the prior; the request names no workload"
+        )
+    if lack is Need.THRESHOLD:
+        return (
+            f"workload {excerpt(workload, 60)!r} has no threshold for {n} options (decision {name!r}), "
+            f'which orderings "{method}" needs beside the prior; it has thresholds for: '
+            f"{', '.join(str(count) for count in sorted(fit.thresholds)) or 'no option count'}"
         )
     if lack is Need.TEMPERATURE:
         return (

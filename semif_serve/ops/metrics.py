@@ -192,11 +192,19 @@ class Metrics:
         )
         self._decisions = Counter(
             "semif_decisions",
-            "Decisions answered, by orderings method (none, rotations, all, prior) and caller.",
+            "Decisions answered, by orderings method (none, rotations, all, prior, adaptive) and caller.",
             ("method", "caller"),
             registry=registry,
         )
         self._per_method: dict[tuple[str, str], Any] = {}
+        # Extension: by workload, a name of the calibration file (bounded like it).
+        self._escalations = Counter(
+            "semif_escalations",
+            'Decisions of orderings "adaptive" that escalated to a second scorer call over their '
+            "other rotations, by workload.",
+            ("workload",),
+            registry=registry,
+        )
         Gauge(
             "semif_requests_in_progress",
             "POSTs holding an admission slot (queued or scoring).",
@@ -298,6 +306,11 @@ class Metrics:
             if child is None:
                 child = self._per_method[(method, caller)] = self._decisions.labels(method, caller)
             child.inc()
+
+    def escalations(self, workloads: tuple[str, ...]) -> None:
+        """One answered request's escalated decisions, each under its workload (an empty tuple: none)."""
+        for workload in workloads:
+            self._escalations.labels(workload).inc()
 
     def scorer_call(
         self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool

@@ -55,13 +55,12 @@ from ..http.exchange import (
     route,
 )
 from ..systemone import assemble, catalogue, translate
-from . import callers
+from . import callers, escalation
 from .admission import Admission
+from .escalation import Call, Scored
 from .wait_budget import OverBudget, WaitBudget
 
 log = logging.getLogger("semif_serve.service")
-# What one engine call gives back: SemIf's results, and SemIf's own timing dict (None for a direct call).
-Scored = tuple[list[dict[str, Any]], dict[str, Any] | None]
 # A response body, and the headers of the route's own that go with it.
 Built = tuple[Any, tuple[tuple[bytes, bytes], ...]]
 # How a route's response is built from the scores and the engine call's kind (direct or shared).
@@ -262,7 +261,11 @@ class Service:
     def calibrated(self, table: calibration_file.Table, sha256: str | None) -> Calibrated:
         """What a calibration table gives the routes: their request limits and the System One policy."""
         limits = request_model.Limits(
-            self.settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
+            self.settings.max_decisions,
+            frozenset(table),
+            table.methods(),
+            table.prior_counts(),
+            table.threshold_counts(),
         )
         policy = translate.Policy(
             limits,
@@ -368,9 +371,9 @@ class Service:
         """Parse, score and build a POST route's reply (/decide, /decide/shared or /v1/systemone)."""
         call = None
         try:
-            request, respond = self._read(endpoint, body)
+            request, respond, table = self._read(endpoint, body)
             call, rows = self._engine_call(request)
-            scored = await self._within_budget(rows, call)
+            scored = await self._within_budget(request, table, rows, call)
         except ApiError as error:
             return Reply.error(error, call)
         try:
@@ -379,22 +382,25 @@ class Service:
                 200,
                 render(payload),
                 headers,
-                timing=call,
+                timing=escalation.timing(call, scored),
                 decision_methods=tuple(decision.method for decision in request.decisions),
+                escalations=(request.workload or "-",) * len(scored.escalated),
             )
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
             return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
 
-    def _read(self, endpoint: Endpoint, body: bytes) -> tuple[DecideRequest, Respond]:
-        """The body as a request, and how this route's response is built from its scores, both under the
-        one calibration current now (a reload meanwhile never mixes two). A parser's
+    def _read(
+        self, endpoint: Endpoint, body: bytes
+    ) -> tuple[DecideRequest, Respond, calibration_file.Table]:
+        """The body as a request, how this route's response is built from its scores, and the table an
+        escalation reads, all under the one calibration current now (a reload meanwhile never mixes two). A parser's
         own bug is a 500 in the envelope (C3), never a dropped connection with no answer and no access line."""
         if endpoint.read is None:
             raise RuntimeError(f"{endpoint.name} is not a POST route")
         current = self.calibration
         try:
-            return endpoint.read(self, current, body)
+            return (*endpoint.read(self, current, body), current.table)
         except ApiError:
             raise
         except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
@@ -407,16 +413,23 @@ class Service:
         rows = request.rows()
         return CallTiming(request.kind, len(rows)), rows
 
-    async def _within_budget(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
-        """The engine call, once the wait budget (if any) admits the request: refused, it never joins the queue."""
+    async def _within_budget(
+        self,
+        request: DecideRequest,
+        table: calibration_file.Table,
+        rows: list[dict[str, Any]],
+        call: CallTiming,
+    ) -> Scored:
+        """The request's engine calls, once the wait budget (if any) admits the request at its worst
+        case (every row it may score): refused, it never joins the queue."""
         if self.budget is None:
-            return await self._score(rows, call)
+            return await escalation.scored(request, table, rows, call, self._score)
         try:
-            admitted = self.budget.admit(call.kind, len(rows))
+            admitted = self.budget.admit(call.kind, request.row_count)
         except OverBudget as over:
             raise busy(over) from None
         try:
-            return await self._score(rows, call)
+            return await escalation.scored(request, table, rows, call, self._score)
         finally:
             self.budget.estimator.leave(admitted, call.started)
 
@@ -434,8 +447,8 @@ class Service:
                 self.budget.seconds,
             )
 
-    async def _score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
-        """One engine call per request, timed in `call`."""
+    async def _score(self, rows: list[dict[str, Any]], call: CallTiming) -> Call:
+        """One engine call, timed in `call` (a request's first; *extension:* an adaptive one's second)."""
         try:
             if call.kind == "direct":
                 return [await self.engine.score(rows[0], call)], None
@@ -456,22 +469,23 @@ class Service:
         self, request: DecideRequest, table: calibration_file.Table, scored: Scored, _kind: str
     ) -> Built:
         """A /decide or /decide/shared response from the request's views."""
-        results, semif_timing = scored
-        return decide_json(request, viewing.views(request, results, table), semif_timing), ()
+        views = viewing.views(request, scored.results(request), table, scored.escalated)
+        return decide_json(request, views, scored.timing), ()
 
     def answers(
         self, plan: translate.Plan, table: calibration_file.Table, scored: Scored, kind: str
     ) -> Built:
         """A System One response from the same views /decide/shared would return for the rows, with SemIf's
         server's headers: the engine call made (direct or shared) and the backend that made it."""
-        results, semif_timing = scored
+        results = scored.results(plan.request)
         body = assemble.response(
             plan,
             self.served_model,
-            viewing.views(plan.request, results, table),
-            results,
+            viewing.views(plan.request, results, table, scored.escalated),
+            scored.first,
             kind,
-            semif_timing,
+            scored.timing,
+            scored.second,
         )
         return body, ((b"x-semif-mode", kind.encode()), (b"x-semif-backend", self.backend.encode()))
 
