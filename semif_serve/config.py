@@ -469,6 +469,11 @@ def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> _System
             f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no priors for SEMIF_SYSTEMONE_ORDERINGS="
             f"{orderings!r}; workloads with priors: {', '.join(sorted(table.priors)) or 'none'}"
         )
+    if lack is methods.Need.THRESHOLD:
+        raise ValueError(
+            f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no threshold beside its priors for "
+            f"SEMIF_SYSTEMONE_ORDERINGS={orderings!r}; fit one with `bench prior`"
+        )
     if lack is methods.Need.TEMPERATURE and fit is not None:  # a workload's own temperature
         raise ValueError(
             f"SEMIF_SYSTEMONE_WORKLOAD {workload!r} has no temperature for "

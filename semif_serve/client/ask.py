@@ -87,7 +87,8 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument(
         "--orderings",
         choices=ORDERINGS,
-        help="order averaging, or prior: one row debiased by the workload's position prior",
+        help="order averaging; prior: one row debiased by the workload's position prior; "
+        "adaptive: that row, and every rotation where its answer is unsure",
     )
     parse.add_argument("--workload", help="a calibrated workload the server knows")
     parse.add_argument("--id", default="ask", help="the decision id (default: ask)")
