@@ -17,7 +17,8 @@ the route is found carries it (ops labels by it); the wire names no route.
 Rule 3: the scorer's failures (engine/scorer.py) become envelopes in one place, `_score`.
 
 Scores pass through untouched (INV-1): the only things added are `calibrated` and
-the order-averaged `combined` view (under orderings "prior", the debiased one).
+the order-averaged `combined` view (under orderings "prior", the debiased one; under
+"adaptive", extension, that or the rotations' after a second engine call: service/escalation.py).
 *Extension:* /v1/systemone and /v1/models speak TypeSafe's System One API through
 the pure `systemone` package; its requests take
 the same request model, engine call and views as /decide and /decide/shared. Like
@@ -409,7 +410,8 @@ class Service:
 
     @staticmethod
     def _engine_call(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
-        """The one engine call a request makes, over its rows (request_model: direct or shared)."""
+        """The first (for most requests the one) engine call a request makes, over its rows
+        (request_model: direct or shared)."""
         rows = request.rows()
         return CallTiming(request.kind, len(rows)), rows
 
