@@ -78,7 +78,7 @@ def merged(
     where it escalated its second-call rows, in the request's order."""
     rest = iter(second)
     results: list[Mapping[str, Any]] = []
-    for index, (decision, rows) in enumerate(zip(request.decisions, request.slices)):
+    for index, (decision, rows) in enumerate(request.planned(len(first))):
         results.extend(first[rows])
         if index in indices:
             results.extend(next(rest) for _ in range(decision.row_count - decision.first_count))

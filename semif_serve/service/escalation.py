@@ -8,7 +8,9 @@ Rules:
    scorer failure does: no silent fallback to the one-row answers.
 3. A client that left is not scored for: its request's task is cancelled (the wire does that), and
    the cancellation reaches here at the first call's await, before a second call is submitted.
-4. What was scored is counted as scored: the access log's rows are both calls' (`timing`), and the
+4. First results that cannot be read (a scorer's broken answer) make no second call: the reply's
+   build reads them again and refuses them, the logged 500 every such answer gets.
+5. What was scored is counted as scored: the access log's rows are both calls' (`timing`), and the
    engine's observers see each call as it ends.
 """
 
@@ -50,7 +52,10 @@ async def scored(
 ) -> Scored:
     """The request's first call over `rows` (timed in `call`), then the second where decisions escalate."""
     first, timing = await score(rows, call)
-    escalated = adaptive.escalated(request, first, table)
+    try:
+        escalated = adaptive.escalated(request, first, table)
+    except Exception:  # noqa: BLE001 - results the views cannot read either
+        return Scored(first, timing)  # building the reply refuses them: the logged 500 of any such
     if not escalated:
         return Scored(first, timing)
     more = adaptive.second_rows(request, escalated)

@@ -241,3 +241,23 @@ async def test_system_one_answers_from_the_adaptive_view(start_server, fake) -> 
         calibrated = combined["calibrated"]["probabilities"]
         assert list(answers[key]["probabilities"].values()) == calibrated
     assert answered.json["usage"] == {"input_tokens": (2 + 2) * 17, "output_tokens": 0}
+
+
+@pytest.mark.parametrize(
+    "mangle", [lambda results: results[:-1], lambda results: [None] * len(results)]
+)
+async def test_a_broken_first_answer_is_the_logged_500_and_no_second_call(
+    start_server, fake, caplog, mangle: Any
+) -> None:
+    server = await served(start_server, fake)
+    original = fake.score_shared
+    fake.score_shared = lambda rows: (mangle(original(rows)[0]), {})
+    refused = await request(server.port, "POST", "/decide/shared", shared(UNSURE, SURE))
+    assert refused.status == 500 and refused.json["error"] == {
+        "code": "scoring_failed",
+        "message": "failed to build the response",
+        "type": "api_error",
+    }
+    assert ids(fake) == [["unsure#o0", "sure#o0"]]
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.getMessage() == "failed to build a response from a scorer result"
