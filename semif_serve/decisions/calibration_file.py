@@ -1,7 +1,8 @@
 """The calibration file (SEMIF_CALIBRATION) read into a `Table`, and a fitted file's binding to its model.
 
-Rules: this module owns the file (both its forms) and the binding; calibration.py applies a
-table's temperatures. It knows nothing of HTTP, the engine or torch; the request model refuses
+Rules: this module owns the file (both its forms) and the binding, and alone reads it (`read`:
+the server at startup, service/reload.py on SIGHUP; the settings hold its path only);
+calibration.py applies a table's temperatures. It knows nothing of HTTP, the engine or torch; the request model refuses
 a workload or method the table lacks before scoring.
 
 Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
