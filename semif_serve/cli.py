@@ -46,9 +46,9 @@ def _serve() -> int:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             code = runner.run(serve(settings))
     except (
-        calibration_file.BindingMismatch,
+        calibration_file.Refused,
         TokensFileError,
-    ) as error:  # an invalid setting, found once the scorer is known or the tokens file read
+    ) as error:  # an invalid setting, found once its file is read or the scorer is known
         _refusal(settings, str(error))
         return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam

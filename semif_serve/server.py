@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -48,6 +47,7 @@ from .service import callers, reload
 from .service.admission import Admission
 from .service.routes import METRICS_ROUTES, ROUTES, Endpoint, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
+from .systemone import defaults
 
 log = logging.getLogger("semif_serve.server")
 # Open connections the metrics listener takes: a Prometheus pair (HA) and a person with curl, with room.
@@ -83,9 +83,14 @@ class Server:
     """The listening sockets, their connections and the shared drain flag."""
 
     def __init__(
-        self, settings: Settings, engine: Engine, table: callers.Callers | None = None
+        self,
+        settings: Settings,
+        engine: Engine,
+        table: callers.Callers | None = None,
+        calibration: calibration_file.Loaded | None = None,
     ) -> None:
-        """`table`: the callers, read before the model loaded (None: read from the settings now)."""
+        """`table` and `calibration`: the callers and the calibration, read before the model loaded
+        (None: read from the settings now)."""
         self.settings = settings
         self.engine = engine
         self.drain = Drain(time.monotonic)
@@ -120,6 +125,7 @@ class Server:
             metrics=lambda head: ops.metrics_reply(),
             budget=budget,
             known=table,
+            calibration=calibration,
         )
         # Every observer is wired here: the engine's scorer calls to the window of recent calls first (what
         # the others read), then (with a budget) the service and ops; the estimate's error and the kinds
@@ -137,11 +143,11 @@ class Server:
         self.port = 0
         self.metrics_port: int | None = None
 
-    def reload(self, env: Mapping[str, str]) -> None:
+    def reload(self) -> None:
         """SIGHUP: re-read the tokens file and the calibration (service/reload.py), each counted by outcome."""
         done = {
             "tokens": reload.tokens(self.service),
-            "calibration": reload.calibration(self.service, env),
+            "calibration": reload.calibration(self.service),
         }
         if self.ops.metrics is not None:
             for file, outcome in done.items():
@@ -268,15 +274,25 @@ def loop_name(loop: asyncio.AbstractEventLoop) -> str:
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
 
 
+def read_calibration(settings: Settings) -> calibration_file.Loaded:
+    """SEMIF_CALIBRATION, and System One's defaults checked against it, before the model loads:
+    a refusal (calibration_file.Refused) exits 2, as a bad setting (cli.py)."""
+    loaded = calibration_file.read(settings.calibration_path)
+    defaults.check(loaded.table, settings.systemone_orderings, settings.systemone_workload)
+    return loaded
+
+
 async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
     # Before the model loads: a tokens file that cannot be used refuses startup (exit 2, as a bad setting),
     table = callers.for_settings(settings)
+    # a calibration file that cannot be read or cannot serve System One's defaults,
+    calibration = read_calibration(settings)
     scorer = scorer if scorer is not None else build_scorer(settings)
-    # and so does a table fitted on another model or prompt.
+    # and a table fitted on another model or prompt.
     facts = scorer.health()
     calibration_file.check_binding(
-        settings.calibration,
+        calibration.table,
         settings.model,
         settings.revision,
         facts.get("prompt_version"),
@@ -285,7 +301,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     log_settings(log, settings)  # once every setting is known valid, before the (long) load
     engine = Engine(scorer)
     await engine.start()
-    server = Server(settings, engine, table)
+    server = Server(settings, engine, table, calibration)
     port = await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -293,7 +309,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     # once, and it must start a drain, not kill the process (-15) with the default action.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, server.reload, os.environ)
+    loop.add_signal_handler(signal.SIGHUP, server.reload)
     if (
         server.metrics_port is not None
     ):  # before the listening line: whoever reads that one may scrape at once

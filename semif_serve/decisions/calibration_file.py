@@ -1,7 +1,8 @@
 """The calibration file (SEMIF_CALIBRATION) read into a `Table`, and a fitted file's binding to its model.
 
-Rules: this module owns the file (both its forms) and the binding; calibration.py applies a
-table's temperatures. It knows nothing of HTTP, the engine or torch; the request model refuses
+Rules: this module owns the file (both its forms) and the binding, and alone reads it (`read`:
+the server at startup, service/reload.py on SIGHUP; the settings hold its path only);
+calibration.py applies a table's temperatures. It knows nothing of HTTP, the engine or torch; the request model refuses
 a workload or method the table lacks before scoring.
 
 Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
@@ -36,6 +37,7 @@ the mean per-option log-softmax that `combined.probabilities` renormalises.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -60,7 +62,11 @@ PRIOR_KEYS = frozenset({"prior", "decisions"})
 EMPTY: Mapping[str, float] = MappingProxyType({})
 
 
-class BindingMismatch(ValueError):
+class Refused(ValueError):
+    """The calibration file cannot be served: startup exits 2 (as a bad setting), a reload keeps the old table."""
+
+
+class BindingMismatch(Refused):
     """A bound calibration file names another model, revision, prompt version or dtype (startup refuses)."""
 
 
@@ -147,12 +153,17 @@ def _temperature(where: str, value: Any) -> float:
     return float(value)
 
 
-def _read(path: str) -> Any:
+def _bytes(path: str) -> bytes:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        with open(path, "rb") as handle:
+            return handle.read()
     except OSError as error:
         raise ValueError(f"{VARIABLE}: cannot read {path!r}: {error.strerror}") from None
+
+
+def _document(data: bytes, path: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
     except ValueError as error:
         raise ValueError(f"{VARIABLE}: {path!r} is not valid JSON: {error}") from None
 
@@ -304,10 +315,34 @@ def plain(temperatures: Mapping[str, float]) -> Table:
     )
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """The calibration served: its table and its file's sha256 (None without a file), which
+    /health and the metrics report so an operator sees which file a replica serves."""
+
+    table: Table = field(default_factory=Table)
+    sha256: str | None = None
+
+
+def read(path: str | None) -> Loaded:
+    """SEMIF_CALIBRATION's table and digest, both from one read of the file's bytes (so the digest
+    is of exactly what is served); no path, no table. Startup calls it before the model loads
+    (a refusal exits 2), a reload on SIGHUP (a refusal keeps the old table); raise Refused naming
+    the variable, the file and what is wrong."""
+    if path is None:
+        return Loaded()
+    try:
+        data = _bytes(path)
+        document = _document(data, path)
+        table = bound(document) if is_bound(document) else plain(_plain(document, path))
+    except ValueError as error:
+        raise Refused(str(error)) from None
+    return Loaded(table, hashlib.sha256(data).hexdigest())
+
+
 def load(path: str) -> Table:
-    """Read either form from `path`; raise ValueError naming the variable and what is wrong."""
-    document = _read(path)
-    return bound(document) if is_bound(document) else plain(_plain(document, path))
+    """Read either form from `path`; raise Refused (a ValueError) naming the variable and what is wrong."""
+    return read(path).table
 
 
 def as_table(value: Table | Mapping[str, float]) -> Table:

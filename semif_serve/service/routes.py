@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import logging
 import time
@@ -54,7 +53,7 @@ from ..http.exchange import (
     retry_after,
     route,
 )
-from ..systemone import assemble, catalogue, translate
+from ..systemone import assemble, catalogue, defaults, translate
 from . import callers
 from .admission import Admission
 from .wait_budget import OverBudget, WaitBudget
@@ -85,14 +84,6 @@ class Calibrated:
     policy: translate.Policy
     sha256: str | None  # of the SEMIF_CALIBRATION file; None without one
     loaded_at: float  # unix time
-
-
-def file_digest(path: str | None) -> str | None:
-    """A file's sha256 in hex (None for no file): which calibration a replica serves, for /health and metrics."""
-    if path is None:
-        return None
-    with open(path, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def any_content(content_type: bytes | None) -> None:
@@ -231,10 +222,12 @@ class Service:
         metrics: Handler = no_metrics,
         budget: WaitBudget | None = None,
         known: callers.Callers | None = None,
+        calibration: calibration_file.Loaded | None = None,
     ) -> None:
         """`admission` and `budget` are shared with whoever reports them (ops); `metrics` answers
         /metrics, whose answer lives in ops (the server hands it over);
-        `known` is the callers (None: read from the settings), replaced whole on reload."""
+        `known` is the callers and `calibration` the calibration (None: read from the settings),
+        each replaced whole on reload."""
         self.settings = settings
         self.engine = engine
         self.admission = (
@@ -255,12 +248,17 @@ class Service:
         # What a reloaded calibration must be bound to, as at startup (service/reload.py).
         self.dtype = facts.get("dtype")
         self.aliases = (facts["model"], *settings.model_aliases)
-        self.calibration = self.calibrated(
-            settings.calibration, file_digest(settings.calibration_path)
+        loaded = (
+            calibration
+            if calibration is not None
+            else calibration_file.read(settings.calibration_path)
         )
+        self.calibration = self.calibrated(loaded.table, loaded.sha256)
 
     def calibrated(self, table: calibration_file.Table, sha256: str | None) -> Calibrated:
-        """What a calibration table gives the routes: their request limits and the System One policy."""
+        """What a calibration table gives the routes: their request limits and the System One policy
+        (refused, calibration_file.Refused, where the table cannot serve System One's defaults)."""
+        defaults.check(table, self.settings.systemone_orderings, self.settings.systemone_workload)
         limits = request_model.Limits(
             self.settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
         )

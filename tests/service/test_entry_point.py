@@ -38,6 +38,10 @@ def run(**changes: str | None) -> subprocess.CompletedProcess[str]:
         ("SEMIF_DEVICE", "auto"),
         ("SEMIF_MODE", "serial"),
         ("SEMIF_MAX_INPUT_TOKENS", "0"),
+        # files a setting names, read by the server before the model loads
+        ("SEMIF_API_TOKENS_FILE", ""),
+        ("SEMIF_CALIBRATION", "/nonexistent/semif-calibration.json"),
+        ("SEMIF_SYSTEMONE_WORKLOAD", "unknown"),
     ],
 )
 def test_a_bad_setting_exits_2_with_one_line_and_no_traceback(name: str, value: str | None) -> None:

@@ -27,7 +27,7 @@ from semif_serve.service.admission import Admission
 from semif_serve.service.routes import Service, render
 from tests.bodies import BODY, ROW, SHARED
 from tests.fake_scorer import FakeScorer
-from tests.fakes import settings
+from tests.fakes import calibration, settings
 from tests.wire_client import (
     HEALTH,
     TOKEN,
@@ -336,9 +336,9 @@ async def service(fake: FakeScorer) -> Any:
             max_decisions=5,
             max_tokens=77,
             vram_cap_gib=2.5,
-            calibration={"b": 1.0, "a": 2.0},
         ),
         engine,
+        calibration=calibration({"b": 1.0, "a": 2.0}),
     )
     engine.close()
 

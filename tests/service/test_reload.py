@@ -188,6 +188,7 @@ async def test_a_file_that_fails_a_check_leaves_the_old_one_serving(tmp_path: Pa
                 bound({"other": {"none": 2.0}}),
                 "SEMIF_SYSTEMONE_WORKLOAD names 'triage', which SEMIF_CALIBRATION does not hold",
             ),
+            (None, f"SEMIF_CALIBRATION: cannot read {str(path)!r}: No such file or directory"),
         ]
         for text, mode, reason in bad_tokens:
             if text is None:
@@ -200,7 +201,10 @@ async def test_a_file_that_fails_a_check_leaves_the_old_one_serving(tmp_path: Pa
             assert (await request(process.port, "POST", "/decide", ROW, bearer(OLD))).status == 200
         replace(tokens, f"svc {OLD}\n")
         for text, reason in bad_calibrations:
-            replace(path, text)
+            if text is None:
+                path.unlink()
+            else:
+                replace(path, text)
             line = await process.reload("the calibration is unchanged")
             assert reason in line, line
             health = (await request(process.port, "GET", "/health")).json

@@ -30,10 +30,9 @@ def serving() -> Iterator[str]:
         2: calibration_file.Prior((0.6, 0.4), 8),
         3: calibration_file.Prior((0.5, 0.3, 0.2), 8),
     }
-    settings = server_settings(
-        calibration=calibration_file.Table(
-            {"triage": {"none": 1.5, "prior": 1.2}}, priors={"triage": priors}
-        )
+    settings = server_settings()
+    table = calibration_file.Table(
+        {"triage": {"none": 1.5, "prior": 1.2}}, priors={"triage": priors}
     )
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -42,7 +41,7 @@ def serving() -> Iterator[str]:
     async def start() -> Server:
         engine = Engine(StubScorer(settings))
         await engine.start()
-        server = Server(settings, engine)
+        server = Server(settings, engine, calibration=calibration_file.Loaded(table))
         await server.start()
         return server
 
