@@ -197,11 +197,11 @@ def _metrics(
         )
         return None
     return Metrics(
-        settings.max_queue,
-        in_progress,
-        open_connections,
         scorer_facts,
-        drain_seconds,
-        settings.shutdown_grace,
-        busy_refusals,
+        max_queue=settings.max_queue,
+        in_progress=in_progress,
+        open_connections=open_connections,
+        drain_seconds=drain_seconds,
+        shutdown_grace=settings.shutdown_grace,
+        busy_refusals=busy_refusals,
     )
