@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from .. import config
 from ..decisions import calibration_file
 from . import callers
-from .routes import Service, file_digest
+from .head_policy import Service
+from .loaded_calibration import file_digest
 
 log = logging.getLogger("semif_serve.reload")
 OK, INVALID = "ok", "invalid"  # semif_reloads_total's outcomes
