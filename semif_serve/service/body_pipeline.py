@@ -1,14 +1,16 @@
 """The body pipeline: what a POST's body goes through once its head was admitted, step by step, no I/O.
 
-Rule 1: six steps, in this order, each called in turn by `Pipeline.run`: `read` (the body as a
+Rule 1: six steps, in this order, each called in turn by `Pipeline.run` and written below it in
+that order: `read` (the body as a
 request, under the one calibration current at the read), `expand` (the request's rows and its one
 engine call, direct or shared), `within_budget` (with SEMIF_MAX_WAIT_S, the wait estimate admits
 the call or refuses it 429 before it joins the queue), `score` (the engine call), the view
 (decisions/viewing.py: SemIf's scores with the views beside them), `render` (the route's response
 and headers). A step refuses by raising ApiError; `run` makes that the reply, and no
 later step runs, so a refused body never reaches the scorer.
-Rule 2: a route's reader (`Reader`) is the step it declares: the request it reads is all the later
-steps need. A System One body carries its plan (`Read.plan`), which `render` answers from.
+Rule 2: a POST route declares its read step (a `Reader`, in service/head_policy.py's ROUTES); the
+`Read` it returns is all the later steps need: a System One body's carries its plan, which `render`
+answers from.
 Rule 3: the scorer's failures (engine/scorer.py) become envelopes in one place, `Pipeline.score`; a
 bug in read, view or render is a 500 in the envelope (C3), never a dropped connection.
 
@@ -100,7 +102,7 @@ class Pipeline:
         call = None
         try:
             read = self.read(reader, current, body)
-            call, rows = expand(read.request)
+            call, rows = self.expand(read.request)
             scored = await self.within_budget(rows, call)
         except ApiError as error:
             return Reply.error(error, call)
@@ -129,6 +131,13 @@ class Pipeline:
         except Exception:  # noqa: BLE001 - only parsing is in here: the scorer's failures have their own table
             log.exception("failed to read a request body")
             raise ApiError("scoring_failed", "failed to read the request") from None
+
+    @staticmethod
+    def expand(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
+        """Step 2: the rows a request scores and the one engine call it makes (request_model: direct
+        or shared)."""
+        rows = request.rows()
+        return CallTiming(request.kind, len(rows)), rows
 
     async def within_budget(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
         """Step 3: the engine call (step 4), once the wait budget (if any) admits the request: refused,
@@ -185,12 +194,6 @@ class Pipeline:
                 self.budget.estimator.recent.per_call(call.kind),
                 self.budget.seconds,
             )
-
-
-def expand(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
-    """Step 2: the rows a request scores and the one engine call it makes (request_model: direct or shared)."""
-    rows = request.rows()
-    return CallTiming(request.kind, len(rows)), rows
 
 
 def busy(over: OverBudget) -> ApiError:
