@@ -38,14 +38,14 @@ from .engine.worker import Engine
 from .errors import ApiError, envelope
 from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
-from .http.exchange import Answer, Head, Reply, Ticket
+from .http.exchange import Answer, Exchange, Head, Reply, Ticket
 from .ops import logs
 from .ops.logs import log_settings
 from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
 from .service import callers, reload
 from .service.admission import Admission
-from .service.routes import METRICS_ROUTES, ROUTES, Endpoint, Service
+from .service.head_policy import METRICS_ROUTES, ROUTES, Endpoint, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
 from .systemone import defaults
 
@@ -86,11 +86,11 @@ class Server:
         self,
         settings: Settings,
         engine: Engine,
-        table: callers.Callers | None = None,
+        known_callers: callers.Callers | None = None,
         calibration: calibration_file.Loaded | None = None,
     ) -> None:
-        """`table` and `calibration`: the callers and the calibration, read before the model loaded
-        (None: read from the settings now)."""
+        """`known_callers` and `calibration`: the callers and the calibration, read before the model
+        loaded (None: read from the settings now)."""
         self.settings = settings
         self.engine = engine
         self.drain = Drain(time.monotonic)
@@ -124,7 +124,7 @@ class Server:
             admission,
             metrics=lambda head: ops.metrics_reply(),
             budget=budget,
-            known=table,
+            known=known_callers,
             calibration=calibration,
         )
         # Every observer is wired here: the engine's scorer calls to the window of recent calls first (what
@@ -132,7 +132,7 @@ class Server:
         # over budget to the metrics.
         engine.observers.append(recent.scorer_call)
         if budget is not None:
-            engine.observers.append(self.service.scorer_call)
+            engine.observers.append(self.service.pipeline.scorer_call)
         engine.observers.append(self.ops.scorer_call)
         self._calibration_shown()
         if budget is not None and ops.metrics is not None:
@@ -179,8 +179,8 @@ class Server:
         cap: int,
         routes: Mapping[bytes, Endpoint],
     ) -> tuple[asyncio.base_events.Server, int]:
-        def answer(head: Head) -> Reply | Ticket:
-            return self.service.answer(head, routes)
+        def answer(head: Head, exchange: Exchange) -> Reply | Ticket:
+            return self.service.answer(head, exchange, routes)
 
         def accept(channel: Channel) -> None:
             self._accept(channel, connections, cap, answer)
@@ -285,7 +285,7 @@ def read_calibration(settings: Settings) -> calibration_file.Loaded:
 async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
     # Before the model loads: a tokens file that cannot be used refuses startup (exit 2, as a bad setting),
-    table = callers.for_settings(settings)
+    known_callers = callers.for_settings(settings)
     # a calibration file that cannot be read or cannot serve System One's defaults,
     calibration = read_calibration(settings)
     scorer = scorer if scorer is not None else build_scorer(settings)
@@ -301,7 +301,7 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     log_settings(log, settings)  # once every setting is known valid, before the (long) load
     engine = Engine(scorer)
     await engine.start()
-    server = Server(settings, engine, table, calibration)
+    server = Server(settings, engine, known_callers, calibration)
     port = await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -33,7 +33,7 @@ from typing import Any
 from . import prior as position_prior
 from .methods import ORDERINGS, TABLE
 from .numerics import log_softmax, softmax
-from .views import Averaged, Calibrated, Combined, Prior
+from .views import Averaged, CalibratedView, Combined, DividedPrior
 
 METHODS: tuple[str, ...] = tuple(name for name in ORDERINGS if not TABLE[name].needs_prior)
 MAX_ALL_OPTIONS = 4
@@ -151,7 +151,7 @@ def combine(
     row: Mapping[str, Any],
     method: str,
     results: Sequence[Mapping[str, Any]],
-    temper: Callable[[list[float]], Calibrated] | None = None,
+    temper: Callable[[list[float]], CalibratedView] | None = None,
     prior: Sequence[float] | None = None,
 ) -> Averaged:
     """The averaged result for one decision from its expanded rows' results, in expansion order.
@@ -195,7 +195,7 @@ def combine(
         top,
         1.0 if prior is not None else tops.count(top) / len(scored),
         spread,
-        None if prior is None else Prior(tuple(prior)),
+        None if prior is None else DividedPrior(tuple(prior)),
         None if temper is None else temper(scores),
     )
     return Averaged(row["id"], option_ids, combined, list(results))

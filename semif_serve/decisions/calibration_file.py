@@ -81,7 +81,7 @@ class Binding:
 
 
 @dataclass(frozen=True)
-class Prior:
+class FittedPrior:
     """One fitted (workload, n): the prior over n positions, and how many decisions it came from."""
 
     prior: tuple[float, ...]
@@ -91,13 +91,13 @@ class Prior:
 @dataclass(frozen=True)
 class Table(Mapping[str, Mapping[str, float]]):
     """workload -> {method: T}, with the binding and fit summary of a bound file (None for plain),
-    and (extension) workload -> {n: Prior}. Every workload either names is a key; one with
+    and (extension) workload -> {n: FittedPrior}. Every workload either names is a key; one with
     priors only maps to no temperatures."""
 
     temperatures: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     binding: Binding | None = None
     fitted: Mapping[str, Any] | None = None
-    priors: Mapping[str, Mapping[int, Prior]] = field(default_factory=dict)
+    priors: Mapping[str, Mapping[int, FittedPrior]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         frozen = {
@@ -251,8 +251,8 @@ def _option_count(name: str, key: str) -> int:
     return int(key)
 
 
-def _prior(name: str, key: str, value: Any) -> tuple[int, Prior]:
-    """One entry `"<n>": {prior, decisions}`, as (n, Prior)."""
+def _prior(name: str, key: str, value: Any) -> tuple[int, FittedPrior]:
+    """One entry `"<n>": {prior, decisions}`, as (n, FittedPrior)."""
     n = _option_count(name, key)
     where = f"{VARIABLE}: priors {name!r} entry {key!r}"
     if not isinstance(value, dict) or set(value) != PRIOR_KEYS:
@@ -264,10 +264,10 @@ def _prior(name: str, key: str, value: Any) -> tuple[int, Prior]:
         prior = position_prior.checked(value["prior"], n)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
-    return n, Prior(prior, decisions)
+    return n, FittedPrior(prior, decisions)
 
 
-def _priors(document: Mapping[str, Any]) -> dict[str, dict[int, Prior]]:
+def _priors(document: Mapping[str, Any]) -> dict[str, dict[int, FittedPrior]]:
     """The optional "priors" object: every workload with at least one option count, each entry checked."""
     priors = {}
     for name, entries in _object(document, "priors", "{workload: {n: {prior, decisions}}}").items():

@@ -356,13 +356,13 @@ class HttpConnection:
             return False  # ConnectionClosed between requests
         fields = Fields(event)
         self.received = len(raw)
-        self.exchange = self.ops.begin(event, fields.once(b"x-request-id"))
+        exchange = self.exchange = self.ops.begin(event, fields.once(b"x-request-id"))
         refusal = head_refusal(raw, fields)
         if refusal is not None:  # ambiguous: close rather than guess where the next head begins
             await self._refuse(refusal)
             return False
         try:
-            return await self._dispatch(event, fields)
+            return await self._dispatch(event, fields, exchange)
         except Deadline:
             await self._refuse(ApiError("request_timeout", "request body not received in time"))
         except h11.RemoteProtocolError as error:
@@ -379,13 +379,15 @@ class HttpConnection:
         message = excerpt(str(error).split(": bytearray(", 1)[0], 120) or "malformed request"
         await self._refuse(ApiError(code, message))
 
-    async def _dispatch(self, request: h11.Request, fields: Fields) -> bool:
-        """Ask the application once, then read the body a ticket takes."""
+    async def _dispatch(self, request: h11.Request, fields: Fields, exchange: Exchange) -> bool:
+        """Ask the application once (with the exchange's record, where it names the caller), then
+        read the body a ticket takes."""
         unread = fields.has_body
         if not unread:  # an empty body: let h11 reach EndOfMessage so the connection can be reused
             await self._next_event(self.clock() + self.settings.body_timeout)
             self.phase = after(self.phase, Step.NO_BODY)
-        answer = self.answer(Head(request.method, request.target, fields.first, self.drain.active))
+        head = Head(request.method, request.target, fields.first, self.drain.active)
+        answer = self.answer(head, exchange)
         if isinstance(answer, Reply):
             await self._send(answer, close=unread or answer.close)
             return self._reusable()

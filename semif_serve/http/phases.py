@@ -59,7 +59,7 @@ for _name in Step.__annotations__:
     setattr(Step, _name, Step(_name))
 
 # phase -> step -> the next phase. A REPLY before the request is read whole is a refusal.
-TABLE: dict[Phase, dict[Step, Phase]] = {
+TRANSITIONS: dict[Phase, dict[Step, Phase]] = {
     Phase.WAITING: {Step.BEGUN: Phase.HEAD, Step.REPLY: Phase.REFUSING, Step.CLOSE: Phase.CLOSING},
     Phase.HEAD: {
         Step.NO_BODY: Phase.HEARD,
@@ -87,6 +87,6 @@ class IllegalStep(RuntimeError):
 def after(phase: Phase, step: Step) -> Phase:
     """The phase `step` leads to from `phase`; IllegalStep where the table lists none."""
     try:
-        return TABLE[phase][step]
+        return TRANSITIONS[phase][step]
     except KeyError:
         raise IllegalStep(f"connection phase {phase.name} has no step {step.name}") from None

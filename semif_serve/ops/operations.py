@@ -122,7 +122,8 @@ class Operations:
     def finish(
         self, exchange: Exchange, reply: Reply, peer: str, bytes_in: int, bytes_out: int
     ) -> None:
-        """The response is written (the wire read `bytes_in` of the request): log it and count it."""
+        """The response is written (the wire read `bytes_in` of the request): log it and count it,
+        under the exchange's caller (named by the application once the bearer passed; "-": none)."""
         total = time.perf_counter() - exchange.started
         found = reply.route
         if found is not None:  # its path is its label, and what the log shows (routing read it so)
@@ -130,15 +131,15 @@ class Operations:
         else:
             path, route = self._unrouted(exchange)
         if self.metrics is not None:
-            self.metrics.request(route, reply.status, reply.code, total, reply.caller)
-            self.metrics.decisions(reply.decision_methods, reply.caller)
+            self.metrics.request(route, reply.status, reply.code, total, exchange.caller)
+            self.metrics.decisions(reply.decision_methods, exchange.caller)
         if self.access_log:
             timing = reply.timing
             access_log.write(
                 access_log.AccessRecord(
                     exchange.request_id,
                     peer,
-                    reply.caller,
+                    exchange.caller,
                     exchange.method,
                     path,
                     reply.status,

@@ -17,7 +17,7 @@ import logging
 
 from ..decisions import calibration_file
 from . import callers
-from .routes import Service
+from .head_policy import Service
 
 log = logging.getLogger("semif_serve.reload")
 OK, INVALID = "ok", "invalid"  # semif_reloads_total's outcomes

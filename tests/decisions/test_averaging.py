@@ -24,7 +24,7 @@ from semif_serve.decisions.averaging import (
     expand,
     permutations,
 )
-from semif_serve.decisions.views import Calibrated, as_json
+from semif_serve.decisions.views import CalibratedView, as_json
 from tests.reference import softmax
 
 LETTERS = "abcdefghijklmnop"  # 16 ids, the contract's maximum option count
@@ -358,7 +358,7 @@ def test_combine_under_the_prior_matches_the_worked_example() -> None:
             row,
             "prior",
             [result],
-            lambda scores: tempered.append(scores) or Calibrated("w", 1.0, [0.5, 0.5]),
+            lambda scores: tempered.append(scores) or CalibratedView("w", 1.0, [0.5, 0.5]),
             prior=WORKED_PRIOR,
         )
     )

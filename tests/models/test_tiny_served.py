@@ -159,7 +159,9 @@ async def test_the_prior_end_to_end_fitted_and_served_through_the_server(
     assert entry["prior"] == pytest.approx(prior.workload_prior(theirs), abs=1e-6)
 
     table = calibration_file.Table(
-        priors={"urgent": {3: calibration_file.Prior(tuple(entry["prior"]), entry["decisions"])}}
+        priors={
+            "urgent": {3: calibration_file.FittedPrior(tuple(entry["prior"]), entry["decisions"])}
+        }
     )
     server = await start_server(TorchScorer(tiny_settings), calibration=table)
     response = await request(

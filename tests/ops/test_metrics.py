@@ -32,8 +32,8 @@ async def test_decisions_are_counted_by_method_and_a_prior_decision_is_one_row(
     table = calibration_file.Table(
         priors={
             "triage": {
-                2: calibration_file.Prior((0.6, 0.4), 8),
-                3: calibration_file.Prior((0.5, 0.3, 0.2), 8),
+                2: calibration_file.FittedPrior((0.6, 0.4), 8),
+                3: calibration_file.FittedPrior((0.5, 0.3, 0.2), 8),
             }
         }
     )

@@ -17,7 +17,7 @@ import pytest
 from semif_serve.engine.worker import Engine
 from semif_serve.errors import ApiError
 from semif_serve.service.callers import MAX_CALLERS
-from semif_serve.service.routes import Service
+from semif_serve.service.head_policy import Service
 from tests.bodies import BODY, ROW
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings

@@ -27,8 +27,8 @@ def serving() -> Iterator[str]:
     # "triage": the plain table's none temperature, plus (issue 29) priors over 2 and 3 options
     # and a temperature for "prior", so every result shape can be asked for.
     priors = {
-        2: calibration_file.Prior((0.6, 0.4), 8),
-        3: calibration_file.Prior((0.5, 0.3, 0.2), 8),
+        2: calibration_file.FittedPrior((0.6, 0.4), 8),
+        3: calibration_file.FittedPrior((0.5, 0.3, 0.2), 8),
     }
     settings = server_settings()
     table = calibration_file.Table(
