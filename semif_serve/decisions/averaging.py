@@ -1,4 +1,4 @@
-"""Order averaging (0.1.3): score a decision under several option orders and combine.
+"""Order averaging: score a decision under several option orders and combine.
 
 SemIf reads option-letter logits, so a model that favours a position (say, "A")
 biases every answer. Scoring each ordering and averaging log-probabilities per

@@ -14,7 +14,7 @@ Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
   temperature fitted on one model's logits means nothing on another's, so the
   file names what it was fitted on, and startup refuses it unless the model,
   revision and prompt version loaded are exactly those (`check_binding`).
-  *Extension (issue 38):* and the dtype served: an optional `"dtype"` (float32 or
+  *Extension:* and the dtype served: an optional `"dtype"` (float32 or
   bfloat16; absent means float32, so every earlier file loads as it did), since
   bfloat16 logits are not float32's.
 

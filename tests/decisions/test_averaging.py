@@ -1,4 +1,4 @@
-"""Order averaging (contract: "Order averaging (0.1.3)"): expansion and arithmetic.
+"""Order averaging (the contract's "Order averaging"): expansion and arithmetic.
 
 Fake SemIf results are built from the expanded rows themselves, so every check
 goes through the same option-id mapping a real shared call would.
@@ -333,7 +333,7 @@ def test_each_refusal_says_exactly_what_it_cannot_compute() -> None:
         assert str(refused.value) == message
 
 
-# --- orderings "prior" (issue 29): one row, the caller's order, the prior divided out ---------
+# --- orderings "prior" (extension): one row, the caller's order, the prior divided out ---------
 
 ROOT6 = math.sqrt(6.0)
 WORKED_PRIOR = [

@@ -1,4 +1,4 @@
-"""The bound calibration file, the binding check and the calibrated averaged view (issue 10).
+"""The bound calibration file, the binding check and the calibrated averaged view (extensions).
 
 Unit level: files on disk through calibration_file.load and the server's startup read, the binding
 check against what is loaded, and the view arithmetic under hypothesis.

@@ -1,4 +1,4 @@
-"""Position priors in the calibration file (issue 29): what loads, and each refusal's exact line.
+"""Position priors in the calibration file (extension): what loads, and each refusal's exact line.
 
 Startup prints a refusal as its one line, so each names the variable, the workload and the
 entry it is about. In process through `calibration_file.load`; the real process's refusal is in

@@ -1,4 +1,4 @@
-"""Orderings "prior" on a real socket (issue 29): one row per decision, the rotations' answer.
+"""Orderings "prior" on a real socket (extension): one row per decision, the rotations' answer.
 
 The scripted scorer's logits are each option's description length plus a known additive
 bias per position (tests/fake_scorer.py `biased`): exactly the bias PriDe models. The prior

@@ -129,7 +129,7 @@ async def test_rotations_end_to_end(
 async def test_the_prior_end_to_end_fitted_and_served_through_the_server(
     start_server, tiny_settings, tiny_reference, tiny_metadata
 ) -> None:
-    """Issue 29 on real torch: a prior fitted from served rotations (as the bench fits it) equals the one
+    """The position prior on real torch: a prior fitted from served rotations (as the bench fits it) equals the one
     fitted from SemIf's own rotations, and a prior decision is SemIf's one row, divided by it."""
     fitting = await start_server(TorchScorer(tiny_settings))
     questions = [f"Question {k}: is this urgent?" for k in range(prior.MIN_DECISIONS)]

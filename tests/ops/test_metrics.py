@@ -28,7 +28,7 @@ def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
 async def test_decisions_are_counted_by_method_and_a_prior_decision_is_one_row(
     start_server, fake
 ) -> None:
-    """Issue 29: semif_decisions_total{method} counts answered decisions; refused ones are not decisions."""
+    """semif_decisions_total{method} counts answered decisions; refused ones are not decisions."""
     table = calibration_file.Table(
         priors={
             "triage": {

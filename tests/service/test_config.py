@@ -360,7 +360,7 @@ def test_the_entry_point_usage(entry_env, capsys, argv: list[str], status: int) 
     assert capsys.readouterr().err.startswith("usage: semif-serve")
 
 
-# -- the callers (extension, issue 39) ----------------------------------------------------------
+# -- the callers (extension) -------------------------------------------------------------------
 
 
 def tokens_file(tmp_path: Path, text: str = f"alice {'a' * 32}\nbob {'b' * 32}\n") -> str:

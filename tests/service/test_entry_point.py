@@ -34,7 +34,7 @@ def run(**changes: str | None) -> subprocess.CompletedProcess[str]:
         ("SEMIF_PORT", "0"),
         ("SEMIF_API_TOKEN", None),
         ("SEMIF_API_TOKEN", "short"),
-        # SemIf's own server's settings (issue 30): refused naming them, never ignored
+        # SemIf's own server's settings: refused naming them, never ignored
         ("SEMIF_DEVICE", "auto"),
         ("SEMIF_MODE", "serial"),
         ("SEMIF_MAX_INPUT_TOKENS", "0"),

@@ -24,7 +24,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @contextlib.contextmanager
 def serving() -> Iterator[str]:
     """A stub server on its own event loop in a thread: schemathesis calls block."""
-    # "triage": the plain table's none temperature, plus (issue 29) priors over 2 and 3 options
+    # "triage": the plain table's none temperature, plus (extension) priors over 2 and 3 options
     # and a temperature for "prior", so every result shape can be asked for.
     priors = {
         2: calibration_file.FittedPrior((0.6, 0.4), 8),

@@ -218,7 +218,7 @@ def test_confidence_never_exceeds_one_even_when_a_distribution_overshoots() -> N
     assert assemble.confidence([1.0 + 1e-9, 0.0]) == 1.0
 
 
-# -- orderings "prior" (issue 29): the debiased view, or its calibrated view where a temperature exists ------
+# -- orderings "prior" (extension): the debiased view, or its calibrated view where a temperature exists ------
 
 DEBIASED = {"u": [0.35, 0.65], "d": [0.5, 0.2, 0.3], "f": [0.7, 0.1, 0.1, 0.1]}
 DEBIASED_TEMPERED = {"u": [0.45, 0.55], "d": [0.2, 0.2, 0.6], "f": [0.1, 0.1, 0.1, 0.7]}

@@ -95,7 +95,7 @@ ENTRY_CASES = [
     (
         {"SEMIF_API_KEY": "short"},
         "SEMIF_API_KEY",
-    ),  # SemIf's names (issue 30): the refusal names what was written
+    ),  # SemIf's server's names: the refusal names what was written
     ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MAX_INPUT_TOKENS": "x"}, "SEMIF_MAX_INPUT_TOKENS"),
     ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_DEVICE": "auto"}, "SEMIF_DEVICE"),
     ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MODE": "shared"}, "SEMIF_MODE"),
@@ -169,7 +169,7 @@ def test_an_unknown_default_workload_is_told_what_the_table_holds(tmp_path: Path
     )
 
 
-# -- SemIf's own server's settings (issue 30) ---------------------------------------------------
+# -- SemIf's own server's settings -----------------------------------------------------------
 
 KEY = "k" * 40  # a valid token that is not TOKEN
 
@@ -261,7 +261,7 @@ def test_each_semif_only_setting_is_refused_naming_what_to_set_here(name: str) -
         assert config.load({"SEMIF_API_TOKEN": TOKEN, name: same}).api_token == TOKEN
 
 
-# -- SEMIF_SYSTEMONE_ORDERINGS=prior (issue 29): the default workload needs priors, not a temperature ----------
+# -- SEMIF_SYSTEMONE_ORDERINGS=prior (extension): the default workload needs priors, not a temperature ----------
 
 
 def with_priors(tmp_path: Path, **env: str) -> config.Settings:

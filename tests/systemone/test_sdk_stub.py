@@ -148,7 +148,7 @@ async def test_the_server_defaults_average_and_calibrate_a_caller_that_sends_onl
     )
 
 
-# -- orderings "prior" (issue 29): one row per question, the debiased view, or its calibrated view ----
+# -- orderings "prior" (extension): one row per question, the debiased view, or its calibrated view ----
 
 # "triage" has a temperature for "prior", "sorting" none; both have priors over 2 and 3 options (QUESTIONS' counts).
 PRIORS = {
