@@ -31,6 +31,9 @@ USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT 
 
 
 def _serve() -> int:
+    from .ops import hangup
+
+    hangup.hold()  # first: from here a SIGHUP never kills a starting server (ops/hangup.py)
     try:
         settings = config.load()
     except ValueError as error:

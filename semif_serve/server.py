@@ -6,7 +6,8 @@ within the grace period, answers any still waiting 503, and exits 0. The port
 opens only after the model has loaded and warmed up (`Engine.start`), so a
 connection refused means "not ready yet" and a 503 `draining` means "leaving".
 On SIGHUP it re-reads the tokens file and SEMIF_CALIBRATION (service/reload.py), each
-swapped in whole or, when invalid, not at all.
+swapped in whole or, when invalid, not at all; one received while it starts is applied once it
+is ready, and one while it stops is ignored (ops/hangup.py), so a SIGHUP never kills it.
 Every effective setting is logged once at startup, the token redacted. Here the
 parts meet: one Admission shared by the service (which takes and frees slots) and
 ops (which reports it), with SEMIF_MAX_WAIT_S the WaitBudget beside it, ops's
@@ -41,6 +42,7 @@ from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
 from .http.exchange import Answer, Head, Reply, Ticket
 from .ops import logs
+from .ops.hangup import Hangups
 from .ops.logs import log_settings
 from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
@@ -272,6 +274,8 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
     # Before the model loads: a tokens file that cannot be used refuses startup (exit 2, as a bad setting),
     table = callers.for_settings(settings)
+    loop = asyncio.get_running_loop()
+    hangups = Hangups(loop)  # a SIGHUP from now on is logged, applied once ready (ops/hangup.py)
     scorer = scorer if scorer is not None else build_scorer(settings)
     # and so does a table fitted on another model or prompt.
     facts = scorer.health()
@@ -288,12 +292,11 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     server = Server(settings, engine, table)
     port = await server.start()
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     # The handlers go in before the listening line: whoever reads that line may send SIGTERM at
     # once, and it must start a drain, not kill the process (-15) with the default action.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, server.reload, os.environ)
+    hangups.ready(lambda: server.reload(os.environ))
     if (
         server.metrics_port is not None
     ):  # before the listening line: whoever reads that one may scrape at once
@@ -317,9 +320,10 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     try:
         await stop.wait()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
+        hangups.stopping()
     log.info("shutting down: draining %d connection(s)", len(server.connections))
     try:
         await server.shutdown()

@@ -252,3 +252,15 @@ async def test_with_the_one_token_sighup_reloads_the_calibration_only(tmp_path: 
         assert sample(metrics, "semif_reloads_total", file="tokens", outcome="ok") == 0
     finally:
         await stop(process)
+
+
+async def test_a_sighup_while_draining_is_ignored_and_kills_nothing() -> None:
+    process = await Process.start(SEMIF_STUB_DELAY_MS="1500", SEMIF_LOG_FLUSH_S="0")
+    held = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
+    await asyncio.wait_for(process.in_flight(), 10)
+    process.proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(process.wait_for_line("shutting down"), 10)
+    process.proc.send_signal(signal.SIGHUP)
+    await asyncio.wait_for(process.wait_for_line("SIGHUP while shutting down: ignored"), 10)
+    assert (await held).status == 200  # the drain went on
+    assert await process.exit_code(10) == 0
