@@ -42,6 +42,7 @@ def _serve() -> int:
     from .ops.logs import configure
 
     configure(settings.log_format, settings.log_flush_s)
+    from .ops.pid_file import PidFileError
     from .server import serve
     from .service.callers import TokensFileError
 
@@ -51,7 +52,8 @@ def _serve() -> int:
     except (
         calibration_file.BindingMismatch,
         TokensFileError,
-    ) as error:  # an invalid setting, found once the scorer is known or the tokens file read
+        PidFileError,
+    ) as error:  # an invalid setting, found once the scorer is known or a file read
         _refusal(settings, str(error))
         return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam

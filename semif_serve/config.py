@@ -141,6 +141,8 @@ class Settings:
     model_aliases: tuple[str, ...] = DEFAULT_ALIASES
     systemone_orderings: str = "none"
     systemone_workload: str | None = None
+    # Extension: where the ready server writes its pid, as nginx's pid file (ops/pid_file.py); None: nowhere.
+    pid_file: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calibration", calibration_file.as_table(self.calibration))
@@ -371,6 +373,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         log_flush_s=_log_flush(env),
         event_loop=_event_loop(env),
         **_systemone(env, calibration_table),
+        pid_file=_pid_file(env),
     )
 
 
@@ -480,3 +483,11 @@ def _systemone(env: Mapping[str, str], table: calibration_file.Table) -> _System
         "systemone_orderings": orderings,
         "systemone_workload": workload,
     }
+
+
+def _pid_file(env: Mapping[str, str]) -> str | None:
+    """SEMIF_PID_FILE: a path, or unset for none; empty is refused (it names no file)."""
+    path = env.get("SEMIF_PID_FILE")
+    if path == "":
+        raise ValueError("SEMIF_PID_FILE must not be empty (unset it for no pid file)")
+    return path

@@ -41,7 +41,7 @@ from .errors import ApiError, envelope
 from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
 from .http.exchange import Answer, Head, Reply, Ticket
-from .ops import logs
+from .ops import logs, pid_file
 from .ops.hangup import Hangups
 from .ops.logs import log_settings
 from .ops.operations import Operations
@@ -274,6 +274,8 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
     # Before the model loads: a tokens file that cannot be used refuses startup (exit 2, as a bad setting),
     table = callers.for_settings(settings)
+    if settings.pid_file is not None:  # and so does a pid file another live server holds
+        pid_file.check(settings.pid_file)
     loop = asyncio.get_running_loop()
     hangups = Hangups(loop)  # a SIGHUP from now on is logged, applied once ready (ops/hangup.py)
     scorer = scorer if scorer is not None else build_scorer(settings)
@@ -297,6 +299,8 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     hangups.ready(lambda: server.reload(os.environ))
+    if settings.pid_file is not None:  # ready: the port is open and a SIGHUP reloads
+        pid_file.write(settings.pid_file)
     if (
         server.metrics_port is not None
     ):  # before the listening line: whoever reads that one may scrape at once
@@ -331,4 +335,6 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
         if flusher is not None:
             flusher.cancel()
         logs.flush()  # the lines of the drain itself; cli.py's logging.shutdown() flushes once more before exit
+        if settings.pid_file is not None:
+            pid_file.remove(settings.pid_file)
     return 0

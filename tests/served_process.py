@@ -46,16 +46,20 @@ class Process:
         return process
 
     @classmethod
-    async def launch(cls, without: tuple[str, ...] = (), **env: str) -> Process:
-        """As `start`, but returned at once, while it starts (for a signal sent before it is ready)."""
+    async def launch(cls, without: tuple[str, ...] = (), before: str = "", **env: str) -> Process:
+        """As `start`, but returned at once, while it starts (for a signal sent before it is ready).
+        `before`: a bash command the child runs first, then becomes the server (`exec`, same pid)."""
         port = free_port()
         environ = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
         environ.update(SEMIF_API_TOKEN=TOKEN, SEMIF_SCORER="stub", SEMIF_PORT=str(port))
         environ.update(env)
         for name in without:
             del environ[name]
+        argv = [sys.executable, "-m", "semif_serve"]
+        if before:
+            argv = ["bash", "-c", f'{before} && exec "$@"', "bash", *argv]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "semif_serve", env=environ, stderr=asyncio.subprocess.PIPE
+            *argv, env=environ, stderr=asyncio.subprocess.PIPE
         )
         return cls(proc, port)
 
