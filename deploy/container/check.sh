@@ -131,6 +131,18 @@ echo "HEALTHCHECK: $health"
     || fail "/metrics did not answer on the metrics port $metrics_port"
 echo "metrics port $metrics_port: /metrics 200"
 
+step reload
+# docs/operating.md's podman line: SIGHUP to the container's PID 1 by the container's name. The token
+# is SEMIF_API_TOKEN's, so the reload logs that it is not reloadable, and the server keeps serving.
+"${PODMAN[@]}" kill --signal HUP semif-check-tiny >/dev/null || fail "podman kill --signal HUP"
+for _ in $(seq 50); do
+    "${PODMAN[@]}" logs semif-check-tiny 2>&1 | grep -q 'not reloadable' && break
+    sleep 0.2
+done
+"${PODMAN[@]}" logs semif-check-tiny 2>&1 | grep -q 'not reloadable' || fail "SIGHUP: no reload line in the log"
+probe wait "http://127.0.0.1:$HOST_PORT$health_path" --seconds 10 || fail "SIGHUP stopped the server"
+echo "SIGHUP by podman kill: reloaded, still serving"
+
 step parity
 probe decide "http://127.0.0.1:$HOST_PORT" --out "$WORK/inside.json" || fail "/decide in the container"
 HF_HOME="$models" HF_HUB_OFFLINE=1 SEMIF_SCORER=fastjev SEMIF_PORT=$OUTSIDE_PORT SEMIF_DEVICE=cpu \

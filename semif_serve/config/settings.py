@@ -268,6 +268,14 @@ class Settings:
             "(empty: none)",
         ),
     )
+    pid_file: str | None = field(
+        default=None,
+        metadata=env(
+            "SEMIF_PID_FILE",
+            parsers.path,
+            "extension: where the ready server writes its pid, as nginx's pid file (ops/pid_file.py)",
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.max_queue_per_caller is None:

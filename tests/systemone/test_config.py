@@ -205,12 +205,14 @@ def test_semifs_name_for_one_of_our_settings_is_read_as_ours(
     [
         (
             {"SEMIF_API_KEY": "short"},
-            "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126) "
+            "SEMIF_API_KEY is shorter than 32 characters; it must be at least 32 characters of "
+            "visible ASCII (33-126) "
             "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)",
         ),
         (
             {"SEMIF_API_KEY": ""},
-            "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126) "
+            "SEMIF_API_KEY is shorter than 32 characters; it must be at least 32 characters of "
+            "visible ASCII (33-126) "
             "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)",
         ),
         (
