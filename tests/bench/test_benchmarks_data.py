@@ -48,9 +48,7 @@ def requests() -> list[dict[str, Any]]:
             "gold": gold,
         }
         for k in range(len(choices)):
-            out.append(
-                {"doc": doc, "doc_id": number, "native_id": native, "idx": k, "request": {}}
-            )
+            out.append({"doc": doc, "doc_id": number, "native_id": native, "idx": k, "request": {}})
     unconditional = {**out[0], "doc_id": data.UNCONDITIONAL, "doc": {**out[0]["doc"], "gold": 3}}
     return [unconditional, *out]  # first: deduplication alone would keep it
 
