@@ -1,4 +1,4 @@
-"""`python -m bench prior --url URL --data FILE.jsonl --out calibration.json [--workload W] [--split fit]`.
+"""`python -m bench prior (--url URL --data FILE.jsonl | --results RUN...) --out calibration.json [--split fit]`.
 
 Fits PriDe's position prior (Zheng et al., ICLR 2024) through a running server:
 each decision is asked once with `orderings: "rotations"` (its n cyclic
@@ -17,6 +17,9 @@ threshold of method `adaptive` (bench/labelled/escalation.py): the lowest margin
 the adaptive answer's top equals the rotations' top on at least --target of the decisions,
 each decision judged with the prior of the others (leave one out). How it was fitted goes in
 `fitted.priors.threshold`.
+
+--results fits from a saved `evaluate --derive` run instead (its rows kept their rotations'
+results), so a long scoring run can be resumed with `evaluate --journal` and fitted after.
 
 Rules:
 1. The arithmetic is the server package's (`semif_serve.decisions.prior`): `decision_prior`
@@ -112,6 +115,29 @@ def decision(row: labelled.Row, answer: dict[str, Any]) -> Decision:
         "rotations_top": ids.index(answer["combined"]["top"]),
         "results": scoring.kept(results),
     }
+
+
+def from_run(saved: dict[str, Any]) -> tuple[list[labelled.Row], dict[str, Decision], set[Any]]:
+    """The decisions of a saved `evaluate --derive` run that kept their rotations (no forward pass):
+    rows shaped for `groups`, each one's decision, and the prompt versions behind them."""
+    rows, decided, versions = [], {}, set()
+    for kept in saved["rows"]:
+        record = kept["methods"].get(METHOD)
+        if record is None or "results" not in record:
+            continue
+        results = record["results"]
+        ids = list(results[0]["option_ids"])
+        row = {"id": kept["id"], "options": [{"id": i} for i in ids], "split": kept["split"]}
+        if kept.get("workload"):
+            row["workload"] = kept["workload"]
+        rows.append(row)
+        decided[kept["id"]] = decision(
+            row, {"orderings": results, "combined": {"top": ids[record["top"]]}}
+        )
+        versions.add(record.get("prompt_version"))
+    if not rows:
+        raise CalibrationError("the saved run kept no rotation results: run evaluate with --derive")
+    return rows, decided, versions
 
 
 async def score(
@@ -210,10 +236,17 @@ def parser() -> argparse.ArgumentParser:
         epilog=f"A (workload, option count) with fewer than {pride.MIN_DECISIONS} decisions is "
         "not fitted; the command says which. Token from SEMIF_API_TOKEN.",
     )
-    p.add_argument("--url", required=True, help="http://127.0.0.1:PORT of a running server")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="http://127.0.0.1:PORT of a running server; needs --data")
+    source.add_argument(
+        "--results",
+        type=Path,
+        nargs="+",
+        help="fit from saved `evaluate --derive` runs (--out JSON or --journal JSONL) that scored "
+        "the rotations, with no forward pass",
+    )
     p.add_argument(
         "--data",
-        required=True,
         type=Path,
         help="JSONL of decisions {id, state, question, options[, workload, split]}; a label is not read",
     )
@@ -260,14 +293,22 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
-    target = Target.from_url(args.url)
     if not 0 < args.target <= 1:
         print(f"prior: --target must be in (0, 1], got {args.target}", file=sys.stderr)
         return 2
     try:
         existing = calibration_file.read(args.out)
-        items = labelled.of_split(labelled.load(args.data, labelled=False), args.split)
-        facts = asyncio.run(scoring.health(target))
+        if args.results is not None:
+            saved = scoring.load_results(args.results)
+            facts, data = saved["health"], saved["data"]
+            found, decided, versions = from_run(saved)
+            items = labelled.of_split(found, args.split)
+        else:
+            if args.data is None:
+                raise ValueError("--url needs --data")
+            target, data = Target.from_url(args.url), str(args.data)
+            items = labelled.of_split(labelled.load(args.data, labelled=False), args.split)
+            facts = asyncio.run(scoring.health(target))
         if existing is not None:  # before any scoring: a refused file costs no forward pass
             check(existing, binding(facts, set()), args.out)
         grouped = groups(items, args.workload)
@@ -280,18 +321,19 @@ def main(argv: Sequence[str]) -> int:
                 "no (workload, option count) has enough decisions; nothing fitted, nothing written"
             )
         todo = [row for rows in chosen.values() for row in rows]
-        note(
-            f"prior: scoring {len(todo)} decisions under their rotations ({sum(len(r['options']) for r in todo)} rows) "
-            f"in {len(chosen)} group(s)"
-        )
-        progress = Progress("prior: decisions scored", len(todo), every=args.progress_every)
-        decided, versions = asyncio.run(
-            score(target, todo, progress, args.concurrency, args.timeout)
-        )
+        if args.results is None:
+            note(
+                f"prior: scoring {len(todo)} decisions under their rotations ({sum(len(r['options']) for r in todo)} rows) "
+                f"in {len(chosen)} group(s)"
+            )
+            progress = Progress("prior: decisions scored", len(todo), every=args.progress_every)
+            decided, versions = asyncio.run(
+                score(target, todo, progress, args.concurrency, args.timeout)
+            )
         priors, escalating = fit(chosen, decided, args.target)
         fit_facts = {
             "date": now(),
-            "data": str(args.data),
+            "data": data,
             "split": args.split,
             "decisions": len(todo),
             "min_decisions": pride.MIN_DECISIONS,

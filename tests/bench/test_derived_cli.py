@@ -237,3 +237,19 @@ def test_the_statistics_on_known_cases() -> None:
     assert test["p"] == pytest.approx(2 * (1 + 7) / 2**7)
     assert derived.rstd([0, 0, 1, 1], [0, 0, 1, 1]) == 0.0
     assert derived.rstd([0, 0, 0, 0], [0, 0, 1, 1]) == pytest.approx(0.5)
+
+
+def test_prior_fits_the_same_from_a_saved_derived_run_as_through_the_server(
+    run: dict[str, Any], server: procs.Running, tmp_path: Path
+) -> None:
+    through = bench(
+        "prior", "--url", server.url, "--data", str(DATA), "--split", "test",
+        "--out", str(tmp_path / "through.json"),
+    )  # fmt: skip
+    saved = bench(
+        "prior", "--results", str(run["dir"] / "run.json"), "--out", str(tmp_path / "saved.json")
+    )
+    assert through.returncode == 0 and saved.returncode == 0, saved.stderr[-2000:]
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("through", "saved"))
+    assert a["priors"] == b["priors"] and a["priors"]["default"]
+    assert "scoring" not in saved.stderr
