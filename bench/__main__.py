@@ -108,6 +108,10 @@ COMMANDS: dict[str, Command] = {
         "bench.labelled.prior",
         "labelled: fit a position prior per workload and option count (PriDe), into the calibration file",
     ),
+    "signals": Command(
+        "bench.labelled.signals",
+        "labelled: which escalation signal reaches the rotations' answer with the fewest rows (offline, on a derived run)",
+    ),
     # scale/: replicas behind nginx
     "scale": Command(
         "bench.scale.scale",

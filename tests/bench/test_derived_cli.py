@@ -253,3 +253,22 @@ def test_prior_fits_the_same_from_a_saved_derived_run_as_through_the_server(
     a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("through", "saved"))
     assert a["priors"] == b["priors"] and a["priors"]["default"]
     assert "scoring" not in saved.stderr
+
+
+def test_signals_compares_every_policy_with_the_bound_and_the_rotations(
+    run: dict[str, Any],
+) -> None:
+    done = bench("signals", "--results", str(run["dir"] / "run.json"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    tables = done.stdout.split("leave-one-out priors)")[1:]
+    assert tables
+    for table in tables:
+        cells = {
+            line.split("|")[1].strip(): line.split("|")[2].strip()
+            for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| policy")
+        }
+        assert set(cells) >= {*escalation.SIGNALS, "rotations"}
+        rows = {name: float(cell.split()[0]) for name, cell in cells.items() if cell != "-"}
+        bound = rows.pop("bound: escalate exactly the one-row tops that differ")
+        assert all(bound <= r <= rows["rotations"] for r in rows.values())
