@@ -141,7 +141,7 @@ def not_asked(scored: dict[str, Any]) -> dict[str, str]:
             scoring.all_not_asked(scored.get("all_max_options", MAX_ALL_OPTIONS))
             if method == "all"
             else derived.NOT_DERIVED[method]
-            if method in derived.NOT_DERIVED
+            if method in derived.NOT_DERIVED and derived.PRIDE in scored["methods"]
             else scoring.NOT_ASKED.get(method, "not asked")
         )
         if method in (scoring.PRIOR, derived.ADAPTIVE):
@@ -345,7 +345,7 @@ def report(
         **scored,
         "summary": summary,
     }
-    if any(m in scored["methods"] for m in derived.DERIVED):
+    if derived.PRIDE in scored["methods"]:  # derived.add ran: prior, adaptive and pride are derived
         figures, curve = derived_figures(scored)
         print("\n" + derived_tables(figures, curve))
         payload["derived_figures"], payload["curve"] = figures, curve
