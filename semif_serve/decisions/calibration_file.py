@@ -255,7 +255,7 @@ def _prior(name: str, key: str, value: Any) -> tuple[int, FittedPrior]:
     """One entry `"<n>": {prior, decisions}`, as (n, FittedPrior)."""
     n = _option_count(name, key)
     where = f"{VARIABLE}: priors {name!r} entry {key!r}"
-    if not isinstance(value, dict) or set(value) != PRIOR_KEYS:
+    if not isinstance(value, dict) or not PRIOR_KEYS <= set(value) <= PRIOR_KEYS | {"threshold"}:
         raise ValueError(f"{where} must be an object with exactly the keys decisions, prior")
     decisions = value["decisions"]
     if isinstance(decisions, bool) or not isinstance(decisions, int) or decisions < 1:

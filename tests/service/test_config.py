@@ -115,7 +115,10 @@ def test_the_metrics_port_is_off_unless_set_and_needs_metrics() -> None:
             "print(secrets.token_urlsafe(32))' makes one)",
         ),
         ({"SEMIF_MODEL": ""}, "SEMIF_MODEL must not be empty"),
-        ({"SEMIF_PID_FILE": ""}, "SEMIF_PID_FILE must not be empty (unset it for no pid file)"),
+        (
+            {"SEMIF_PID_FILE": ""},
+            "SEMIF_PID_FILE is set but empty: set it to a file's path, or unset it",
+        ),
         ({"SEMIF_DEVICE": "cuda:x"}, "SEMIF_DEVICE must be cuda, cuda:N or cpu, got 'cuda:x'"),
         (
             {"SEMIF_SCORER": "torch"},
