@@ -45,9 +45,11 @@ cleanup() {
 }
 trap cleanup EXIT
 probe() { "$PY" -m deploy.container.probe "$@"; }
-inside() { local name=$1; shift; "${PODMAN[@]}" exec -i "$name" python - "$@" < deploy/container/probe.py; }
+inside() { local name=$1; shift; "${PODMAN[@]}" exec -i --env SEMIF_API_TOKEN "$name" python - "$@" < deploy/container/probe.py; }
+# The client's token (probe.py's bearer, passed by name, never on a command line); the
+# container reads it from the tokens file the kubernetes-flags step writes, as from its Secret.
 SEMIF_API_TOKEN=$("$PY" -c "import secrets; print(secrets.token_urlsafe(36))")
-export SEMIF_API_TOKEN   # podman passes it by name (--env SEMIF_API_TOKEN), never on a command line
+export SEMIF_API_TOKEN
 
 step install
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then
@@ -99,9 +101,17 @@ if [ -z "$model" ] || [ -z "$revision" ]; then fail "tiny-model printed no SEMIF
 TINY=(--env SEMIF_DEVICE=cpu --env SEMIF_MODEL="$model" --env SEMIF_REVISION="$revision")
 
 step kubernetes-flags
-mapfile -t KUBE < <("$PY" -m deploy.container.kube flags --models "$models" --publish "127.0.0.1:$HOST_PORT" --cpu)
+# Each Secret file as the kubelet projects it: owned by root, the pod's fsGroup, its defaultMode.
+secrets="$WORK/secrets"
+mapfile -t SECRET_FILES < <("$PY" -m deploy.container.kube secret-files)
+[ "${#SECRET_FILES[@]}" = 1 ] || fail "expected one Secret file (the tokens file), got ${#SECRET_FILES[@]}"
+read -r file mode group <<<"${SECRET_FILES[0]}"
+mkdir -p "$secrets/$(dirname "$file")"
+printf 'check %s\n' "$SEMIF_API_TOKEN" >"$secrets/$file"
+chown "0:$group" "$secrets/$file" && chmod "$mode" "$secrets/$file"
+mapfile -t KUBE < <("$PY" -m deploy.container.kube flags --models "$models" --secrets "$secrets" --publish "127.0.0.1:$HOST_PORT" --cpu)
 [ "${#KUBE[@]}" -gt 0 ] || fail "deploy/container/kube.py could not mirror deployment.yaml"
-mapfile -t KUBE_OFFLINE < <("$PY" -m deploy.container.kube flags --models "$models" --cpu)
+mapfile -t KUBE_OFFLINE < <("$PY" -m deploy.container.kube flags --models "$models" --secrets "$secrets" --cpu)
 mapfile -t HEALTH < <("$PY" -m deploy.container.kube health-path)
 mapfile -t LIVENESS < <("$PY" -m deploy.container.kube liveness)
 metrics_port=$("$PY" -m deploy.container.kube metrics-port)

@@ -296,3 +296,19 @@ def test_both_bearer_forms_stop_the_process(tmp_path: Path) -> None:
         "semif-serve: SEMIF_API_TOKEN and SEMIF_API_TOKENS_FILE are both set; set one "
         "(the file's callers replace the one token)\n"
     )
+
+
+async def test_startup_logs_how_many_callers_it_loaded_as_a_reload_does(tmp_path: Path) -> None:
+    """Before the model loads, so an operator sees which file's callers a replica serves (their
+    names, never a token) without waiting for a request or a reload."""
+    named = await Process.start(
+        without=("SEMIF_API_TOKEN",), SEMIF_API_TOKENS_FILE=tokens_file(tmp_path)
+    )
+    one = await Process.start()
+    for process in (named, one):
+        process.proc.send_signal(signal.SIGTERM)
+        assert await process.exit_code(10) == 0
+    before = ["".join(p.stderr).split("listening")[0] for p in (named, one)]
+    assert "callers loaded: 3 (alice, bob, carol)" in before[0]
+    assert f"callers loaded: 1 ({DEFAULT})" in before[1]
+    assert not any(token in "".join(named.stderr) for token in (ALICE, BOB, CAROL))
