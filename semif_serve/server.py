@@ -305,7 +305,9 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
         facts.get("dtype"),
     )
     log_settings(log, settings)  # once every setting is known valid, before the (long) load
-    log.info("callers loaded: %d (%s)", len(table.names), ", ".join(table.names))  # as a reload
+    log.info(
+        "callers loaded: %d (%s)", len(known_callers.names), ", ".join(known_callers.names)
+    )  # as a reload
     engine = Engine(scorer)
     await engine.start()
     server = Server(settings, engine, known_callers, calibration)
