@@ -513,7 +513,7 @@ async def shared_views(
 
 
 def expected(kind: str, ids: list[str], p: list[float]) -> dict[str, Any]:
-    """The API's answer fields for a distribution, computed here from the issue's formulas."""
+    """The API's answer fields for a distribution, computed here from the API's formulas."""
     if kind == "noul":
         return {"noul": p[0]}
     confidence = (len(p) * max(p) - 1) / (len(p) - 1)

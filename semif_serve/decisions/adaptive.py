@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import averaging
-from .calibration_file import Prior, Table
+from .calibration_file import FittedPrior, Table
 from .methods import Method
 from .request_model import DecideRequest, Decision
 from .views import Averaged, Escalation
@@ -32,7 +32,7 @@ def margin(probabilities: Sequence[float]) -> float:
     return top - runner_up
 
 
-def _entry(decision: Decision, workload: str | None, table: Table) -> tuple[Prior, float]:
+def _entry(decision: Decision, workload: str | None, table: Table) -> tuple[FittedPrior, float]:
     """The workload's prior for the decision's n, and its threshold (the request model checked both)."""
     if workload is None:
         raise ValueError(f"decision {decision.row['id']!r} is adaptive without a workload")

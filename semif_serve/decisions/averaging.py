@@ -1,4 +1,4 @@
-"""Order averaging (0.1.3): score a decision under several option orders and combine.
+"""Order averaging: score a decision under several option orders and combine.
 
 SemIf reads option-letter logits, so a model that favours a position (say, "A")
 biases every answer. Scoring each ordering and averaging log-probabilities per
@@ -38,7 +38,7 @@ from .methods import BY_NAME, ORDERINGS, named
 from .methods import MAX_ALL_OPTIONS as MAX_ALL_OPTIONS
 from .methods import MAX_OPTIONS as MAX_OPTIONS
 from .numerics import log_softmax, softmax
-from .views import Averaged, Calibrated, Combined, Prior
+from .views import Averaged, CalibratedView, Combined, DividedPrior
 
 METHODS: tuple[str, ...] = tuple(name for name in ORDERINGS if not BY_NAME[name].needs_prior)
 
@@ -146,7 +146,7 @@ def combine(
     row: Mapping[str, Any],
     method: str,
     results: Sequence[Mapping[str, Any]],
-    temper: Callable[[list[float]], Calibrated] | None = None,
+    temper: Callable[[list[float]], CalibratedView] | None = None,
     prior: Sequence[float] | None = None,
 ) -> Averaged:
     """The averaged result for one decision from its expanded rows' results, in expansion order.
@@ -190,7 +190,7 @@ def combine(
         top,
         1.0 if prior is not None else tops.count(top) / len(scored),
         spread,
-        None if prior is None else Prior(tuple(prior)),
+        None if prior is None else DividedPrior(tuple(prior)),
         None if temper is None else temper(scores),
     )
     return Averaged(row["id"], option_ids, combined, list(results))

@@ -1,7 +1,8 @@
 """The calibration file (SEMIF_CALIBRATION) read into a `Table`, and a fitted file's binding to its model.
 
-Rules: this module owns the file (both its forms) and the binding; calibration.py applies a
-table's temperatures. It knows nothing of HTTP, the engine or torch; the request model refuses
+Rules: this module owns the file (both its forms) and the binding, and alone reads it (`read`:
+the server at startup, service/reload.py on SIGHUP; the settings hold its path only);
+calibration.py applies a table's temperatures. It knows nothing of HTTP, the engine or torch; the request model refuses
 a workload or method the table lacks before scoring.
 
 Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
@@ -13,7 +14,7 @@ Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
   temperature fitted on one model's logits means nothing on another's, so the
   file names what it was fitted on, and startup refuses it unless the model,
   revision and prompt version loaded are exactly those (`check_binding`).
-  *Extension (issue 38):* and the dtype served: an optional `"dtype"` (float32 or
+  *Extension:* and the dtype served: an optional `"dtype"` (float32 or
   bfloat16; absent means float32, so every earlier file loads as it did), since
   bfloat16 logits are not float32's.
 
@@ -39,6 +40,7 @@ the mean per-option log-softmax that `combined.probabilities` renormalises.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -69,7 +71,11 @@ ORDERINGS: tuple[str, ...] = tuple(
 EMPTY: Mapping[str, float] = MappingProxyType({})
 
 
-class BindingMismatch(ValueError):
+class Refused(ValueError):
+    """The calibration file cannot be served: startup exits 2 (as a bad setting), a reload keeps the old table."""
+
+
+class BindingMismatch(Refused):
     """A bound calibration file names another model, revision, prompt version or dtype (startup refuses)."""
 
 
@@ -84,7 +90,7 @@ class Binding:
 
 
 @dataclass(frozen=True)
-class Prior:
+class FittedPrior:
     """One fitted (workload, n): the prior over n positions, how many decisions it came from and
     (extension) the escalation threshold fitted with it, if any."""
 
@@ -96,13 +102,13 @@ class Prior:
 @dataclass(frozen=True)
 class Table(Mapping[str, Mapping[str, float]]):
     """workload -> {method: T}, with the binding and fit summary of a bound file (None for plain),
-    and (extension) workload -> {n: Prior}. Every workload either names is a key; one with
+    and (extension) workload -> {n: FittedPrior}. Every workload either names is a key; one with
     priors only maps to no temperatures."""
 
     temperatures: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     binding: Binding | None = None
     fitted: Mapping[str, Any] | None = None
-    priors: Mapping[str, Mapping[int, Prior]] = field(default_factory=dict)
+    priors: Mapping[str, Mapping[int, FittedPrior]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         frozen = {
@@ -184,12 +190,17 @@ def _temperature(where: str, value: Any) -> float:
     return float(value)
 
 
-def _read(path: str) -> Any:
+def _bytes(path: str) -> bytes:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        with open(path, "rb") as handle:
+            return handle.read()
     except OSError as error:
         raise ValueError(f"{VARIABLE}: cannot read {path!r}: {error.strerror}") from None
+
+
+def _document(data: bytes, path: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
     except ValueError as error:
         raise ValueError(f"{VARIABLE}: {path!r} is not valid JSON: {error}") from None
 
@@ -277,8 +288,8 @@ def _option_count(name: str, key: str) -> int:
     return int(key)
 
 
-def _prior(name: str, key: str, value: Any) -> tuple[int, Prior]:
-    """One entry `"<n>": {prior, decisions}`, as (n, Prior)."""
+def _prior(name: str, key: str, value: Any) -> tuple[int, FittedPrior]:
+    """One entry `"<n>": {prior, decisions}`, as (n, FittedPrior)."""
     n = _option_count(name, key)
     where = f"{VARIABLE}: priors {name!r} entry {key!r}"
     if not isinstance(value, dict) or not PRIOR_KEYS <= set(value) <= {*PRIOR_KEYS, THRESHOLD_KEY}:
@@ -292,7 +303,7 @@ def _prior(name: str, key: str, value: Any) -> tuple[int, Prior]:
         prior = position_prior.checked(value["prior"], n)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
-    return n, Prior(prior, decisions, _threshold(where, value))
+    return n, FittedPrior(prior, decisions, _threshold(where, value))
 
 
 def _threshold(where: str, entry: Mapping[str, Any]) -> float | None:
@@ -308,7 +319,7 @@ def _threshold(where: str, entry: Mapping[str, Any]) -> float | None:
     return float(value)
 
 
-def _priors(document: Mapping[str, Any]) -> dict[str, dict[int, Prior]]:
+def _priors(document: Mapping[str, Any]) -> dict[str, dict[int, FittedPrior]]:
     """The optional "priors" object: every workload with at least one option count, each entry checked."""
     priors = {}
     for name, entries in _object(document, "priors", "{workload: {n: {prior, decisions}}}").items():
@@ -356,10 +367,34 @@ def plain(temperatures: Mapping[str, float]) -> Table:
     )
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """The calibration served: its table and its file's sha256 (None without a file), which
+    /health and the metrics report so an operator sees which file a replica serves."""
+
+    table: Table = field(default_factory=Table)
+    sha256: str | None = None
+
+
+def read(path: str | None) -> Loaded:
+    """SEMIF_CALIBRATION's table and digest, both from one read of the file's bytes (so the digest
+    is of exactly what is served); no path, no table. Startup calls it before the model loads
+    (a refusal exits 2), a reload on SIGHUP (a refusal keeps the old table); raise Refused naming
+    the variable, the file and what is wrong."""
+    if path is None:
+        return Loaded()
+    try:
+        data = _bytes(path)
+        document = _document(data, path)
+        table = bound(document) if is_bound(document) else plain(_plain(document, path))
+    except ValueError as error:
+        raise Refused(str(error)) from None
+    return Loaded(table, hashlib.sha256(data).hexdigest())
+
+
 def load(path: str) -> Table:
-    """Read either form from `path`; raise ValueError naming the variable and what is wrong."""
-    document = _read(path)
-    return bound(document) if is_bound(document) else plain(_plain(document, path))
+    """Read either form from `path`; raise Refused (a ValueError) naming the variable and what is wrong."""
+    return read(path).table
 
 
 def as_table(value: Table | Mapping[str, float]) -> Table:

@@ -4,8 +4,9 @@ Rules:
 1. The second call scores exactly the escalated decisions' other rotations, all of them in one
    call (decisions/adaptive.py says which), and only once the first call's results are read; a
    request with no escalated decision makes one call, as every request did before.
-2. It is made through the same `score` as the first, so a failure of it fails the request as any
-   scorer failure does: no silent fallback to the one-row answers.
+2. It is made through the same `score` as the first (the body pipeline's `Pipeline.score`), so a
+   failure of it fails the request as any scorer failure does: no silent fallback to the one-row
+   answers.
 3. A client that left is not scored for: its request's task is cancelled (the wire does that), and
    the cancellation reaches here at the first call's await, before a second call is submitted.
 4. First results that cannot be read (a scorer's broken answer) make no second call: the reply's
@@ -25,14 +26,16 @@ from ..decisions.calibration_file import Table
 from ..decisions.request_model import DecideRequest
 from ..engine.worker import CallTiming
 
-# One engine call's SemIf results and SemIf's own timing dict (None for a direct call).
+# One engine call's SemIf results and SemIf's own timing dict (None for a direct call): the body
+# pipeline's `Scored` is one.
 Call = tuple[list[dict[str, Any]], dict[str, Any] | None]
-# How the service makes one engine call over rows, timed in the CallTiming, its failures its envelopes.
+# How the body pipeline makes one engine call over rows (`Pipeline.score`), timed in the
+# CallTiming, its failures its envelopes.
 Score = Callable[[list[dict[str, Any]], CallTiming], Awaitable[Call]]
 
 
 @dataclass(frozen=True)
-class Scored:
+class Calls:
     """What a request's engine calls gave back: the first call's results and SemIf timing, and where
     decisions escalated, the second call's."""
 
@@ -47,27 +50,27 @@ class Scored:
         return adaptive.merged(request, self.first, self.second[0], self.escalated)
 
 
-async def scored(
+async def calls(
     request: DecideRequest, table: Table, rows: list[dict[str, Any]], call: CallTiming, score: Score
-) -> Scored:
+) -> Calls:
     """The request's first call over `rows` (timed in `call`), then the second where decisions escalate."""
     first, timing = await score(rows, call)
     try:
         escalated = adaptive.escalated(request, first, table)
     except Exception:  # noqa: BLE001 - results the views cannot read either
-        return Scored(first, timing)  # building the reply refuses them: the logged 500 of any such
+        return Calls(first, timing)  # building the reply refuses them: the logged 500 of any such
     if not escalated:
-        return Scored(first, timing)
+        return Calls(first, timing)
     more = adaptive.second_rows(request, escalated)
     second_call = CallTiming("shared", len(more))
     second = await score(more, second_call)
-    return Scored(first, timing, escalated, second, second_call)
+    return Calls(first, timing, escalated, second, second_call)
 
 
-def timing(first: CallTiming, outcome: Scored | None) -> CallTiming:
+def timing(first: CallTiming, calls: Calls) -> CallTiming:
     """The request's scorer time for the access log: the first call's, or both calls' summed (rows,
     time queued, time scoring), as one record no engine observer sees."""
-    second = None if outcome is None else outcome.second_call
+    second = calls.second_call
     if second is None or first.started is None or first.ended is None:
         return first
     queued = (first.queued or 0.0) + (second.queued or 0.0)

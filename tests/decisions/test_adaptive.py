@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from semif_serve.decisions import adaptive, averaging, calibration_file, request_model, viewing
-from semif_serve.decisions.calibration_file import Prior, Table
+from semif_serve.decisions.calibration_file import FittedPrior, Table
 from semif_serve.decisions.methods import Method
 from semif_serve.decisions.views import as_json
 from semif_serve.errors import ApiError
@@ -25,8 +25,8 @@ TABLE = Table(
     None,
     None,
     {
-        "triage": {3: Prior(PRIOR3, 8, THRESHOLD), 2: Prior((0.5, 0.5), 8)},
-        "bare": {3: Prior(PRIOR3, 8, THRESHOLD)},
+        "triage": {3: FittedPrior(PRIOR3, 8, THRESHOLD), 2: FittedPrior((0.5, 0.5), 8)},
+        "bare": {3: FittedPrior(PRIOR3, 8, THRESHOLD)},
     },
 )
 LIMITS = request_model.Limits(
@@ -94,7 +94,7 @@ def test_a_threshold_of_zero_never_escalates_and_of_one_always() -> None:
     request = shared(UNSURE, SURE)
     first = scored(request.rows())
     for threshold, expected in ((0.0, frozenset()), (1.0, frozenset({0, 1}))):
-        table = Table({}, None, None, {"triage": {3: Prior(PRIOR3, 8, threshold)}})
+        table = Table({}, None, None, {"triage": {3: FittedPrior(PRIOR3, 8, threshold)}})
         assert adaptive.escalated(request, first, table) == expected
 
 

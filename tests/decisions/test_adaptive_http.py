@@ -30,8 +30,8 @@ TABLE = calibration_file.Table(
     None,
     {
         "triage": {
-            3: calibration_file.Prior(PRIOR3, 8, THRESHOLD),
-            2: calibration_file.Prior((0.6, 0.4), 8),  # a prior without a threshold
+            3: calibration_file.FittedPrior(PRIOR3, 8, THRESHOLD),
+            2: calibration_file.FittedPrior((0.6, 0.4), 8),  # a prior without a threshold
         }
     },
 )

@@ -1,4 +1,4 @@
-"""Order averaging (contract: "Order averaging (0.1.3)"): expansion and arithmetic.
+"""Order averaging (the contract's "Order averaging"): expansion and arithmetic.
 
 Fake SemIf results are built from the expanded rows themselves, so every check
 goes through the same option-id mapping a real shared call would.
@@ -24,7 +24,7 @@ from semif_serve.decisions.averaging import (
     expand,
     permutations,
 )
-from semif_serve.decisions.views import Calibrated, as_json
+from semif_serve.decisions.views import CalibratedView, as_json
 from tests.reference import softmax
 
 LETTERS = "abcdefghijklmnop"  # 16 ids, the contract's maximum option count
@@ -333,7 +333,7 @@ def test_each_refusal_says_exactly_what_it_cannot_compute() -> None:
         assert str(refused.value) == message
 
 
-# --- orderings "prior" (issue 29): one row, the caller's order, the prior divided out ---------
+# --- orderings "prior" (extension): one row, the caller's order, the prior divided out ---------
 
 ROOT6 = math.sqrt(6.0)
 WORKED_PRIOR = [
@@ -358,7 +358,7 @@ def test_combine_under_the_prior_matches_the_worked_example() -> None:
             row,
             "prior",
             [result],
-            lambda scores: tempered.append(scores) or Calibrated("w", 1.0, [0.5, 0.5]),
+            lambda scores: tempered.append(scores) or CalibratedView("w", 1.0, [0.5, 0.5]),
             prior=WORKED_PRIOR,
         )
     )
