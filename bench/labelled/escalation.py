@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from semif_serve.decisions import adaptive as served
 from semif_serve.decisions import prior as pride
 from semif_serve.decisions.numerics import log_softmax, softmax
 
@@ -42,9 +43,8 @@ def _two_best(values: Vector) -> tuple[float, float]:
 
 
 def margin(probabilities: Vector) -> float:
-    """Top minus runner-up: the served signal."""
-    first, second = _two_best(probabilities)
-    return first - second
+    """Top minus runner-up: the served signal, by the server's own rule (decisions/adaptive.py)."""
+    return served.margin(probabilities)
 
 
 def log_margin(probabilities: Vector) -> float:

@@ -371,7 +371,7 @@ def _prior_needs_a_workload(settings: Settings, given: frozenset[str]) -> None:
     """A default method that needs priors needs a default workload (whether the calibration file
     holds them is checked where the file is read: systemone/defaults.py)."""
     orderings = settings.systemone_orderings
-    if settings.systemone_workload is None and methods.TABLE[orderings].needs_prior:
+    if settings.systemone_workload is None and methods.BY_NAME[orderings].needs_prior:
         raise ValueError(
             f"SEMIF_SYSTEMONE_ORDERINGS={orderings} needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
             "with priors in SEMIF_CALIBRATION"
