@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
+from semif_serve.engine.stub import StubScorer
+from semif_serve.engine.worker import Engine
+from semif_serve.service.head_policy import Service
 from tests.fake_scorer import FakeScorer
+from tests.fakes import settings
 from tests.systemone_cases import REFUSALS
 from tests.wire_client import AUTH, TOKEN, parse_responses, raw_request, raw_session, request
 
@@ -318,3 +322,23 @@ async def test_the_servers_default_workload_applies_to_a_request_that_sends_none
         "workload 'triage' has no temperature for method 'rotations'"
     )
     assert fake.calls == []
+
+
+def test_healthz_is_semifs_probe_with_our_queue_ready_then_draining_in_process() -> None:
+    """/healthz's whole body, from the head policy itself (the socket tests above and in
+    test_semif_conformance.py check SemIf's fields; this one pins every field and both statuses)."""
+    service = Service(settings(max_tokens=2048, max_queue=3), Engine(StubScorer(settings())))
+    service.admission.enter("ranker")
+    ready, draining = service.healthz(), service.healthz(draining=True)
+    expected = {
+        "status": "ready",
+        "model": "semif/stub@000000000000+stub-none",
+        "backend": "stub",
+        "prompt_version": "stub-v1",
+        "max_input_tokens": 2048,
+        "mode": "auto",
+        "in_progress": 1,
+        "max_queue": 3,
+    }
+    assert (ready.status, json.loads(ready.body)) == (200, expected)
+    assert (draining.status, json.loads(draining.body)) == (503, {**expected, "status": "draining"})
