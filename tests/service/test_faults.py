@@ -524,6 +524,22 @@ def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
     assert admission.in_progress == 2
 
 
+def test_admission_counts_every_refusal_by_its_reason() -> None:
+    """Each refusal adds one to its reason's count (the queue's, or the caller's share), which the
+    metrics read at scrape time as semif_busy_refusals_total."""
+    admission = Admission(3, share=1)
+    admission.enter("ranker")
+    for _ in range(2):
+        with pytest.raises(ApiError):
+            admission.enter("ranker")  # over its share of one
+    admission.enter("batch")
+    admission.enter("eval")
+    for caller in ("ranker", "batch", "other"):
+        with pytest.raises(ApiError):
+            admission.enter(caller)  # the queue is full: its reason whoever asks
+    assert (admission.refused_share, admission.refused) == (2, 3)
+
+
 def test_rendering_keeps_unicode_and_refuses_non_finite_numbers() -> None:
     assert json_bytes({"a": "é\u202e"}) == '{"a": "é\u202e"}'.encode()
     with pytest.raises(ValueError):
