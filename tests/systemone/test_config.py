@@ -323,3 +323,23 @@ def test_a_workload_with_priors_only_has_no_temperature_for_another_default(tmp_
         "SEMIF_SYSTEMONE_WORKLOAD 'sorting' has no temperature for "
         "SEMIF_SYSTEMONE_ORDERINGS='none'; it has: none at all"
     )
+
+
+def test_a_default_workload_without_the_default_method_lists_every_method_it_has(
+    tmp_path: Path,
+) -> None:
+    bound = tmp_path / "bound.json"
+    bound.write_text(json.dumps({**MATCHING, "workloads": {"billing": {"none": 1.0, "all": 1.2}}}))
+    with pytest.raises(ValueError) as caught:
+        started(
+            {
+                "SEMIF_API_TOKEN": TOKEN,
+                "SEMIF_CALIBRATION": str(bound),
+                "SEMIF_SYSTEMONE_ORDERINGS": "rotations",
+                "SEMIF_SYSTEMONE_WORKLOAD": "billing",
+            }
+        )
+    assert str(caught.value) == (
+        "SEMIF_SYSTEMONE_WORKLOAD 'billing' has no temperature for "
+        "SEMIF_SYSTEMONE_ORDERINGS='rotations'; it has: all, none"
+    )
