@@ -7,6 +7,7 @@ it (and of which engine call a request made).
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -342,3 +343,23 @@ def test_healthz_is_semifs_probe_with_our_queue_ready_then_draining_in_process()
     }
     assert (ready.status, json.loads(ready.body)) == (200, expected)
     assert (draining.status, json.loads(draining.body)) == (503, {**expected, "status": "draining"})
+
+
+async def test_a_request_naming_a_workload_is_answered_calibrated_with_semifs_headers(
+    start_server, fake: FakeScorer
+) -> None:
+    """The fake's logits for a noul question are 34 and 33: native p(true) is the logistic of 1, and
+    the workload's temperature 2 makes it the logistic of 0.5. SemIf's server's headers name the
+    engine call made and the backend."""
+    server = await start_server(fake, calibration={"triage": 2.0})
+    plain = await request(server.port, "POST", "/v1/systemone", body({"u": NOUL}))
+    calibrated = await request(
+        server.port, "POST", "/v1/systemone", body({"u": NOUL}, semif={"workload": "triage"})
+    )
+    assert plain.json["answers"]["u"]["noul"] == pytest.approx(1 / (1 + math.exp(-1.0)))
+    assert calibrated.status == 200, calibrated.body
+    assert calibrated.json["answers"]["u"]["noul"] == pytest.approx(1 / (1 + math.exp(-0.5)))
+    assert (calibrated.headers[b"x-semif-mode"], calibrated.headers[b"x-semif-backend"]) == (
+        b"direct",
+        b"torch",
+    )
