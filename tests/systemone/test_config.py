@@ -263,6 +263,12 @@ def test_each_semif_only_setting_is_refused_naming_what_to_set_here(name: str) -
         assert config.load({"SEMIF_API_TOKEN": TOKEN, name: same}).api_token == TOKEN
 
 
+def test_a_long_semif_only_value_is_quoted_to_40_characters() -> None:
+    with pytest.raises(ValueError) as refused:
+        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_GGUF": "g" * 50})
+    assert str(refused.value).startswith(f"SEMIF_GGUF={'g' * 40 + '…'!r} is SemIf's setting")
+
+
 # -- SEMIF_SYSTEMONE_ORDERINGS=prior (extension): the default workload needs priors, not a temperature ----------
 
 
