@@ -509,6 +509,39 @@ def test_routing_refusals_are_exact() -> None:
     assert wrong.value.headers == ((b"allow", b"POST"),)
 
 
+async def test_every_reply_made_once_its_route_is_found_carries_that_route(
+    service: Service,
+) -> None:
+    """The head policy's Rule 3: ops labels a reply by the route it carries (and the wire keeps a
+    ticket's for its own refusals). A refusal after routing (401, 503, 413, 429), a GET's reply and a
+    ticket's reply each carry the route that answered."""
+    decide, health = head_policy.ROUTES[b"/decide"], head_policy.ROUTES[b"/health"]
+    auth = {b"authorization": b"Bearer " + TOKEN.encode()}
+
+    def answer(
+        fields: dict[bytes, bytes], draining: bool = False, target: bytes = b"/decide"
+    ) -> Any:
+        method = b"POST" if target == b"/decide" else b"GET"
+        head = Head(method, target, fields, draining)
+        return service.answer(head, Exchange("r", method.decode(), target))
+
+    assert [(r.status, r.route) for r in (answer({}), answer(auth, draining=True))] == [
+        (401, decide),
+        (503, decide),
+    ]
+    assert answer({}, target=b"/health").route is health
+    too_large = answer({**auth, b"content-length": b"999999999"})
+    assert (too_large.status, too_large.route) == (413, decide)
+    ticket = answer(auth)
+    taken = await ticket.take(b"{")
+    ticket.release()
+    assert (taken.status, taken.route) == (422, decide)
+    for _ in range(3):
+        answer(auth)
+    full = answer(auth)
+    assert (full.status, full.route) == (429, decide)
+
+
 def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
     admission = Admission(3)
     for _ in range(3):
