@@ -542,6 +542,14 @@ async def test_every_reply_made_once_its_route_is_found_carries_that_route(
     assert (full.status, full.route) == (429, decide)
 
 
+async def test_a_get_route_handed_to_post_is_a_bug_named_as_such(service: Service) -> None:
+    """`post` runs a POST route's reader; a GET route has none, which only a bug in the wiring could
+    hand it (a ticket exists only for a POST)."""
+    with pytest.raises(RuntimeError) as bug:
+        await service.post(head_policy.ROUTES[b"/health"], b"")
+    assert str(bug.value) == "health is not a POST route"
+
+
 def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
     admission = Admission(3)
     for _ in range(3):
