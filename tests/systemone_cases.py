@@ -417,6 +417,17 @@ REFUSALS = [
         "questions",
         "the request expands to 70 rows; at most 64 are allowed",
     ),
+    (
+        "a question key that holds the orderings' reserved '#o<digits>'",
+        {
+            "model": "served",
+            "state": "s",
+            "semif": {"orderings": "rotations"},
+            "questions": {"q#o1": NOUL},
+        },
+        "questions",
+        "decision id 'q#o1' contains '#o<digits>', reserved for orderings",
+    ),
 ]
 
 

@@ -15,9 +15,9 @@ as a direct one, refuse every shared request and never measure one.
 Rule 3: a refused request never enters: only `admit` adds rows ahead, only the
 `Admitted` it returns takes them away (`leave`, once, whatever the outcome).
 Rule 4: pure bookkeeping: no I/O, no asyncio, no metrics, no HTTP. Its refusal is a domain
-value, OverBudget (the estimate and the budget); the service answers it 429 busy with the
-estimate as its Retry-After (ops then adds none). The clock is injected (tests pass a
-fake one); observers of the estimate's error are callables.
+value, OverBudget (the estimate, and a message naming the budget); the service answers it
+429 busy with the estimate as its Retry-After (ops then adds none). The clock is injected
+(tests pass a fake one); observers of the estimate's error are callables.
 
 Theory of operation: the service asks `WaitBudget.admit(kind, rows)` once the body is
 parsed, before the engine call. Admitted, the request's rows count as ahead of every
@@ -99,12 +99,12 @@ class WaitEstimator:
 
 
 class OverBudget(Exception):
-    """A request the budget refused: its estimate and the budget (the service answers 429 busy)."""
+    """A request the budget refused: its estimate, and a message naming the budget (the service
+    answers 429 busy)."""
 
     def __init__(self, estimate: Estimate, budget: float) -> None:
         super().__init__(refusal_message(estimate, budget))
         self.estimate = estimate
-        self.budget = budget
 
 
 class WaitBudget:

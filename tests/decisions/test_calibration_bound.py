@@ -20,6 +20,11 @@ from semif_serve import config, server
 from semif_serve.decisions import averaging, calibration, calibration_file
 from semif_serve.decisions.calibration_file import T_MAX, T_MIN, BindingMismatch, check_binding
 from semif_serve.decisions.views import as_json
+from semif_serve.engine.worker import Engine
+from semif_serve.service import reload
+from semif_serve.service.head_policy import Service
+from tests.fake_scorer import FakeScorer
+from tests.fakes import settings as fake_settings
 from tests.wire_client import TOKEN
 
 BINDING = {
@@ -190,6 +195,55 @@ def test_a_scorer_without_a_prompt_version_cannot_satisfy_a_binding(tmp_path: Pa
             None,
             "float32",
         )
+
+
+class BoundScorer(FakeScorer):
+    """A fake scorer that reports the prompt version and dtype a binding is checked against."""
+
+    def health(self) -> dict[str, Any]:
+        return {**super().health(), "prompt_version": BINDING["prompt_version"], "dtype": "float32"}
+
+
+def bound_service(path: str, **overrides: Any) -> Service:
+    """A service built alone (no server) on the calibration file at `path`, SEMIF_MODEL and
+    SEMIF_REVISION those of the binding."""
+    return Service(
+        fake_settings(
+            calibration_path=path, model=BINDING["model"], revision=BINDING["revision"], **overrides
+        ),
+        Engine(BoundScorer()),
+    )
+
+
+def test_a_service_built_alone_serves_the_file_its_settings_name_and_its_sha256(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, bound_file())
+    health = json.loads(bound_service(path).health().body)
+    assert health["workloads"] == ["routing", "triage"]
+    assert health["calibration_sha256"] == hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def test_a_reload_checks_the_binding_against_the_served_prompt_version_and_dtype(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, bound_file())
+    service = bound_service(path)
+    served = service.calibration
+    write(tmp_path, bound_file(dtype="bfloat16"))
+    assert reload.calibration(service) == reload.INVALID and service.calibration is served
+    write(tmp_path, bound_file(dtype="float32", workloads={"triage": {"none": 2.0}}))
+    assert reload.calibration(service) == reload.OK
+    assert list(service.calibration.table) == ["triage"]
+
+
+def test_a_service_refuses_a_table_without_system_ones_default_workload(tmp_path: Path) -> None:
+    with pytest.raises(calibration_file.Refused) as refused_:
+        bound_service(write(tmp_path, bound_file()), systemone_workload="billing")
+    assert str(refused_.value) == (
+        "SEMIF_SYSTEMONE_WORKLOAD names 'billing', which SEMIF_CALIBRATION does not hold "
+        "(it holds: routing, triage)"
+    )
 
 
 # -- the calibrated averaged view -----------------------------------------------------

@@ -56,8 +56,9 @@ def test_a_workload_with_priors_only_is_a_workload_without_temperatures(tmp_path
     table = calibration_file.load(prior_path(tmp_path))
     assert list(table) == ["triage", "sorting"] and len(table) == 2 and "sorting" in table
     assert dict(table["sorting"]) == {} and table.methods()["sorting"] == frozenset()
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError) as unknown:
         table["unknown"]
+    assert unknown.value.args == ("unknown",)
 
 
 @pytest.mark.parametrize("workloads", [None, {}], ids=["no workloads key", "empty workloads"])
@@ -83,6 +84,32 @@ def test_every_file_that_loaded_before_loads_unchanged(tmp_path: Path) -> None:
     assert plain.binding is None and plain.priors == {}
     bound = load(tmp_path, {**BINDING, "workloads": {"w": {"none": 1.0}}})
     assert bound.priors == {} and bound.prior_counts() == {} and list(bound) == ["w"]
+
+
+def test_a_prior_entry_may_carry_its_fitted_threshold_and_nothing_else(tmp_path: Path) -> None:
+    """`bench prior` writes the escalation threshold beside each prior; it loads, and the entry's prior
+    is read as before. Any other extra key is still refused."""
+    entry = {"prior": FOUR, "decisions": 12, "threshold": 0.05}
+    table = load(tmp_path, with_priors({"triage": {"4": entry}}))
+    assert table.priors["triage"][4] == calibration_file.FittedPrior(tuple(FOUR), 12)
+    refused = refusal(tmp_path, with_priors({"triage": {"4": {**entry, "thresholds": 0.05}}}))
+    assert refused.endswith("must be an object with exactly the keys decisions, prior")
+
+
+def test_a_table_holds_read_only_copies_of_what_it_was_built_from() -> None:
+    temperatures = {"triage": {"none": 2.0}}
+    priors = {"triage": {2: calibration_file.FittedPrior((0.75, 0.25), 8)}}
+    table = calibration_file.Table(temperatures, priors=priors)
+    temperatures["triage"]["none"] = 9.0
+    temperatures["routing"] = {"none": 1.0}
+    priors["triage"][3] = calibration_file.FittedPrior((0.5, 0.25, 0.25), 8)
+    priors["sorting"] = {}
+    assert list(table) == ["triage"] and dict(table["triage"]) == {"none": 2.0}
+    assert table.prior_counts() == {"triage": frozenset({2})}
+    with pytest.raises(TypeError):
+        table.temperatures["routing"] = {}  # type: ignore[index]
+    with pytest.raises(TypeError):
+        table.priors["sorting"] = {}  # type: ignore[index]
 
 
 def test_a_prior_at_the_edges_of_what_is_allowed_loads(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ events, the info metric, and that /metrics answers with the queue full.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 from typing import Any
@@ -16,7 +17,12 @@ import pytest
 
 from semif_serve.decisions import calibration_file
 from semif_serve.engine.scorer import OutOfMemory
+from semif_serve.engine.worker import Engine
+from semif_serve.http.exchange import Exchange, Head, Reply
+from semif_serve.service.head_policy import ROUTES, Service
 from tests.bodies import ROW, SHARED
+from tests.fake_scorer import FakeScorer
+from tests.fakes import settings
 from tests.metrics_samples import Samples, scrape, value
 from tests.wire_client import TOKEN, Connection, eventually, request
 
@@ -263,3 +269,15 @@ def test_a_bad_metrics_setting_is_refused(value_: str) -> None:
 
     with pytest.raises(ValueError, match="SEMIF_METRICS"):
         config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_METRICS": value_})
+
+
+def test_a_service_without_a_server_answers_metrics_404_saying_they_are_off() -> None:
+    """Built alone (no server, so no ops handler handed over), the service still routes /metrics,
+    to a 404 that says why."""
+    service = Service(settings(), Engine(FakeScorer()))
+    reply = service.answer(
+        Head(b"GET", b"/metrics", {}, draining=False), Exchange("r", "GET", b"/metrics")
+    )
+    assert isinstance(reply, Reply)
+    assert (reply.status, reply.code, reply.route) == (404, "not_found", ROUTES[b"/metrics"])
+    assert json.loads(reply.body)["error"]["message"] == "metrics are off (SEMIF_METRICS)"

@@ -5,14 +5,22 @@ whichever token matches, or none."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 from pathlib import Path
 
 import pytest
 
+from semif_serve.engine.worker import Engine
+from semif_serve.errors import ApiError
+from semif_serve.http.exchange import Exchange, Head, Reply
 from semif_serve.service import callers
 from semif_serve.service.callers import MAX_CALLERS, Callers
+from semif_serve.service.head_policy import Service
+from tests.fake_scorer import FakeScorer
+from tests.fakes import settings
+from tests.wire_client import TOKEN
 
 ALICE = "a" * 31 + "-alice-token"
 BOB = "B" * 32 + "~!bob"
@@ -211,3 +219,24 @@ def test_bytes_that_are_not_utf_8_are_refused_naming_the_line_not_a_codec(tmp_pa
     with pytest.raises(callers.TokensFileError) as refused:
         callers.load(str(path))
     assert str(refused.value) == f"SEMIF_API_TOKENS_FILE {path} line 2: {NOT_ASCII}"
+
+
+def test_a_service_built_alone_takes_the_callers_it_is_handed_and_applies_the_share() -> None:
+    """The table handed over replaces the settings' token (a reload hands a new one the same way), and
+    a service built without a server keeps SEMIF_MAX_QUEUE_PER_CALLER: one caller's second POST is
+    refused naming its share while the queue has room."""
+    service = Service(
+        settings(max_queue=4, max_queue_per_caller=1),
+        Engine(FakeScorer()),
+        known=Callers.of([("alice", ALICE)]),
+    )
+    assert service.authorize(b"Bearer " + ALICE.encode()) == "alice"
+    with pytest.raises(ApiError):
+        service.authorize(b"Bearer " + TOKEN.encode())
+    fields = {b"authorization": b"Bearer " + ALICE.encode(), b"content-length": b"2"}
+    head = Head(b"POST", b"/decide", fields, draining=False)
+    first = service.answer(head, Exchange("1", "POST", b"/decide"))
+    second = service.answer(head, Exchange("2", "POST", b"/decide"))
+    assert not isinstance(first, Reply)
+    assert isinstance(second, Reply) and (second.status, second.code) == (429, "busy")
+    assert "its share (SEMIF_MAX_QUEUE_PER_CALLER)" in json.loads(second.body)["error"]["message"]

@@ -173,6 +173,27 @@ async def test_the_queue_cap_is_checked_before_the_callers_share(
     assert sample(metrics, "semif_busy_refusals_total", reason="caller") == 0
 
 
+async def test_a_post_refused_after_its_slot_gives_its_callers_share_back(
+    start_server, tmp_path: Path
+) -> None:
+    """A head refused once its slot was taken (a declared length over the limit: 413) frees the slot
+    under its caller's name: with a share of one, the caller's next request is served, not a 429."""
+    server = await start_server(
+        api_tokens_file=tokens_file(tmp_path),
+        api_token="",
+        max_queue_per_caller=1,
+        max_body_bytes=1024,
+    )
+    head = raw_request(
+        fields=b"authorization: Bearer " + ALICE.encode() + b"\r\ncontent-length: 2048\r\n",
+        auth=False,
+    )
+    (refused,) = parse_responses((await raw_responses(server.port, head, 1)).data)
+    assert (refused.status, refused.code) == (413, "request_too_large")
+    assert not server.service.admission.by_caller
+    assert (await request(server.port, "POST", "/decide", ROW, bearer(ALICE))).status == 200
+
+
 async def test_without_a_share_the_busy_reasons_are_not_exported(start_server) -> None:
     server = await start_server()
     assert (

@@ -75,8 +75,14 @@ BAD: dict[str, list[str]] = {
 CASES = [(name, value) for name, values in BAD.items() for value in values]
 
 
+def plain(text: str) -> str:
+    """`text` with each character outside printable ASCII, and the backslash, as U+XXXX: a test id that
+    pytest leaves as it is, so that a second collection in one process (mutmut's) finds the same id."""
+    return "".join(c if " " <= c <= "~" and c != "\\" else f"U+{ord(c):04X}" for c in text)
+
+
 def case_id(case: tuple[str, str]) -> str:
-    return f"{case[0]}={case[1]!r}"
+    return f"{case[0]}='{plain(case[1])}'"
 
 
 def valid_env(**changes: str) -> dict[str, str]:
@@ -95,8 +101,12 @@ def test_the_metrics_port_is_off_unless_set_and_needs_metrics() -> None:
     assert config.load(valid_env()).metrics_port is None
     assert config.load(valid_env(SEMIF_METRICS_PORT="9000")).metrics_port == 9000
     assert config.load(valid_env(SEMIF_METRICS_PORT="8000", SEMIF_PORT="8001")).metrics_port == 8000
-    with pytest.raises(ValueError, match="^SEMIF_METRICS_PORT needs metrics on"):
+    with pytest.raises(ValueError) as off:
         config.load(valid_env(SEMIF_METRICS_PORT="9000", SEMIF_METRICS="off"))
+    assert str(off.value) == (
+        "SEMIF_METRICS_PORT needs metrics on (SEMIF_METRICS is off or prometheus_client "
+        "is not installed: pip install 'semif-serve[metrics]')"
+    )
 
 
 @pytest.mark.parametrize(
@@ -130,7 +140,7 @@ def test_the_metrics_port_is_off_unless_set_and_needs_metrics() -> None:
         ({"SEMIF_HEADER_TIMEOUT_S": "x"}, "SEMIF_HEADER_TIMEOUT_S must be a number, got 'x'"),
         ({"SEMIF_VRAM_CAP_GIB": "nan"}, "SEMIF_VRAM_CAP_GIB must be finite and > 0, got 'nan'"),
     ],
-    ids=lambda item: str(item),
+    ids=lambda item: plain(str(item)),
 )
 def test_the_refusal_says_what_is_allowed(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError) as refused:
@@ -453,3 +463,55 @@ def test_semifs_dtype_setting_is_refused_naming_the_cpu_dtype_setting() -> None:
         "SEMIF_DTYPE='bfloat16' is SemIf's setting and is not read here: CUDA serves bfloat16; "
         "on the CPU set SEMIF_CPU_DTYPE (float32, the default, or bfloat16)"
     )
+
+
+@pytest.mark.parametrize("installed", [True, False], ids=["uvloop-installed", "uvloop-missing"])
+def test_the_event_loop_is_asyncio_uvloop_or_auto_and_uvloop_needs_the_fast_extra(
+    monkeypatch: pytest.MonkeyPatch, installed: bool
+) -> None:
+    real = importlib.util.find_spec
+    if installed and real("uvloop") is None:
+        pytest.skip("needs uvloop installed (the test extra has it)")
+
+    def find_spec(name: str, *args: Any, **kwargs: Any) -> Any:
+        return None if name == "uvloop" and not installed else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+    def loop(value: str) -> str:
+        return config.load(valid_env(SEMIF_EVENT_LOOP=value)).event_loop
+
+    assert loop("asyncio") == "asyncio"
+    assert loop("auto") == ("uvloop" if installed else "asyncio")
+    if installed:
+        assert loop("uvloop") == "uvloop"
+    else:
+        with pytest.raises(ValueError) as missing:
+            loop("uvloop")
+        assert str(missing.value) == (
+            "SEMIF_EVENT_LOOP=uvloop needs uvloop: pip install 'semif-serve[fast]'"
+        )
+    with pytest.raises(ValueError) as spelled:
+        loop("UVLOOP")
+    assert str(spelled.value) == (
+        "SEMIF_EVENT_LOOP must be one of auto, asyncio, uvloop, got 'UVLOOP'"
+    )
+
+
+def test_the_access_log_is_on_or_off_and_its_flush_0_to_1_second() -> None:
+    assert [config.load(valid_env(SEMIF_ACCESS_LOG=v)).access_log for v in ("on", "off")] == [
+        True,
+        False,
+    ]
+    flushes = [config.load(valid_env(SEMIF_LOG_FLUSH_S=v)).log_flush_s for v in ("0", ".25", "1")]
+    assert flushes == [0.0, 0.25, 1.0]
+    for env, message in (
+        ({"SEMIF_ACCESS_LOG": "On"}, "SEMIF_ACCESS_LOG must be one of on, off, got 'On'"),
+        ({"SEMIF_LOG_FLUSH_S": "x"}, "SEMIF_LOG_FLUSH_S must be a number, got 'x'"),
+        ({"SEMIF_LOG_FLUSH_S": "1.5"}, "SEMIF_LOG_FLUSH_S must be 0..1, got '1.5'"),
+        ({"SEMIF_LOG_FLUSH_S": "-0.1"}, "SEMIF_LOG_FLUSH_S must be 0..1, got '-0.1'"),
+        ({"SEMIF_LOG_FLUSH_S": "nan"}, "SEMIF_LOG_FLUSH_S must be 0..1, got 'nan'"),
+    ):
+        with pytest.raises(ValueError) as refused:
+            config.load(valid_env(**env))
+        assert str(refused.value) == message

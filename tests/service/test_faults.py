@@ -509,6 +509,47 @@ def test_routing_refusals_are_exact() -> None:
     assert wrong.value.headers == ((b"allow", b"POST"),)
 
 
+async def test_every_reply_made_once_its_route_is_found_carries_that_route(
+    service: Service,
+) -> None:
+    """The head policy's Rule 3: ops labels a reply by the route it carries (and the wire keeps a
+    ticket's for its own refusals). A refusal after routing (401, 503, 413, 429), a GET's reply and a
+    ticket's reply each carry the route that answered."""
+    decide, health = head_policy.ROUTES[b"/decide"], head_policy.ROUTES[b"/health"]
+    auth = {b"authorization": b"Bearer " + TOKEN.encode()}
+
+    def answer(
+        fields: dict[bytes, bytes], draining: bool = False, target: bytes = b"/decide"
+    ) -> Any:
+        method = b"POST" if target == b"/decide" else b"GET"
+        head = Head(method, target, fields, draining)
+        return service.answer(head, Exchange("r", method.decode(), target))
+
+    assert [(r.status, r.route) for r in (answer({}), answer(auth, draining=True))] == [
+        (401, decide),
+        (503, decide),
+    ]
+    assert answer({}, target=b"/health").route is health
+    too_large = answer({**auth, b"content-length": b"999999999"})
+    assert (too_large.status, too_large.route) == (413, decide)
+    ticket = answer(auth)
+    taken = await ticket.take(b"{")
+    ticket.release()
+    assert (taken.status, taken.route) == (422, decide)
+    for _ in range(3):
+        answer(auth)
+    full = answer(auth)
+    assert (full.status, full.route) == (429, decide)
+
+
+async def test_a_get_route_handed_to_post_is_a_bug_named_as_such(service: Service) -> None:
+    """`post` runs a POST route's reader; a GET route has none, which only a bug in the wiring could
+    hand it (a ticket exists only for a POST)."""
+    with pytest.raises(RuntimeError) as bug:
+        await service.post(head_policy.ROUTES[b"/health"], b"")
+    assert str(bug.value) == "health is not a POST route"
+
+
 def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
     admission = Admission(3)
     for _ in range(3):
@@ -522,6 +563,22 @@ def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
     )
     admission.leave("default")
     assert admission.in_progress == 2
+
+
+def test_admission_counts_every_refusal_by_its_reason() -> None:
+    """Each refusal adds one to its reason's count (the queue's, or the caller's share), which the
+    metrics read at scrape time as semif_busy_refusals_total."""
+    admission = Admission(3, share=1)
+    admission.enter("ranker")
+    for _ in range(2):
+        with pytest.raises(ApiError):
+            admission.enter("ranker")  # over its share of one
+    admission.enter("batch")
+    admission.enter("eval")
+    for caller in ("ranker", "batch", "other"):
+        with pytest.raises(ApiError):
+            admission.enter(caller)  # the queue is full: its reason whoever asks
+    assert (admission.refused_share, admission.refused) == (2, 3)
 
 
 def test_rendering_keeps_unicode_and_refuses_non_finite_numbers() -> None:

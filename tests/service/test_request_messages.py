@@ -46,3 +46,28 @@ def test_each_method_fitted_for_the_workload_is_accepted(orderings: str) -> None
     body = json.dumps({**ROW, "workload": WORKLOAD, "orderings": orderings}).encode()
     request = request_model.parse_decide(body, LIMITS)
     assert request.workload == WORKLOAD and request.decisions[0].method == orderings
+
+
+def test_a_missing_prior_is_found_past_a_first_decision_that_needs_none_and_quoted_to_60() -> None:
+    """The prior check goes on past a decision that needs no prior, quotes the workload and the id
+    to 60 characters, and lists every option count the workload has a prior for."""
+    limits = request_model.Limits(
+        5, frozenset({WORKLOAD}), {WORKLOAD: frozenset({"none"})}, {WORKLOAD: frozenset({2, 4})}
+    )
+    three = [{"id": f"o{i}", "description": f"option {i}"} for i in range(3)]
+    body = json.dumps(
+        {
+            "state": "s",
+            "workload": WORKLOAD,
+            "decisions": [
+                {"id": "first", "question": "Q?", "options": ROW["options"]},
+                {"id": "i" * 70, "question": "Q?", "options": three, "orderings": "prior"},
+            ],
+        }
+    ).encode()
+    with pytest.raises(ApiError) as refused:
+        request_model.parse_shared(body, limits)
+    assert refused.value.message == (
+        f"workload {'w' * 60 + '…'!r} has no prior for 3 options (decision {'i' * 60 + '…'!r}); "
+        "it has priors for: 2, 4"
+    )

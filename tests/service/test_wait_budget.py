@@ -5,12 +5,16 @@ error histogram receives."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from semif_serve.engine.recent import RecentCalls
+from semif_serve.engine.worker import CallTiming, Engine
 from semif_serve.http.exchange import retry_after
-from semif_serve.service.body_pipeline import busy
+from semif_serve.service.body_pipeline import Pipeline, busy
 from semif_serve.service.wait_budget import OverBudget, WaitBudget, WaitEstimator
+from tests.fake_scorer import FakeScorer
 
 
 class Clock:
@@ -166,3 +170,37 @@ def test_leaving_frees_the_rows_once_and_reports_predicted_against_actual() -> N
     made.leave(first, None)  # left before its call ran: freed, not an error sample
     assert made.rows_ahead() == 0
     assert errors == [(pytest.approx(0.5), pytest.approx(0.6))]
+
+
+def test_the_pipeline_logs_a_crossing_once_from_a_successful_call_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server's observer of each call, in process: a call that failed, or that never ran, asks
+    nothing of the budget; the first successful one past it is logged, once, naming the kind, its recent
+    mean and the budget. A pipeline without a budget logs nothing."""
+    made, _ = estimator()
+    budget = WaitBudget(1.0, made)
+    pipeline = Pipeline(Engine(FakeScorer()), budget, "m", "torch")
+    # The window measured a slow call the pipeline was not told of.
+    made.recent.observe("direct", 1, 2.5)
+    caplog.set_level(logging.WARNING, logger="semif_serve.service")
+
+    def said() -> list[tuple[str, int, str]]:
+        return [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+
+    Pipeline(Engine(FakeScorer()), None, "m", "torch").scorer_call(
+        CallTiming("direct", 1, started=0.0, ended=2.5)
+    )
+    pipeline.scorer_call(CallTiming("direct", 1, started=0.0, ended=9.0, outcome="failed"))
+    pipeline.scorer_call(CallTiming("direct", 1, started=None, ended=None))
+    assert said() == [] and budget.over["direct"] is False
+    for _ in range(2):
+        pipeline.scorer_call(CallTiming("direct", 1, started=0.0, ended=2.5))
+    assert said() == [
+        (
+            "semif_serve.service",
+            logging.WARNING,
+            "a direct scorer call now takes 2.50 s (recent mean), over the SEMIF_MAX_WAIT_S budget "
+            "of 1 s: any request behind one such call is refused busy; raise SEMIF_MAX_WAIT_S",
+        )
+    ]

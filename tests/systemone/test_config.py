@@ -263,6 +263,12 @@ def test_each_semif_only_setting_is_refused_naming_what_to_set_here(name: str) -
         assert config.load({"SEMIF_API_TOKEN": TOKEN, name: same}).api_token == TOKEN
 
 
+def test_a_long_semif_only_value_is_quoted_to_40_characters() -> None:
+    with pytest.raises(ValueError) as refused:
+        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_GGUF": "g" * 50})
+    assert str(refused.value).startswith(f"SEMIF_GGUF={'g' * 40 + '…'!r} is SemIf's setting")
+
+
 # -- SEMIF_SYSTEMONE_ORDERINGS=prior (extension): the default workload needs priors, not a temperature ----------
 
 
@@ -347,3 +353,23 @@ def test_adaptive_by_default_needs_a_workload_with_a_threshold(tmp_path: Path) -
         }
     )
     assert (settings.systemone_orderings, settings.systemone_workload) == ("adaptive", "triage")
+
+
+def test_a_default_workload_without_the_default_method_lists_every_method_it_has(
+    tmp_path: Path,
+) -> None:
+    bound = tmp_path / "bound.json"
+    bound.write_text(json.dumps({**MATCHING, "workloads": {"billing": {"none": 1.0, "all": 1.2}}}))
+    with pytest.raises(ValueError) as caught:
+        started(
+            {
+                "SEMIF_API_TOKEN": TOKEN,
+                "SEMIF_CALIBRATION": str(bound),
+                "SEMIF_SYSTEMONE_ORDERINGS": "rotations",
+                "SEMIF_SYSTEMONE_WORKLOAD": "billing",
+            }
+        )
+    assert str(caught.value) == (
+        "SEMIF_SYSTEMONE_WORKLOAD 'billing' has no temperature for "
+        "SEMIF_SYSTEMONE_ORDERINGS='rotations'; it has: all, none"
+    )

@@ -7,11 +7,16 @@ it (and of which engine call a request made).
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
 
+from semif_serve.engine.stub import StubScorer
+from semif_serve.engine.worker import Engine
+from semif_serve.service.head_policy import Service
 from tests.fake_scorer import FakeScorer
+from tests.fakes import settings
 from tests.systemone_cases import REFUSALS
 from tests.wire_client import AUTH, TOKEN, parse_responses, raw_request, raw_session, request
 
@@ -318,3 +323,43 @@ async def test_the_servers_default_workload_applies_to_a_request_that_sends_none
         "workload 'triage' has no temperature for method 'rotations'"
     )
     assert fake.calls == []
+
+
+def test_healthz_is_semifs_probe_with_our_queue_ready_then_draining_in_process() -> None:
+    """/healthz's whole body, from the head policy itself (the socket tests above and in
+    test_semif_conformance.py check SemIf's fields; this one pins every field and both statuses)."""
+    service = Service(settings(max_tokens=2048, max_queue=3), Engine(StubScorer(settings())))
+    service.admission.enter("ranker")
+    ready, draining = service.healthz(), service.healthz(draining=True)
+    expected = {
+        "status": "ready",
+        "model": "semif/stub@000000000000+stub-none",
+        "backend": "stub",
+        "prompt_version": "stub-v1",
+        "max_input_tokens": 2048,
+        "mode": "auto",
+        "in_progress": 1,
+        "max_queue": 3,
+    }
+    assert (ready.status, json.loads(ready.body)) == (200, expected)
+    assert (draining.status, json.loads(draining.body)) == (503, {**expected, "status": "draining"})
+
+
+async def test_a_request_naming_a_workload_is_answered_calibrated_with_semifs_headers(
+    start_server, fake: FakeScorer
+) -> None:
+    """The fake's logits for a noul question are 34 and 33: native p(true) is the logistic of 1, and
+    the workload's temperature 2 makes it the logistic of 0.5. SemIf's server's headers name the
+    engine call made and the backend."""
+    server = await start_server(fake, calibration={"triage": 2.0})
+    plain = await request(server.port, "POST", "/v1/systemone", body({"u": NOUL}))
+    calibrated = await request(
+        server.port, "POST", "/v1/systemone", body({"u": NOUL}, semif={"workload": "triage"})
+    )
+    assert plain.json["answers"]["u"]["noul"] == pytest.approx(1 / (1 + math.exp(-1.0)))
+    assert calibrated.status == 200, calibrated.body
+    assert calibrated.json["answers"]["u"]["noul"] == pytest.approx(1 / (1 + math.exp(-0.5)))
+    assert (calibrated.headers[b"x-semif-mode"], calibrated.headers[b"x-semif-backend"]) == (
+        b"direct",
+        b"torch",
+    )
