@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,22 +55,23 @@ class Operations:
         busy_refusals: Callable[[], dict[str, int]] | None = None,
         *,
         recent: RecentCalls,
+        ahead: Callable[[str], Counter[str]],
     ) -> None:
         """`routes` is the application's table: its paths are the route labels (a reply carries the
         route that answered; one refused before any was found is labelled by its target's path, or
         "other"), and a route marked `typesafe` answers with the SDK's own request-id field too.
-        `in_progress` counts the admitted POSTs (the busy Retry-After and a gauge); `scorer_facts`
+        `in_progress` counts the admitted POSTs (a gauge); `scorer_facts`
         is the engine's health (the model info metric); both are read when needed, never cached.
         `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time.
-        `recent` is the window of recent scorer calls the busy Retry-After reads (the server feeds it)."""
+        `recent` is the window of recent scorer calls and `ahead` the rows that run before a caller's new
+        call (the engine's queues): the busy Retry-After prices one with the other."""
         self.labels = {path: path.decode() for path in routes}
         # Extension: System One's SDK reads a response's request id from its own header name: on its
         # routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives it an id.
         self.typesafe = frozenset(
             self.labels[path] for path, found in routes.items() if found.typesafe
         )
-        self.in_progress = in_progress
-        self.retry_after = RetryAfter(recent)
+        self.retry_after = RetryAfter(recent, ahead)
         self.access_log = settings.access_log
         self.metrics = (
             _metrics(
@@ -114,7 +116,7 @@ class Operations:
             fields.append((b"x-typesafe-request-id", request_id))
         if reply.status == 429 and not any(name == b"retry-after" for name, _ in reply.headers):
             # A wait-budget refusal brings its own (the estimate); a full queue's is estimated here.
-            fields.append((b"retry-after", b"%d" % self.retry_after.busy(self.in_progress())))
+            fields.append((b"retry-after", b"%d" % self.retry_after.busy(reply.caller)))
         elif reply.status == 503:
             fields.append((b"retry-after", b"%d" % self.retry_after.unavailable()))
         return fields

@@ -213,7 +213,7 @@ class SlotTicket:
         self._caller = caller
 
     async def take(self, body: bytes) -> Reply:
-        reply = await self._service.post(self.route, body)
+        reply = await self._service.post(self.route, body, self._caller)
         return dataclasses.replace(reply, route=self.route, caller=self._caller)
 
     def release(self) -> None:
@@ -364,13 +364,16 @@ class Service:
         }
         return Reply(503 if draining else 200, render(payload))
 
-    async def post(self, endpoint: Endpoint, body: bytes) -> Reply:
-        """Parse, score and build a POST route's reply (/decide, /decide/shared or /v1/systemone)."""
+    async def post(
+        self, endpoint: Endpoint, body: bytes, caller: str = callers.UNAUTHENTICATED
+    ) -> Reply:
+        """Parse, score and build a POST route's reply (/decide, /decide/shared or /v1/systemone);
+        its engine call takes `caller`'s turn."""
         call = None
         try:
             request, respond = self._read(endpoint, body)
             call, rows = self._engine_call(request)
-            scored = await self._within_budget(rows, call)
+            scored = await self._within_budget(rows, call, caller)
         except ApiError as error:
             return Reply.error(error, call)
         try:
@@ -407,16 +410,18 @@ class Service:
         rows = request.rows()
         return CallTiming(request.kind, len(rows)), rows
 
-    async def _within_budget(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
+    async def _within_budget(
+        self, rows: list[dict[str, Any]], call: CallTiming, caller: str
+    ) -> Scored:
         """The engine call, once the wait budget (if any) admits the request: refused, it never joins the queue."""
         if self.budget is None:
-            return await self._score(rows, call)
+            return await self._score(rows, call, caller)
         try:
-            admitted = self.budget.admit(call.kind, len(rows))
+            admitted = self.budget.admit(call.kind, len(rows), caller)
         except OverBudget as over:
             raise busy(over) from None
         try:
-            return await self._score(rows, call)
+            return await self._score(rows, call, caller)
         finally:
             self.budget.estimator.leave(admitted, call.started)
 
@@ -434,12 +439,12 @@ class Service:
                 self.budget.seconds,
             )
 
-    async def _score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
-        """One engine call per request, timed in `call`."""
+    async def _score(self, rows: list[dict[str, Any]], call: CallTiming, caller: str) -> Scored:
+        """One engine call per request, timed in `call`, in `caller`'s turn."""
         try:
             if call.kind == "direct":
-                return [await self.engine.score(rows[0], call)], None
-            return await self.engine.score_shared(rows, call)
+                return [await self.engine.score(rows[0], call, caller=caller)], None
+            return await self.engine.score_shared(rows, call, caller=caller)
         except ValueError as error:
             raise ApiError(
                 "invalid_request", excerpt(str(error), 300) or "the scorer refused the input"
