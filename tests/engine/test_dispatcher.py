@@ -179,9 +179,9 @@ async def test_a_drain_drops_queued_background_work_and_refuses_more_while_calle
         await asyncio.sleep(0)
         engine.drain()
         with pytest.raises(asyncio.CancelledError):
-            await background
+            await asyncio.wait_for(background, 5)
         with pytest.raises(asyncio.CancelledError):
-            await engine.score_shared_background([{**ROW, "id": "bg-late"}])
+            await asyncio.wait_for(engine.score_shared_background([{**ROW, "id": "bg-late"}]), 5)
         fake.gate.set()
         assert [(await each)["id"] for each in (running, queued)] == ["a1", "a2"]
     finally:
