@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from semif_serve.engine.stub import StubScorer
-from tests.bodies import ROW
+from tests.bodies import ROW, SHARED
 from tests.fakes import settings
 from tests.metrics_samples import sample, scrape
 from tests.timing import timeless
@@ -62,10 +62,14 @@ async def serve(start_server: Any, tmp_path: Path, scorer: Held, **overrides: An
 
 
 def send(server: Any, caller: str, row_id: str) -> asyncio.Future[Any]:
+    """/decide with one row; an id ending in `s` is a one-decision /decide/shared instead."""
     headers = [(b"authorization", f"Bearer {TOKENS[caller]}".encode())]
-    return asyncio.ensure_future(
-        request(server.port, "POST", "/decide", {**ROW, "id": row_id}, headers, timeout=30)
+    path, body = (
+        ("/decide/shared", {**SHARED, "decisions": [{**SHARED["decisions"][0], "id": row_id}]})
+        if row_id.endswith("s")
+        else ("/decide", {**ROW, "id": row_id})
     )
+    return asyncio.ensure_future(request(server.port, "POST", path, body, headers, timeout=30))
 
 
 async def queue(server: Any, scorer: Held, caller: str, row_id: str) -> asyncio.Future[Any]:
@@ -92,14 +96,15 @@ async def queued_in_turn(
 
 
 async def test_two_callers_alternate(start_server, tmp_path: Path) -> None:
-    """The reproduction: one caller's backlog no longer runs ahead of another's one call."""
+    """The reproduction: one caller's backlog no longer runs ahead of another's one call. Bob's calls are
+    shared ones (`s`): both kinds take their caller's turn."""
     order = await queued_in_turn(
         start_server,
         tmp_path,
-        [("alice", "a1"), ("alice", "a2"), ("alice", "a3"), ("alice", "a4"), ("bob", "b1")]
-        + [("bob", "b2"), ("bob", "b3")],
+        [("alice", "a1"), ("alice", "a2"), ("alice", "a3"), ("alice", "a4"), ("bob", "b1s")]
+        + [("bob", "b2s"), ("bob", "b3s")],
     )
-    assert order == ["a1", "b1", "a2", "b2", "a3", "b3", "a4"]
+    assert order == ["a1", "b1s", "a2", "b2s", "a3", "b3s", "a4"]
 
 
 async def test_three_callers_take_one_call_each_in_turn(start_server, tmp_path: Path) -> None:
