@@ -31,6 +31,9 @@ USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT 
 
 
 def _serve() -> int:
+    from .ops import hangup
+
+    hangup.hold()  # first: from here a SIGHUP never kills a starting server (ops/hangup.py)
     try:
         settings = config.load()
     except ValueError as error:
@@ -39,6 +42,7 @@ def _serve() -> int:
     from .ops.logs import configure
 
     configure(settings.log_format, settings.log_flush_s)
+    from .ops.pid_file import PidFileError
     from .server import serve
     from .service.callers import TokensFileError
 
@@ -46,9 +50,10 @@ def _serve() -> int:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             code = runner.run(serve(settings))
     except (
-        calibration_file.BindingMismatch,
+        calibration_file.Refused,
         TokensFileError,
-    ) as error:  # an invalid setting, found once the scorer is known or the tokens file read
+        PidFileError,
+    ) as error:  # an invalid setting, found once its file is read or the scorer is known
         _refusal(settings, str(error))
         return 2
     except Exception as error:  # noqa: BLE001 - fail closed with one clear line, no traceback spam

@@ -6,7 +6,8 @@ within the grace period, answers any still waiting 503, and exits 0. The port
 opens only after the model has loaded and warmed up (`Engine.start`), so a
 connection refused means "not ready yet" and a 503 `draining` means "leaving".
 On SIGHUP it re-reads the tokens file and SEMIF_CALIBRATION (service/reload.py), each
-swapped in whole or, when invalid, not at all.
+swapped in whole or, when invalid, not at all; one received while it starts is applied once it
+is ready, and one while it stops is ignored (ops/hangup.py), so a SIGHUP never kills it.
 Every effective setting is logged once at startup, the token redacted. Here the
 parts meet: one Admission shared by the service (which takes and frees slots) and
 ops (which reports it), with SEMIF_MAX_WAIT_S the WaitBudget beside it, ops's
@@ -26,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -39,15 +39,17 @@ from .engine.worker import Engine
 from .errors import ApiError, envelope
 from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
-from .http.exchange import Answer, Head, Reply, Ticket
-from .ops import logs
+from .http.exchange import Answer, Exchange, Head, Reply, Ticket
+from .ops import logs, pid_file
+from .ops.hangup import Hangups
 from .ops.logs import log_settings
 from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
 from .service import callers, reload
 from .service.admission import Admission
-from .service.routes import METRICS_ROUTES, ROUTES, Endpoint, Service
+from .service.head_policy import METRICS_ROUTES, ROUTES, Endpoint, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
+from .systemone import defaults
 
 log = logging.getLogger("semif_serve.server")
 # Open connections the metrics listener takes: a Prometheus pair (HA) and a person with curl, with room.
@@ -83,9 +85,14 @@ class Server:
     """The listening sockets, their connections and the shared drain flag."""
 
     def __init__(
-        self, settings: Settings, engine: Engine, table: callers.Callers | None = None
+        self,
+        settings: Settings,
+        engine: Engine,
+        known_callers: callers.Callers | None = None,
+        calibration: calibration_file.Loaded | None = None,
     ) -> None:
-        """`table`: the callers, read before the model loaded (None: read from the settings now)."""
+        """`known_callers` and `calibration`: the callers and the calibration, read before the model
+        loaded (None: read from the settings now)."""
         self.settings = settings
         self.engine = engine
         self.drain = Drain(time.monotonic)
@@ -119,14 +126,15 @@ class Server:
             admission,
             metrics=lambda head: ops.metrics_reply(),
             budget=budget,
-            known=table,
+            known=known_callers,
+            calibration=calibration,
         )
         # Every observer is wired here: the engine's scorer calls to the window of recent calls first (what
         # the others read), then (with a budget) the service and ops; the estimate's error and the kinds
         # over budget to the metrics.
         engine.observers.append(recent.scorer_call)
         if budget is not None:
-            engine.observers.append(self.service.scorer_call)
+            engine.observers.append(self.service.pipeline.scorer_call)
         engine.observers.append(self.ops.scorer_call)
         self._calibration_shown()
         if budget is not None and ops.metrics is not None:
@@ -137,11 +145,11 @@ class Server:
         self.port = 0
         self.metrics_port: int | None = None
 
-    def reload(self, env: Mapping[str, str]) -> None:
+    def reload(self) -> None:
         """SIGHUP: re-read the tokens file and the calibration (service/reload.py), each counted by outcome."""
         done = {
             "tokens": reload.tokens(self.service),
-            "calibration": reload.calibration(self.service, env),
+            "calibration": reload.calibration(self.service),
         }
         if self.ops.metrics is not None:
             for file, outcome in done.items():
@@ -173,8 +181,8 @@ class Server:
         cap: int,
         routes: Mapping[bytes, Endpoint],
     ) -> tuple[asyncio.base_events.Server, int]:
-        def answer(head: Head) -> Reply | Ticket:
-            return self.service.answer(head, routes)
+        def answer(head: Head, exchange: Exchange) -> Reply | Ticket:
+            return self.service.answer(head, exchange, routes)
 
         def accept(channel: Channel) -> None:
             self._accept(channel, connections, cap, answer)
@@ -269,32 +277,50 @@ def loop_name(loop: asyncio.AbstractEventLoop) -> str:
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
 
 
+def read_calibration(settings: Settings) -> calibration_file.Loaded:
+    """SEMIF_CALIBRATION, and System One's defaults checked against it, before the model loads:
+    a refusal (calibration_file.Refused) exits 2, as a bad setting (cli.py)."""
+    loaded = calibration_file.read(settings.calibration_path)
+    defaults.check(loaded.table, settings.systemone_orderings, settings.systemone_workload)
+    return loaded
+
+
 async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     """Load the model (fail closed), serve until SIGTERM/SIGINT, drain, return 0."""
     # Before the model loads: a tokens file that cannot be used refuses startup (exit 2, as a bad setting),
-    table = callers.for_settings(settings)
+    known_callers = callers.for_settings(settings)
+    # a calibration file that cannot be read or cannot serve System One's defaults,
+    calibration = read_calibration(settings)
+    if settings.pid_file is not None:  # and a pid file another live server holds
+        pid_file.check(settings.pid_file)
+    loop = asyncio.get_running_loop()
+    hangups = Hangups(loop)  # a SIGHUP from now on is logged, applied once ready (ops/hangup.py)
     scorer = scorer if scorer is not None else build_scorer(settings)
-    # and so does a table fitted on another model or prompt.
+    # and a table fitted on another model or prompt.
     facts = scorer.health()
     calibration_file.check_binding(
-        settings.calibration,
+        calibration.table,
         settings.model,
         settings.revision,
         facts.get("prompt_version"),
         facts.get("dtype"),
     )
     log_settings(log, settings)  # once every setting is known valid, before the (long) load
+    log.info(
+        "callers loaded: %d (%s)", len(known_callers.names), ", ".join(known_callers.names)
+    )  # as a reload
     engine = Engine(scorer)
     await engine.start()
-    server = Server(settings, engine, table)
+    server = Server(settings, engine, known_callers, calibration)
     port = await server.start()
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     # The handlers go in before the listening line: whoever reads that line may send SIGTERM at
     # once, and it must start a drain, not kill the process (-15) with the default action.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, server.reload, os.environ)
+    hangups.ready(server.reload)
+    if settings.pid_file is not None:  # ready: the port is open and a SIGHUP reloads
+        pid_file.write(settings.pid_file)
     if (
         server.metrics_port is not None
     ):  # before the listening line: whoever reads that one may scrape at once
@@ -318,9 +344,10 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     try:
         await stop.wait()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
+        hangups.stopping()
     log.info("shutting down: draining %d connection(s)", len(server.connections))
     try:
         await server.shutdown()
@@ -328,4 +355,6 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
         if flusher is not None:
             flusher.cancel()
         logs.flush()  # the lines of the drain itself; cli.py's logging.shutdown() flushes once more before exit
+        if settings.pid_file is not None:
+            pid_file.remove(settings.pid_file)
     return 0

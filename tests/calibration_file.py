@@ -18,7 +18,7 @@ MATCHING = {
     "revision": DEFAULT_REVISION,
     "prompt_version": STUB_PROMPT_VERSION,
 }
-# Position priors (issue 29): "triage" has priors and a temperature for "prior" at n=4 only;
+# Position priors (extension): "triage" has priors and a temperature for "prior" at n=4 only;
 # "sorting" has priors and no temperature at all.
 PRIORS = {
     "triage": {"4": {"prior": [0.4, 0.3, 0.2, 0.1], "decisions": 12}},

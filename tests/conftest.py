@@ -17,7 +17,7 @@ from semif_serve.engine.worker import Engine
 from semif_serve.http.connection import Drain
 from semif_serve.server import Server
 from tests.fake_scorer import FakeScorer
-from tests.fakes import settings
+from tests.fakes import calibration, settings
 from tests.reading_wheels import require_parts
 from tests.smollm2_wheel import require_gguf
 from tests.wire.memory import FakeClock, Memory
@@ -33,7 +33,8 @@ async def start_server() -> Any:
     async def start(scorer: Scorer | None = None, **overrides: Any) -> Server:
         engine = Engine(scorer if scorer is not None else FakeScorer())
         await engine.start()
-        server = Server(settings(**overrides), engine)
+        table = calibration(overrides.pop("calibration", None))
+        server = Server(settings(**overrides), engine, calibration=table)
         await server.start()
         servers.append(server)
         return server
@@ -59,7 +60,8 @@ async def memory_server(fake: FakeScorer) -> Any:
         await engine.start()
         engines.append(engine)
         clock = FakeClock()
-        return Memory(Server(settings(**overrides), engine), clock, Drain(clock))
+        table = calibration(overrides.pop("calibration", None))
+        return Memory(Server(settings(**overrides), engine, calibration=table), clock, Drain(clock))
 
     yield start
     for engine in engines:

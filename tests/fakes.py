@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
 from semif_serve.config import Settings
+from semif_serve.decisions.calibration_file import Loaded, Table, as_table
 from semif_serve.engine.scorer_package import ScorerPackage
 from tests.wire_client import TOKEN
 
@@ -255,6 +256,12 @@ class FakeLoader:
             self.tokenizer,
             {"source": settings.model, "device": device, "dtype": dtype},
         )
+
+
+def calibration(table: Table | Mapping[str, float] | None) -> Loaded | None:
+    """A calibration as the server takes it, from a Table or a plain {workload: T} (no file, so no
+    digest); None: none given, the server reads SEMIF_CALIBRATION's."""
+    return None if table is None else Loaded(as_table(table))
 
 
 def settings(**overrides: Any) -> Settings:

@@ -24,8 +24,13 @@ async def scrape(port: int) -> Samples:
     assert (
         response.status == 200 and response.headers[b"content-type"] == CONTENT_TYPE_LATEST.encode()
     )
+    return parse(response.body.decode())
+
+
+def parse(exposition: str) -> Samples:
+    """Every sample of an exposition, keyed by (sample name, labels)."""
     samples: Samples = {}
-    for family in text_string_to_metric_families(response.body.decode()):
+    for family in text_string_to_metric_families(exposition):
         for found in family.samples:
             samples[(found.name, frozenset(found.labels.items()))] = found.value
     return samples

@@ -129,7 +129,13 @@ def exposed() -> set[str]:
     Metrics after one request (request counters appear with their first route and status)."""
     facts = {key: 1.0 for key in CUDA_MEMORY} | {"scorer": "stub"}
     metrics = Metrics(
-        2, lambda: 0, lambda: 0, lambda: facts, lambda: 0.0, 30.0, lambda: {"queue": 0, "wait": 0}
+        lambda: facts,
+        max_queue=2,
+        in_progress=lambda: 0,
+        open_connections=lambda: 0,
+        drain_seconds=lambda: 0.0,
+        shutdown_grace=30.0,
+        busy_refusals=lambda: {"queue": 0, "wait": 0},
     )
     metrics.request("/decide", 200, None, 0.001)
     metrics.wait_error(1.0, 1.2)  # the budget's series (SEMIF_MAX_WAIT_S) exist once it is set

@@ -316,7 +316,7 @@ REFUSALS = [
         "an unknown orderings method",
         {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": "some"}},
         "semif.orderings",
-        "semif.orderings must be one of none, rotations, all, prior",
+        "semif.orderings must be one of none, rotations, all, prior, adaptive",
     ),
     (
         "orderings given as an array",
@@ -327,7 +327,7 @@ REFUSALS = [
             "semif": {"orderings": ["all"]},
         },
         "semif.orderings",
-        "semif.orderings must be one of none, rotations, all, prior",
+        "semif.orderings must be one of none, rotations, all, prior, adaptive",
     ),
     (
         "a workload given as an object",
@@ -513,7 +513,7 @@ async def shared_views(
 
 
 def expected(kind: str, ids: list[str], p: list[float]) -> dict[str, Any]:
-    """The API's answer fields for a distribution, computed here from the issue's formulas."""
+    """The API's answer fields for a distribution, computed here from the API's formulas."""
     if kind == "noul":
         return {"noul": p[0]}
     confidence = (len(p) * max(p) - 1) / (len(p) - 1)

@@ -280,13 +280,13 @@ def fastapi_baseline(
 def peer_fastjev(
     model: Mapping[str, str],
     api_token: str,
+    health: str,
     ready_timeout: float = 600.0,
     log_dir: Path | None = None,
 ) -> contextlib.AbstractContextManager[Running]:
     """fastjev's own System One server (bench/load/peer_fastjev.py) over the snapshot `model` names
-    (small_model's settings: SEMIF_MODEL, SEMIF_REVISION, HF_HOME...), on the CPU, on a free port."""
-    from bench.load.peer_fastjev import HEALTH
-
+    (small_model's settings: SEMIF_MODEL, SEMIF_REVISION, HF_HOME...), on the CPU, on a free port,
+    ready when `health` (the peer's own path, which bench/load names) answers."""
     port = free_port()
     argv = [
         sys.executable,
@@ -299,7 +299,7 @@ def peer_fastjev(
         "--revision",
         model["SEMIF_REVISION"],
     ]
-    return running(argv, model, port, api_token, ready_timeout, log_dir, health=HEALTH)
+    return running(argv, model, port, api_token, ready_timeout, log_dir, health=health)
 
 
 def tiny_model(out: Path, timeout: float = 300.0) -> dict[str, str]:

@@ -117,7 +117,7 @@ class Plan:
         }
 
 
-# Defaults per device: the card gets the sizes, the CPU dry run the smallest that exercise every step.
+# Defaults per device: the card gets the acceptance sizes, the CPU dry run the smallest that exercise every step.
 # On the card the whole run is held to 5 minutes, so that one rerun still fits the session's 15 device minutes.
 DEFAULTS = {
     "cuda": {
@@ -533,7 +533,7 @@ def speed(run: Run, server: procs.Running) -> None:
     enough = run.plan.speed_n >= 5 or not run.plan.cuda
     status = PASSED if outcome["passed"] and enough else FAILED
     reason = outcome["verdict"] + (
-        "" if enough else f" (N={run.plan.speed_n} < 5, the issue's minimum)"
+        "" if enough else f" (N={run.plan.speed_n} < 5, too few for a speed figure)"
     )
     run.records.add("speed", status, reason, outcome.get("figures", {}))
 

@@ -6,7 +6,7 @@ This module reads an existing file, refuses one the new figures cannot join
 (plain, or bound to another model, revision, prompt version or dtype), merges, and
 writes beside the old file before moving over it, so a failure never leaves
 half a file. What a valid file is stays the server's business
-(semif_serve/decisions/calibration.py); this module only knows which top-level keys each
+(semif_serve/decisions/calibration_file.py); this module only knows which top-level keys each
 command owns: calibrate owns `workloads` and `fitted` (except `fitted.priors`),
 prior owns `priors` and `fitted.priors`.
 """

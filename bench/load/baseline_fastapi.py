@@ -23,7 +23,7 @@ from semif_serve.engine.stub import StubScorer
 from semif_serve.engine.worker import Engine
 from semif_serve.errors import ApiError
 from semif_serve.http.exchange import Reply
-from semif_serve.service.routes import ROUTES, Service
+from semif_serve.service.head_policy import ROUTES, Service
 
 settings = config.load()
 if settings.scorer != "stub":

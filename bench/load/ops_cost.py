@@ -25,7 +25,7 @@ from semif_serve.engine.worker import CallTiming, Engine
 from semif_serve.http.exchange import Reply
 from semif_serve.ops.logs import configure
 from semif_serve.ops.operations import Operations
-from semif_serve.service.routes import ROUTES, Service
+from semif_serve.service.head_policy import ROUTES, Service
 
 REQUEST = h11.Request(
     method="POST",

@@ -28,7 +28,7 @@ from bench.common.loadgen import (
     poisson_arrivals,
 )
 from bench.common.report import markdown_table, note
-from bench.load import openloop
+from bench.load.servers import ALIAS, Live, Servers, measure_capacity, systemone_body
 
 INTERACTIVE_X = 0.3
 CALLERS = ("bulk", "interactive")
@@ -79,9 +79,9 @@ async def _both(
     return dict(zip(CALLERS, runs, strict=True))
 
 
-def run(servers: openloop.Servers, args: argparse.Namespace) -> dict[str, Any]:
+def run(servers: Servers, args: argparse.Namespace) -> dict[str, Any]:
     """Capacity on a fresh server, then the two runs (share unset, share set), each on a fresh server."""
-    body = openloop.systemone_body(1, openloop.ALIAS)
+    body = systemone_body(1, ALIAS)
     result: dict[str, Any] = {"share": args.share, "queue": args.queue, "bulk_x": args.bulk}
     with tempfile.TemporaryDirectory(prefix="semif-two-callers-") as directory:
         path, tokens = _tokens(Path(directory))
@@ -92,11 +92,9 @@ def run(servers: openloop.Servers, args: argparse.Namespace) -> dict[str, Any]:
                 port = server.target.port
                 targets = {name: Target(procs.HOST, port, tokens[name]) for name in CALLERS}
                 if "capacity" not in result:
-                    live = openloop.Live(targets["bulk"], "/health", openloop.ALIAS, None)
+                    live = Live(targets["bulk"], "/health", ALIAS, None)
                     raw = encode(targets["bulk"], "POST", "/v1/systemone", body)
-                    result["capacity"] = openloop.measure_capacity(
-                        live, raw, args.capacity_s, args.timeout
-                    )
+                    result["capacity"] = measure_capacity(live, raw, args.capacity_s, args.timeout)
                     capacity = result["capacity"]["requests_per_s"]
                     rates = {"bulk": args.bulk * capacity, "interactive": INTERACTIVE_X * capacity}
                     arrivals = {

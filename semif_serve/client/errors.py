@@ -1,7 +1,7 @@
 """The client's typed errors: every failure a call can end in, with status, code, message, request id.
 
 Rules: one base class, `SemifError`, so a caller can catch everything from a call in
-one clause; every error carries the four facts the issue names: the HTTP `status`
+one clause; every error carries the four facts a caller acts on: the HTTP `status`
 (None when no response came), the `code`, a `message` fit to show, and the
 `request_id` the call sent in `X-Request-Id` on every attempt. Server codes come from
 the envelope `{"error": {"code", "message"}}` unchanged; the client adds only the

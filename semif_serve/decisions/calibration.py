@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .numerics import softmax
-from .views import Calibrated
+from .views import CalibratedView
 
 
 def tempered_softmax(logits: Sequence[float], temperature: float) -> list[float]:
@@ -15,15 +15,17 @@ def tempered_softmax(logits: Sequence[float], temperature: float) -> list[float]
     return softmax([value / temperature for value in logits])
 
 
-def calibrated_view(result: Mapping[str, Any], workload: str, temperature: float) -> Calibrated:
+def calibrated_view(result: Mapping[str, Any], workload: str, temperature: float) -> CalibratedView:
     """The `calibrated` view of one SemIf result."""
-    return Calibrated(workload, temperature, tempered_softmax(result["option_logits"], temperature))
+    return CalibratedView(
+        workload, temperature, tempered_softmax(result["option_logits"], temperature)
+    )
 
 
 def combined_view(
     workload: str, method: str, temperature: float, mean_log_probabilities: Sequence[float]
-) -> Calibrated:
+) -> CalibratedView:
     """`combined.calibrated` for an averaged decision: softmax(mean per-option log-softmax / T)."""
-    return Calibrated(
+    return CalibratedView(
         workload, temperature, tempered_softmax(mean_log_probabilities, temperature), method
     )

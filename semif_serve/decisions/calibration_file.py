@@ -1,7 +1,8 @@
 """The calibration file (SEMIF_CALIBRATION) read into a `Table`, and a fitted file's binding to its model.
 
-Rules: this module owns the file (both its forms) and the binding; calibration.py applies a
-table's temperatures. It knows nothing of HTTP, the engine or torch; the request model refuses
+Rules: this module owns the file (both its forms) and the binding, and alone reads it (`read`:
+the server at startup, service/reload.py on SIGHUP; the settings hold its path only);
+calibration.py applies a table's temperatures. It knows nothing of HTTP, the engine or torch; the request model refuses
 a workload or method the table lacks before scoring.
 
 Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
@@ -13,7 +14,7 @@ Theory of operation. `SEMIF_CALIBRATION` names a JSON file in one of two forms:
   temperature fitted on one model's logits means nothing on another's, so the
   file names what it was fitted on, and startup refuses it unless the model,
   revision and prompt version loaded are exactly those (`check_binding`).
-  *Extension (issue 38):* and the dtype served: an optional `"dtype"` (float32 or
+  *Extension:* and the dtype served: an optional `"dtype"` (float32 or
   bfloat16; absent means float32, so every earlier file loads as it did), since
   bfloat16 logits are not float32's.
 
@@ -24,7 +25,10 @@ priors and no temperatures, so a bound file needs "workloads" or "priors" (or bo
 workload's temperature for method "prior" needs its priors. Every file that loaded before
 loads unchanged: a plain file's values are numbers, so neither key can hold an object there.
 Each prior is refused at startup unless it has n entries, all finite and > 0, summing to 1
-within prior.SUM_TOLERANCE; n is a decimal 2..16 without leading zeros.
+within prior.SUM_TOLERANCE; n is a decimal 2..16 without leading zeros. *Extension:* an entry
+may hold `"threshold": t`, orderings "adaptive"'s escalation threshold for that (workload, n),
+fitted with the prior (a new prior means a new threshold): a finite number in [0, 1], not a
+bool. A prior without one serves "prior", not "adaptive".
 
 Every T is a finite number, not a bool, in [T_MIN, T_MAX]. Temperature scaling
 divides every score of a decision by the same T > 0, which cannot reorder them,
@@ -36,6 +40,7 @@ the mean per-option log-softmax that `combined.probabilities` renormalises.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -44,8 +49,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import prior as position_prior
-from .averaging import MAX_OPTIONS
-from .methods import ORDERINGS, TABLE
+from .methods import BY_NAME, MAX_OPTIONS, Fit
 
 T_MIN, T_MAX = 0.05, 20.0
 VARIABLE = "SEMIF_CALIBRATION"
@@ -57,10 +61,21 @@ DEFAULT_DTYPE = (
 )
 BOUND_KEYS = frozenset({*BINDING_KEYS, "dtype", "fitted", "workloads", "priors"})
 PRIOR_KEYS = frozenset({"prior", "decisions"})
+THRESHOLD_KEY = (
+    "threshold"  # optional beside them: the escalation threshold of orderings "adaptive"
+)
+# The methods a temperature may be fitted for: a workload's method keys in the bound form.
+ORDERINGS: tuple[str, ...] = tuple(
+    name for name, method in BY_NAME.items() if method.rules.tempered
+)
 EMPTY: Mapping[str, float] = MappingProxyType({})
 
 
-class BindingMismatch(ValueError):
+class Refused(ValueError):
+    """The calibration file cannot be served: startup exits 2 (as a bad setting), a reload keeps the old table."""
+
+
+class BindingMismatch(Refused):
     """A bound calibration file names another model, revision, prompt version or dtype (startup refuses)."""
 
 
@@ -75,23 +90,25 @@ class Binding:
 
 
 @dataclass(frozen=True)
-class Prior:
-    """One fitted (workload, n): the prior over n positions, and how many decisions it came from."""
+class FittedPrior:
+    """One fitted (workload, n): the prior over n positions, how many decisions it came from and
+    (extension) the escalation threshold fitted with it, if any."""
 
     prior: tuple[float, ...]
     decisions: int
+    threshold: float | None = None
 
 
 @dataclass(frozen=True)
 class Table(Mapping[str, Mapping[str, float]]):
     """workload -> {method: T}, with the binding and fit summary of a bound file (None for plain),
-    and (extension) workload -> {n: Prior}. Every workload either names is a key; one with
+    and (extension) workload -> {n: FittedPrior}. Every workload either names is a key; one with
     priors only maps to no temperatures."""
 
     temperatures: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     binding: Binding | None = None
     fitted: Mapping[str, Any] | None = None
-    priors: Mapping[str, Mapping[int, Prior]] = field(default_factory=dict)
+    priors: Mapping[str, Mapping[int, FittedPrior]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         frozen = {
@@ -123,10 +140,25 @@ class Table(Mapping[str, Mapping[str, float]]):
         """workload -> the option counts it holds a prior for (what the request model checks)."""
         return {name: frozenset(counts) for name, counts in self.priors.items()}
 
-    def describe(self) -> dict[str, Any]:
-        """The /health view: every workload with its methods, the option counts with a prior,
-        and the file's binding."""
+    def threshold_counts(self) -> dict[str, frozenset[int]]:
+        """workload -> the option counts whose prior has a threshold (what the request model checks)."""
         return {
+            name: frozenset(n for n, entry in counts.items() if entry.threshold is not None)
+            for name, counts in self.priors.items()
+        }
+
+    def fit(self, workload: str) -> Fit:
+        """What the table holds for `workload` (one it holds), as a method checks it."""
+        return Fit(
+            frozenset(self[workload]),
+            frozenset(self.priors.get(workload, {})),
+            self.threshold_counts().get(workload, frozenset()),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The /health view: every workload with its methods, the option counts with a prior (and
+        where any is fitted, each (workload, n)'s escalation threshold), and the file's binding."""
+        described = {
             "binding": None if self.binding is None else asdict(self.binding),
             "fitted": None if self.fitted is None else dict(self.fitted),
             "workloads": {
@@ -134,6 +166,17 @@ class Table(Mapping[str, Mapping[str, float]]):
             },
             "priors": {name: sorted(counts) for name, counts in sorted(self.priors.items())},
         }
+        thresholds = {
+            name: {
+                str(n): entry.threshold
+                for n, entry in sorted(counts.items())
+                if entry.threshold is not None
+            }
+            for name, counts in sorted(self.priors.items())
+        }
+        fitted = {name: entries for name, entries in thresholds.items() if entries}
+        # Extension: only where the file holds a threshold, so a file without one shows as before.
+        return {**described, "thresholds": fitted} if fitted else described
 
 
 def _temperature(where: str, value: Any) -> float:
@@ -147,12 +190,17 @@ def _temperature(where: str, value: Any) -> float:
     return float(value)
 
 
-def _read(path: str) -> Any:
+def _bytes(path: str) -> bytes:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        with open(path, "rb") as handle:
+            return handle.read()
     except OSError as error:
         raise ValueError(f"{VARIABLE}: cannot read {path!r}: {error.strerror}") from None
+
+
+def _document(data: bytes, path: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
     except ValueError as error:
         raise ValueError(f"{VARIABLE}: {path!r} is not valid JSON: {error}") from None
 
@@ -240,12 +288,14 @@ def _option_count(name: str, key: str) -> int:
     return int(key)
 
 
-def _prior(name: str, key: str, value: Any) -> tuple[int, Prior]:
-    """One entry `"<n>": {prior, decisions}`, as (n, Prior)."""
+def _prior(name: str, key: str, value: Any) -> tuple[int, FittedPrior]:
+    """One entry `"<n>": {prior, decisions}`, as (n, FittedPrior)."""
     n = _option_count(name, key)
     where = f"{VARIABLE}: priors {name!r} entry {key!r}"
-    if not isinstance(value, dict) or set(value) != PRIOR_KEYS:
-        raise ValueError(f"{where} must be an object with exactly the keys decisions, prior")
+    if not isinstance(value, dict) or not PRIOR_KEYS <= set(value) <= {*PRIOR_KEYS, THRESHOLD_KEY}:
+        raise ValueError(
+            f"{where} must be an object with the keys decisions, prior and optionally threshold"
+        )
     decisions = value["decisions"]
     if isinstance(decisions, bool) or not isinstance(decisions, int) or decisions < 1:
         raise ValueError(f"{where}: decisions must be an integer >= 1, got {decisions!r}")
@@ -253,10 +303,23 @@ def _prior(name: str, key: str, value: Any) -> tuple[int, Prior]:
         prior = position_prior.checked(value["prior"], n)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
-    return n, Prior(prior, decisions)
+    return n, FittedPrior(prior, decisions, _threshold(where, value))
 
 
-def _priors(document: Mapping[str, Any]) -> dict[str, dict[int, Prior]]:
+def _threshold(where: str, entry: Mapping[str, Any]) -> float | None:
+    """An entry's optional escalation threshold: a finite number in [0, 1], not a bool (a margin of
+    probabilities lies there; anything else was not fitted by `bench prior`). Absent: None."""
+    if THRESHOLD_KEY not in entry:
+        return None
+    value = entry[THRESHOLD_KEY]
+    # Range first, and for a number only: a JSON integer too big for a float fails it without
+    # math.isfinite's OverflowError, and NaN fails both comparisons.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{where}: threshold must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _priors(document: Mapping[str, Any]) -> dict[str, dict[int, FittedPrior]]:
     """The optional "priors" object: every workload with at least one option count, each entry checked."""
     priors = {}
     for name, entries in _object(document, "priors", "{workload: {n: {prior, decisions}}}").items():
@@ -283,15 +346,15 @@ def bound(document: dict[str, Any]) -> Table:
             document, "workloads", "{workload: {method: temperature}}"
         ).items()
     }
-    priors = _priors(document)
+    table = Table(workloads, binding, _fitted(document.get("fitted")), _priors(document))
     for name, methods in workloads.items():
-        for method in methods:
-            if TABLE[method].needs_prior and name not in priors:
+        for method in map(BY_NAME.__getitem__, methods):
+            if method.lacks(table.fit(name), None) is not None:
                 raise ValueError(
                     f"{VARIABLE}: workload {name!r} has a temperature for method {method!r} "
                     "but no entry under 'priors'"
                 )
-    return Table(workloads, binding, _fitted(document.get("fitted")), priors)
+    return table
 
 
 def plain(temperatures: Mapping[str, float]) -> Table:
@@ -304,10 +367,34 @@ def plain(temperatures: Mapping[str, float]) -> Table:
     )
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """The calibration served: its table and its file's sha256 (None without a file), which
+    /health and the metrics report so an operator sees which file a replica serves."""
+
+    table: Table = field(default_factory=Table)
+    sha256: str | None = None
+
+
+def read(path: str | None) -> Loaded:
+    """SEMIF_CALIBRATION's table and digest, both from one read of the file's bytes (so the digest
+    is of exactly what is served); no path, no table. Startup calls it before the model loads
+    (a refusal exits 2), a reload on SIGHUP (a refusal keeps the old table); raise Refused naming
+    the variable, the file and what is wrong."""
+    if path is None:
+        return Loaded()
+    try:
+        data = _bytes(path)
+        document = _document(data, path)
+        table = bound(document) if is_bound(document) else plain(_plain(document, path))
+    except ValueError as error:
+        raise Refused(str(error)) from None
+    return Loaded(table, hashlib.sha256(data).hexdigest())
+
+
 def load(path: str) -> Table:
-    """Read either form from `path`; raise ValueError naming the variable and what is wrong."""
-    document = _read(path)
-    return bound(document) if is_bound(document) else plain(_plain(document, path))
+    """Read either form from `path`; raise Refused (a ValueError) naming the variable and what is wrong."""
+    return read(path).table
 
 
 def as_table(value: Table | Mapping[str, float]) -> Table:

@@ -4,7 +4,7 @@ Rules:
 1. This is the one home of the prior's arithmetic: the server's debiased and calibrated
    views and the bench's fit both call these functions; nobody copies them.
 2. Pure arithmetic on plain numbers and SemIf result mappings: no I/O, no torch, no HTTP.
-   It does not know the calibration file (decisions/calibration.py reads it and calls `checked`),
+   It does not know the calibration file (decisions/calibration_file.py reads it and calls `checked`),
    nor requests (the request model refuses a decision without a prior before scoring).
 3. A refusal is a ValueError whose message names what is wrong, never the variable or the
    field: the caller knows where the value came from and prefixes that.
@@ -43,11 +43,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .methods import Method
 from .numerics import log_softmax, softmax
 
 METHOD = (
-    "prior"  # the orderings value, and the calibration method, of a decision debiased by the prior
-)
+    Method.PRIOR.value
+)  # the orderings value, and the calibration method, of a decision debiased by it
 MIN_DECISIONS = 8  # a (workload, n) fitted from fewer decisions is not fitted at all
 SUM_TOLERANCE = 1e-6  # a stored prior sums to 1 within this
 

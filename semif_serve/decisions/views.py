@@ -13,7 +13,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class Calibrated:
+class CalibratedView:
     """A workload's temperature applied to a distribution: a result's `calibrated`, or with the
     averaging `method` named, `combined.calibrated`."""
 
@@ -24,10 +24,19 @@ class Calibrated:
 
 
 @dataclass(frozen=True)
-class Prior:
+class DividedPrior:
     """The position prior divided out of a debiased decision (`combined.prior`)."""
 
     probabilities: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """An adaptive decision's escalation (extension): whether its prior's margin fell below the
+    workload's threshold, so that every rotation was scored, and that threshold."""
+
+    escalated: bool
+    threshold: float
 
 
 @dataclass(frozen=True)
@@ -40,8 +49,9 @@ class Combined:
     top: str
     agreement: float
     spread: dict[str, list[float]]
-    prior: Prior | None = None
-    calibrated: Calibrated | None = None
+    prior: DividedPrior | None = None
+    calibrated: CalibratedView | None = None
+    escalation: Escalation | None = None
 
 
 @dataclass(frozen=True)
@@ -49,7 +59,7 @@ class Native:
     """A decision scored once: the scorer's own result, and its calibrated view where a workload applies."""
 
     result: Mapping[str, Any]
-    calibrated: Calibrated | None = None
+    calibrated: CalibratedView | None = None
 
     @property
     def option_ids(self) -> list[str]:
@@ -81,7 +91,7 @@ def distribution(view: View) -> list[float]:
     return list(source.result["probabilities"])
 
 
-def _calibrated_json(view: Calibrated) -> dict[str, Any]:
+def _calibrated_json(view: CalibratedView) -> dict[str, Any]:
     method = {} if view.method is None else {"method": view.method}
     return {
         "workload": view.workload,
@@ -102,6 +112,10 @@ def _combined_json(view: Combined) -> dict[str, Any]:
     }
     if view.prior is not None:
         combined["prior"] = list(view.prior.probabilities)
+    if view.escalation is not None:
+        combined["rows"] = view.count
+        combined["escalated"] = view.escalation.escalated
+        combined["threshold"] = view.escalation.threshold
     if view.calibrated is not None:
         combined["calibrated"] = _calibrated_json(view.calibrated)
     return combined

@@ -4,7 +4,7 @@ Rule 1: this module holds only the interface, its plain data types and the
 failures a scorer raises (OutOfMemory, ScoringFailed); it imports nothing of the
 project's, so every scorer (the stub, the torch scorer, a test's fake) and the
 engine can depend on it without depending on each other, or on HTTP. What a
-failure answers on the wire is decided in one place, `Service._score` (service/routes.py).
+failure answers on the wire is decided in one place, `Pipeline.score` (service/body_pipeline.py).
 Rule 2: which concrete scorer a process runs is decided where the process is
 assembled (server.py), never here or in the engine.
 """

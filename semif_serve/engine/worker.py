@@ -81,18 +81,13 @@ class Engine:
             finally:
                 timing.ended = time.perf_counter()
 
-    async def _submit(
-        self, timing: CallTiming, priced: str, fn: Callable[..., T], *args: Any, **turn: Any
-    ) -> T:
-        """Run fn on the engine thread in its turn (engine/dispatcher.py), filling `timing`; its rows are
-        priced as `priced` calls; `turn` is the Call's caller, follow_up or background. Observers see
-        every call that began."""
+    async def _submit(self, timing: CallTiming, turn: Call, fn: Callable[..., T], *args: Any) -> T:
+        """Run fn on the engine thread in `turn` (its caller's, engine/dispatcher.py), filling `timing`.
+        Observers see every call that began."""
         timing.submitted = time.perf_counter()
-        work = functools.partial(self._serialised, timing, fn, *args)
+        turn.work = functools.partial(self._serialised, timing, fn, *args)
         try:
-            result: T = await self.dispatcher.run(
-                Call(kind=priced, rows=timing.rows, work=work, **turn)
-            )
+            result: T = await self.dispatcher.run(turn)
             return result
         finally:
             if timing.ended is not None:
@@ -101,14 +96,14 @@ class Engine:
 
     async def start(self) -> None:
         """Load the model on the engine thread, so it is the thread that owns it."""
-        await self._submit(CallTiming("load", 0), "load", self.scorer.load, caller="-")
+        await self._submit(CallTiming("load", 0), Call("-", "load", 0), self.scorer.load)
 
     async def score(
         self, row: Row, timing: CallTiming | None = None, *, caller: str = "-"
     ) -> dict[str, Any]:
         """One row, in `caller`'s turn."""
         return await self._submit(
-            timing or CallTiming("direct", 1), "direct", self.scorer.score, row, caller=caller
+            timing or CallTiming("direct", 1), Call(caller, "direct", 1), self.scorer.score, row
         )
 
     async def score_shared(
@@ -118,16 +113,14 @@ class Engine:
         *,
         caller: str = "-",
         follow_up: bool = False,
+        reserve: int = 0,
     ) -> SharedResult:
         """Rows over one state, in `caller`'s turn; a follow-up (a request's next call) goes ahead of
-        `caller`'s later calls."""
+        `caller`'s later calls. `reserve`: the rows a follow-up of this call may add, which the
+        estimates count with this call until it ends (a worst case)."""
+        turn = Call(caller, "shared", len(rows) + reserve, follow_up=follow_up)
         return await self._submit(
-            timing or CallTiming("shared", len(rows)),
-            "shared",
-            self.scorer.score_shared,
-            rows,
-            caller=caller,
-            follow_up=follow_up,
+            timing or CallTiming("shared", len(rows)), turn, self.scorer.score_shared, rows
         )
 
     async def score_shared_background(
@@ -137,11 +130,9 @@ class Engine:
         (CancelledError) once a drain begins. Priced as a shared call while it runs."""
         return await self._submit(
             timing or CallTiming(BACKGROUND, len(rows)),
-            "shared",
+            Call(BACKGROUND, "shared", len(rows), background=True),
             self.scorer.score_shared,
             rows,
-            caller=BACKGROUND,
-            background=True,
         )
 
     def ahead(self, caller: str) -> Counter[str]:

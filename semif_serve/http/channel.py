@@ -5,7 +5,9 @@ log; http/connection.py turns bytes into events and decisions.
 Rule 2: one reader. Only the connection's task reads, and it waits on at most one
 future at a time. A peer that sends EOF or goes away wakes that reader and calls
 `on_gone` at once, so a client that leaves while its request is scored is noticed
-by a callback, not by a second task reading the socket.
+by a callback, not by a second task reading the socket. Bytes that arrive are
+reported the same way, once, to a wire that asked (`on_next_bytes`): it knows a
+request has begun before its task wakes to read it.
 Rule 3: bounded. Bytes that arrive while nobody reads (a pipelined request during
 scoring) are kept up to `limit`; past it the transport stops reading until they
 are taken (back-pressure), so EOF is then not seen either: a client that floods
@@ -52,6 +54,7 @@ class Channel(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "-"  # host:port of the client, for the access log
         self.on_gone: Callable[[], None] | None = None  # set by the wire while a request is scored
+        self._on_bytes: Callable[[], None] | None = None  # called once, when bytes are next held
         self._chunks: list[bytes] = []
         self._size = 0
         self._eof = False  # EOF received or connection lost: nothing more will arrive
@@ -78,6 +81,9 @@ class Channel(asyncio.Protocol):
         if self._size > self.limit and not self._reading_paused and self.transport is not None:
             self._reading_paused = True
             self.transport.pause_reading()
+        if self._on_bytes is not None:
+            report, self._on_bytes = self._on_bytes, None
+            report()
         _settle(self._reader)
 
     def eof_received(self) -> bool:
@@ -115,6 +121,13 @@ class Channel(asyncio.Protocol):
     def buffered(self) -> int:
         """Bytes received and not yet read."""
         return self._size
+
+    def on_next_bytes(self, report: Callable[[], None]) -> None:
+        """Call `report` once, when bytes are next held unread: at once if some already are."""
+        if self._size:
+            report()
+        else:
+            self._on_bytes = report
 
     async def read(self, timeout: float, most: int) -> bytes:
         """Up to `most` bytes received so far, waiting up to `timeout` s for one; b"" once the peer is gone.

@@ -1,7 +1,10 @@
 """The wire: one asyncio task per connection, turning h11 events into actions.
 
-Rule 1: the phase moves only by phases.after (http/phases.py holds the table); who may
-close the connection, how it closes and what a deadline answers are read from the phase.
+Rule 1: the phase moves only by phases.after (http/phases.py holds the table), and what
+comes next is looked up from the phase, as h11 looks up its reader from its state: how the
+next head is read (`HEAD_READERS`), what a passed deadline answers (`LATE`), who may close
+the connection and how it closes. Bytes that arrive while the task sleeps are a step the
+channel reports (`on_next_bytes`), so the phase never lags behind the socket.
 Rule 2: one question per request head. The wire frames the head, runs its own checks
 (`head_refusal`), asks the application once (`answer`): a Reply it writes, or a Ticket
 whose body it reads (`body_refusal` before each chunk is kept) and whose reply it writes,
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Protocol
 
@@ -33,7 +36,7 @@ from ..config import Settings
 from ..errors import ApiError, excerpt
 from .channel import Channel
 from .exchange import Answer, Exchange, Head, Reply, Route, Ticket, body_refusal
-from .phases import REPLIED, STILL_SENDING, Phase, Step, after
+from .phases import IN_PROGRESS, REPLIED, STILL_SENDING, UNASKED, Phase, Step, after
 
 # How long a close waits for a refused client to stop sending (nginx's lingering_timeout is 5 s).
 LINGER_S = 1.0
@@ -56,6 +59,12 @@ REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 Received = h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]
 # Seconds from an arbitrary start: time.monotonic in a server, a test's own clock in a test.
 Clock = Callable[[], float]
+# What a deadline that passes answers, by the phase it passes in: a 408 for a request begun;
+# in any other phase nothing was asked, and the connection just ends.
+LATE = {
+    Phase.HEAD: "request head not received in time",
+    Phase.BODY: "request body not received in time",
+}
 
 
 class Observer(Protocol):
@@ -185,22 +194,23 @@ class HttpConnection:
         self.drain = drain
         self.clock = clock
         self.conn = h11.Connection(h11.SERVER)
-        self.phase = Phase.WAITING
+        self.phase = Phase.OPENED
         self.head = bytearray()  # raw bytes received since the current head began
         self.head_only = False  # the request is HEAD: its response carries no body
         self.ops = ops
         self.exchange: Exchange | None = None  # the request being answered, once its head parsed
         self.route: Route | None = None  # the route that answered it, once the application did
         self.received = 0  # bytes of that request read: its head, then its body
+        channel.on_next_bytes(self._arrived)
 
-    def _caught_up(self) -> Phase:
-        """The phase, counting bytes that arrived while the task slept (held unread by the channel) as a head begun."""
-        return Phase.HEAD if self.phase is Phase.WAITING and self.channel.buffered else self.phase
+    def _arrived(self) -> None:
+        """The channel holds bytes of the next head that the task has not read yet."""
+        self.phase = after(self.phase, Step.ARRIVED)
 
     @property
     def closable(self) -> bool:
         """Between requests with no byte of the next one received: shutdown may just close it."""
-        return self._caught_up() is Phase.WAITING
+        return self.phase in UNASKED
 
     # -- reading -------------------------------------------------------------
 
@@ -212,7 +222,7 @@ class HttpConnection:
             data = await self.channel.read(remaining, READ_SIZE)
         except TimeoutError:
             raise Deadline from None
-        if data and self.phase is Phase.WAITING:
+        if self.phase is Phase.BUFFERED:  # the bytes the channel reported: a head begins
             self.phase = after(self.phase, Step.BEGUN)
         if self.phase is Phase.HEAD:
             self.head += data
@@ -225,20 +235,15 @@ class HttpConnection:
                 return event
             await self._receive(deadline)
 
-    async def _next_request(self, first: bool) -> tuple[Received, bytearray]:
-        """The next request head and its raw bytes, under the idle and header deadlines."""
-        now = self.clock()
-        self.head = bytearray(self.conn.trailing_data[0])
-        self.head_only = False
-        if first:  # a new connection is WAITING, under the header deadline from its start
-            return await self._next_head(now + self.settings.header_timeout)
-        if self.head:  # pipelined: the next head began arriving while this one was answered
-            self.phase = after(self.phase, Step.BEGUN)
-            return await self._next_head(now + self.settings.header_timeout)
-        # Keep-alive: wait for the first byte under the idle timeout, then the head
-        # must complete within the header timeout counted from that byte.
-        self.phase = after(self.phase, Step.IDLE)
-        await self._receive(now + self.settings.idle_timeout)
+    async def _read_head(self) -> tuple[Received, bytearray]:
+        """From OPENED, BUFFERED or HEAD: the head within the header timeout counted from now
+        (the connection's start, or the end of the previous response)."""
+        return await self._next_head(self.clock() + self.settings.header_timeout)
+
+    async def _read_after_idle(self) -> tuple[Received, bytearray]:
+        """From WAITING: the first byte within the idle timeout, then the head within the
+        header timeout counted from that byte."""
+        await self._receive(self.clock() + self.settings.idle_timeout)
         return await self._next_head(self.clock() + self.settings.header_timeout)
 
     async def _next_head(self, deadline: float) -> tuple[Received, bytearray]:
@@ -310,10 +315,8 @@ class HttpConnection:
     async def run(self) -> None:
         """Serve requests until the peer closes, a deadline passes or a reply closes."""
         try:
-            first = True
-            while await self._serve_one(first) and not self.drain.active:
-                first = False
-                self.conn.start_next_cycle()
+            while await self._serve_one() and not self.drain.active:
+                self._next_cycle()
         except (TimeoutError, ClientGone, ConnectionError):
             pass
         except asyncio.CancelledError:
@@ -322,49 +325,56 @@ class HttpConnection:
         finally:
             await self._close()
 
+    def _next_cycle(self) -> None:
+        """A keep-alive exchange is over: the next head has begun (pipelined, already in h11's
+        buffer) or nothing of it is here, and the channel is asked to report its first bytes."""
+        self.conn.start_next_cycle()
+        self.head = bytearray(self.conn.trailing_data[0])
+        self.head_only = False
+        if self.head:
+            self.phase = after(self.phase, Step.BEGUN)
+        else:
+            self.phase = after(self.phase, Step.IDLE)
+            self.channel.on_next_bytes(self._arrived)
+
     async def _close(self) -> None:
         """Close after flushing what is buffered; abort a peer that will not read it, or it holds the slot forever.
 
         A client that may still be sending (its request refused mid-head or mid-body) gets a
         lingering close, so that its unread bytes do not turn our answer into a reset.
         """
-        sending = self._caught_up() in STILL_SENDING
+        sending = self.phase in STILL_SENDING
         self.phase = after(self.phase, Step.CLOSE)
         await self.channel.closed(self.settings.idle_timeout, LINGER_S if sending else 0.0)
 
     async def _stopped(self) -> None:
         """A request in progress (head, body or scoring) still gets an answer, never silence."""
-        if self._caught_up() is Phase.WAITING or self.phase in REPLIED:
+        if self.phase not in IN_PROGRESS:
             return
         with contextlib.suppress(Exception):
             await self._refuse(
                 ApiError("shutting_down", "the server stopped before this request finished")
             )
 
-    async def _serve_one(self, first: bool) -> bool:
-        """Answer one request; True when the connection may carry another."""
+    async def _serve_one(self) -> bool:
+        """Read one head as its phase says, check it and have it answered; True when the
+        connection may carry another."""
         try:
-            event, raw = await self._next_request(first)
+            event, raw = await HEAD_READERS[self.phase](self)
+            if not isinstance(event, h11.Request):
+                return False  # ConnectionClosed between requests
+            fields = Fields(event)
+            self.received = len(raw)
+            exchange = self.exchange = self.ops.begin(event, fields.once(b"x-request-id"))
+            refusal = head_refusal(raw, fields)
+            if refusal is not None:  # ambiguous: close rather than guess where the next head begins
+                await self._refuse(refusal)
+                return False
+            return await self._dispatch(event, fields, exchange)
         except Deadline:
-            if self.phase is Phase.HEAD:  # in WAITING nothing was asked: the connection just ends
-                await self._refuse(ApiError("request_timeout", "request head not received in time"))
-            return False
-        except h11.RemoteProtocolError as error:
-            await self._protocol_error(error)
-            return False
-        if not isinstance(event, h11.Request):
-            return False  # ConnectionClosed between requests
-        fields = Fields(event)
-        self.received = len(raw)
-        self.exchange = self.ops.begin(event, fields.once(b"x-request-id"))
-        refusal = head_refusal(raw, fields)
-        if refusal is not None:  # ambiguous: close rather than guess where the next head begins
-            await self._refuse(refusal)
-            return False
-        try:
-            return await self._dispatch(event, fields)
-        except Deadline:
-            await self._refuse(ApiError("request_timeout", "request body not received in time"))
+            late = LATE.get(self.phase)
+            if late is not None:
+                await self._refuse(ApiError("request_timeout", late))
         except h11.RemoteProtocolError as error:
             await self._protocol_error(error)
         return False
@@ -379,13 +389,15 @@ class HttpConnection:
         message = excerpt(str(error).split(": bytearray(", 1)[0], 120) or "malformed request"
         await self._refuse(ApiError(code, message))
 
-    async def _dispatch(self, request: h11.Request, fields: Fields) -> bool:
-        """Ask the application once, then read the body a ticket takes."""
+    async def _dispatch(self, request: h11.Request, fields: Fields, exchange: Exchange) -> bool:
+        """Ask the application once (with the exchange's record, where it names the caller), then
+        read the body a ticket takes."""
         unread = fields.has_body
         if not unread:  # an empty body: let h11 reach EndOfMessage so the connection can be reused
             await self._next_event(self.clock() + self.settings.body_timeout)
             self.phase = after(self.phase, Step.NO_BODY)
-        answer = self.answer(Head(request.method, request.target, fields.first, self.drain.active))
+        head = Head(request.method, request.target, fields.first, self.drain.active)
+        answer = self.answer(head, exchange)
         if isinstance(answer, Reply):
             await self._send(answer, close=unread or answer.close)
             return self._reusable()
@@ -450,3 +462,13 @@ class HttpConnection:
         with contextlib.suppress(asyncio.CancelledError):
             await task
         raise ClientGone
+
+
+# How the next head is read, by the phase the wire starts it in (h11's READERS is the model):
+# nothing of it here on a kept-alive connection waits under the idle timeout first.
+HEAD_READERS: Mapping[Phase, Callable[[HttpConnection], Awaitable[tuple[Received, bytearray]]]] = {
+    Phase.OPENED: HttpConnection._read_head,
+    Phase.BUFFERED: HttpConnection._read_head,
+    Phase.HEAD: HttpConnection._read_head,
+    Phase.WAITING: HttpConnection._read_after_idle,
+}

@@ -5,16 +5,18 @@ path, name, method, whether it needs the bearer), the Head the wire hands over, 
 answer is, the Ticket an accepted request becomes, `route`, which finds a request line's
 route in a listener's table or refuses it, and the body limit both sides check; it runs no
 handler, reads no body and knows no socket. The table itself is the application's
-(service.ROUTES), whose routes carry their handlers, so that adding an endpoint touches that
-one module.
-Rule 2: both sides read it, neither is imported here. service/routes.py (and ops, for
-/metrics) decide what a route answers; http/connection.py frames and writes; this module
-imports neither.
+(service/head_policy.py ROUTES), whose routes carry their handlers, so that adding an endpoint
+touches that one module.
+Rule 2: both sides read it, neither is imported here. service/ (and ops, for /metrics) decide
+what a route answers; http/connection.py frames and writes; this module imports neither.
+Rule 3: the caller lives on the exchange's record (`Exchange.caller`), never on a Reply: the
+application names it once, when the bearer passes, and ops logs and counts every reply the
+wire writes for that exchange under it, the wire's own refusals included.
 
 Theory of operation: one question per request head. The wire frames a head, runs
-its own framing checks, and asks the application once (`Answer`): the answer is a
-Reply (a refusal, or a GET's whole answer), or a Ticket, which takes the body
-once the wire has read it and returns the Reply. A Reply may carry headers of its
+its own framing checks, and asks the application once (`Answer`, with the exchange's
+record): the answer is a Reply (a refusal, or a GET's whole answer), or a Ticket, which
+takes the body once the wire has read it and returns the Reply. A Reply may carry headers of its
 route's own and ask for the connection to close; a ticket's reply may still be a
 refusal (a body the route refuses after parsing it). The wire never learns which
 route it served.
@@ -37,7 +39,7 @@ from . import request_target
 class Route:
     """One endpoint as the wire and ops see it: its path (ops' route label), name, method, and whether it
     needs the bearer (a POST also takes an admission slot); what it does is the application's
-    (service/routes.py `Endpoint`)."""
+    (service/head_policy.py `Endpoint`)."""
 
     path: bytes
     name: str
@@ -64,10 +66,10 @@ class Reply:
     timing: CallTiming | None = None
     content_type: bytes = b"application/json"
     close: bool = False  # the connection ends after this reply, whether or not the body was read
-    # Each decision's orderings method, in order (metrics label them `orderings`).
+    # Each decision's orderings method, in order (metrics label them `method`).
     decision_methods: tuple[str, ...] = ()
-    # Extension: the caller's name for the access log and metrics; "-": not authenticated.
-    caller: str = "-"
+    # Extension: the workload of each decision that escalated to a second scorer call (metrics).
+    escalations: tuple[str, ...] = ()
     # The route that answered; None: refused before one was found (ops then labels it by the target).
     route: Route | None = None
 
@@ -77,7 +79,6 @@ class Reply:
         error: ApiError,
         timing: CallTiming | None = None,
         close: bool = False,
-        caller: str = "-",
         route: Route | None = None,
     ) -> Reply:
         return cls(
@@ -87,7 +88,6 @@ class Reply:
             error.code,
             timing,
             close=close,
-            caller=caller,
             route=route,
         )
 
@@ -120,8 +120,9 @@ class Ticket(Protocol):
 
 
 R = TypeVar("R", bound=Route)  # a listener's routes: Route, or the application's own kind of it
-# The application's one question per request head: a Reply now, or a Ticket for the body.
-Answer = Callable[[Head], "Reply | Ticket"]
+# The application's one question per request head, asked with the exchange's record (where it names
+# the caller once the bearer passes): a Reply now, or a Ticket for the body.
+Answer = Callable[[Head, "Exchange"], "Reply | Ticket"]
 # A GET route's handler: its whole reply from the head (HEAD shares it, without the body).
 Handler = Callable[[Head], Reply]
 
@@ -160,6 +161,9 @@ class Exchange:
     started: float = field(default_factory=time.perf_counter)
     # Where no route answered: the path as logged and the route label, read from `target` once (by ops).
     unrouted: tuple[str, str] | None = None
+    # Extension: the caller's name, set by the application once the bearer passes; "-": none. Every
+    # reply written for this exchange is logged and counted under it (the wire's own refusals too).
+    caller: str = "-"
 
 
 def body_refusal(size: int, limit: int, declared: bool = False) -> ApiError | None:

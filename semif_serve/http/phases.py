@@ -1,7 +1,10 @@
 """Where one connection stands, and the table of what moves it on: no I/O, so the table is tested whole.
 
 The connection changes phase only through `after` (h11's _state.py is the model): a step
-the table does not list for the phase is a bug in the wire, and raises.
+the table does not list for the phase is a bug in the wire, and raises. What the wire
+does next is read from the phase alone (the sets below, and the connection's own tables),
+never from the channel: bytes that arrive while the wire's task sleeps are a step too
+(ARRIVED, which the channel reports), so shutdown and a close see them at once.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ class Phase:
     member look-up and hash cost a few hundred ns each, on every transition of every request."""
 
     __slots__ = ("name",)
-    WAITING: ClassVar[
-        Phase
-    ]  # nothing of the next request received (a new or kept-alive connection)
+    OPENED: ClassVar[Phase]  # a new connection, nothing received: its head has the header timeout
+    WAITING: ClassVar[Phase]  # kept alive, nothing of the next request: it has the idle timeout
+    BUFFERED: ClassVar[Phase]  # bytes of the next head held by the channel, unread by the wire
     HEAD: ClassVar[
         Phase
     ]  # bytes of a head received: reading it, checking it, the application's answer
@@ -38,7 +41,8 @@ class Step:
     """What happened on a connection, the table's other key (an identity-compared sentinel too)."""
 
     __slots__ = ("name",)
-    BEGUN: ClassVar[Step]  # bytes of a head are here (perhaps pipelined behind the last reply)
+    ARRIVED: ClassVar[Step]  # the channel holds bytes the wire has not read (it reports them)
+    BEGUN: ClassVar[Step]  # the wire reads a head's bytes (perhaps pipelined behind the last reply)
     NO_BODY: ClassVar[Step]  # the head's request has no body, and h11 has read it whole
     TAKEN: ClassVar[Step]  # the application's ticket takes a body: read it
     READ: ClassVar[Step]  # the request is read whole: the ticket works on it
@@ -59,8 +63,18 @@ for _name in Step.__annotations__:
     setattr(Step, _name, Step(_name))
 
 # phase -> step -> the next phase. A REPLY before the request is read whole is a refusal.
-TABLE: dict[Phase, dict[Step, Phase]] = {
-    Phase.WAITING: {Step.BEGUN: Phase.HEAD, Step.REPLY: Phase.REFUSING, Step.CLOSE: Phase.CLOSING},
+TRANSITIONS: dict[Phase, dict[Step, Phase]] = {
+    Phase.OPENED: {
+        Step.ARRIVED: Phase.BUFFERED,
+        Step.REPLY: Phase.REFUSING,
+        Step.CLOSE: Phase.CLOSING,
+    },
+    Phase.WAITING: {
+        Step.ARRIVED: Phase.BUFFERED,
+        Step.REPLY: Phase.REFUSING,
+        Step.CLOSE: Phase.CLOSING,
+    },
+    Phase.BUFFERED: {Step.BEGUN: Phase.HEAD, Step.REPLY: Phase.REFUSING, Step.CLOSE: Phase.CLOSING},
     Phase.HEAD: {
         Step.NO_BODY: Phase.HEARD,
         Step.TAKEN: Phase.BODY,
@@ -74,8 +88,12 @@ TABLE: dict[Phase, dict[Step, Phase]] = {
     Phase.REFUSING: {Step.CLOSE: Phase.CLOSING},
     Phase.CLOSING: {},
 }
+# Nothing of a request received: shutdown just closes the connection, and a deadline passes in silence.
+UNASKED = frozenset({Phase.OPENED, Phase.WAITING})
+# A request in progress: shutdown's end of the grace answers it 503, never silence.
+IN_PROGRESS = frozenset({Phase.BUFFERED, Phase.HEAD, Phase.HEARD, Phase.BODY, Phase.SCORING})
 # The client may still be sending: a close lingers so that its bytes do not turn our answer into a reset.
-STILL_SENDING = frozenset({Phase.HEAD, Phase.BODY, Phase.REFUSING})
+STILL_SENDING = frozenset({Phase.BUFFERED, Phase.HEAD, Phase.BODY, Phase.REFUSING})
 # A reply is already going out (or the connection is ending): shutdown adds no second one.
 REPLIED = frozenset({Phase.ANSWERING, Phase.REFUSING, Phase.CLOSING})
 
@@ -87,6 +105,6 @@ class IllegalStep(RuntimeError):
 def after(phase: Phase, step: Step) -> Phase:
     """The phase `step` leads to from `phase`; IllegalStep where the table lists none."""
     try:
-        return TABLE[phase][step]
+        return TRANSITIONS[phase][step]
     except KeyError:
         raise IllegalStep(f"connection phase {phase.name} has no step {step.name}") from None

@@ -2,7 +2,7 @@
 
 Rule 1: forms only. This module reads origin-form (`/decide?x`) and http(s) absolute-form
 (`http://host/decide`, which RFC 9112 3.2.2 says a server MUST accept), and knows nothing
-of routes, methods or responses: service/routes.py routes the path it returns, and any other form
+of routes, methods or responses: service/head_policy.py routes the path it returns, and any other form
 (another scheme, `*`, `host:port`) is returned as sent, for routing to find no endpoint.
 Rule 2: one reading. `path` (for the access log and the route label of a head no route
 answered; it never raises) and `resolve` (for routing; it refuses) split a target the same

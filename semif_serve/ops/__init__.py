@@ -1,7 +1,7 @@
 """Operating the server in a fleet: metrics, request ids, access logs, Retry-After.
 
 Rules: these modules observe requests and scorer calls; they never decide what a
-request gets (that is service/routes.py and the wire), except the answer of the /metrics
+request gets (that is service/ and the wire), except the answer of the /metrics
 route, `Operations.metrics_reply`, which the server hands the service for that route;
 and they never hold an error code of their own (errors.py
 has the one table). They read the application through callables (the admitted

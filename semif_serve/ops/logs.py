@@ -5,7 +5,7 @@ in `json` mode every line on stderr parses as JSON, tracebacks included (as a
 field). Structured data travels in the record's `fields` attribute
 (`log.info(msg, extra={"fields": {...}})`); the formatter never looks at
 anything else a caller might have attached. Settings are logged once at startup
-with the token replaced by REDACTED.
+with each secret (the token) replaced by REDACTED, or null where none is set.
 
 Buffering (an extension, like nginx's `access_log ... buffer= flush=`): access
 lines (the `semif_serve.access` logger) collect in the handler and go out in one
@@ -33,13 +33,14 @@ filter, a level an operator set on `semif_serve.access`) gets the ordinary
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any, TextIO
+
+from ..config import Settings, declared
 
 REDACTED = "<redacted>"
 ACCESS_LOGGER = "semif_serve.access"
@@ -262,23 +263,15 @@ def configure(log_format: str, flush_s: float = 0.0) -> None:
     logging.logMultiprocessing = False
 
 
-def redacted_settings(settings: Any) -> dict[str, Any]:
-    """Every effective setting by name, the token replaced."""
+def redacted_settings(settings: Settings) -> dict[str, Any]:
+    """Every effective setting by name, a secret one replaced: REDACTED where it is set, null where
+    it is not (the token, with a tokens file in use), so the line never shows a token that is not there."""
     values = {}
-    for item in dataclasses.fields(settings):
-        value = getattr(settings, item.name)
-        values[item.name] = REDACTED if item.name == "api_token" else _plain(value)
+    for name, setting in declared().items():
+        value = getattr(settings, name)
+        values[name] = (REDACTED if value else None) if setting.secret else value
     return values
 
 
-def _plain(value: Any) -> Any:
-    """Mappings (the calibration table and its read-only views) as plain dicts, for JSON."""
-    return (
-        {key: _plain(inner) for key, inner in value.items()}
-        if isinstance(value, Mapping)
-        else value
-    )
-
-
-def log_settings(log: logging.Logger, settings: Any) -> None:
+def log_settings(log: logging.Logger, settings: Settings) -> None:
     log.info("effective settings", extra={"fields": {"settings": redacted_settings(settings)}})

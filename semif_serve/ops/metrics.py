@@ -4,8 +4,12 @@ Rules: the only module that imports prometheus_client. Names follow Prometheus
 conventions: `semif_` prefix, base units (seconds, bytes), `_total` on counters.
 Labels have bounded values only: a route is one of the known paths or `other`,
 never the raw target; a code is a row of errors.STATUS; a caller is a name of the
-tokens file (at most 64) or `-`, never a token. No request content, id,
+tokens file (at most 64) or `-`, never a token; a workload (extension) a name of the
+calibration file. No request content, id,
 peer or header ever becomes a label or a value.
+
+Every family is one row of FAMILIES, in exposition order: a gauge that shows state the server
+keeps is a row naming its reading, and operations.py passes that reading to Metrics by name.
 
 Theory: one registry per server (tests run several in one process). Per-request
 work is a few increments on label children bound once and cached, all those one
@@ -20,7 +24,8 @@ read when scraped, so they cost nothing per request.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -98,6 +103,75 @@ ERROR_BUCKETS = (
 )
 
 
+Kind = Literal[
+    "counter",
+    "histogram",
+    "gauge",
+    "info",
+    "counter read at scrape",
+    "gauge read at scrape",
+    "cuda memory",
+]
+INSTRUMENTS: dict[str, Any] = {
+    "counter": Counter,
+    "histogram": Histogram,
+    "gauge": Gauge,
+    "info": Info,
+}
+READ_AT_SCRAPE: dict[str, type[CounterMetricFamily | GaugeMetricFamily]] = {
+    "counter read at scrape": CounterMetricFamily,
+    "gauge read at scrape": GaugeMetricFamily,
+}
+# A family's reading: a number (set once), a mapping (an info's labels), a callable (read at each
+# scrape), or None (the family is off).
+Reading = Any
+
+
+@dataclass(frozen=True)
+class Family:
+    """One row of FAMILIES. `reads` names the Metrics argument that feeds it; a family whose
+    reading (or the reading `only_with` names) is None is not declared at all."""
+
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+    reads: str | None = None
+    only_with: str | None = None
+
+
+# Every family, in exposition order; the methods of Metrics move the instruments among them.
+FAMILIES = (
+    Family("semif_http_requests", "counter", "HTTP requests answered, by route, status and caller (- for none).", ("route", "status", "caller")),
+    Family("semif_http_request_duration_seconds", "histogram", "From request head to response written.", ("route",), DURATION_BUCKETS),
+    Family("semif_scorer_queue_seconds", "histogram", "Time a scorer call waited for the engine thread.", ("kind",), DURATION_BUCKETS),
+    Family("semif_scorer_call_duration_seconds", "histogram", "Duration of one scorer call.", ("kind",), DURATION_BUCKETS),
+    Family("semif_rows_scored", "counter", "Rows the scorer was given (after order expansion)."),
+    Family("semif_refusals", "counter", "Error responses, by error code and caller (- for none).", ("code", "caller")),
+    Family("semif_out_of_memory_events", "counter", "Scorer calls that ran out of accelerator memory."),
+    Family("semif_decisions", "counter", "Decisions answered, by orderings method (none, rotations, all, prior, adaptive) and caller.", ("method", "caller")),
+    # Extension: by workload, a name of the calibration file (bounded like it).
+    Family("semif_escalations", "counter", 'Decisions of orderings "adaptive" that escalated to a second scorer call over their other rotations, by workload.', ("workload",)),
+    Family("semif_requests_in_progress", "gauge", "POSTs holding an admission slot (queued or scoring).", reads="in_progress"),
+    Family("semif_max_queue", "gauge", "SEMIF_MAX_QUEUE: the admission limit.", reads="max_queue"),
+    Family("semif_open_connections", "gauge", "Client connections open now.", reads="open_connections"),
+    # The drain, seen only through SEMIF_METRICS_PORT (the client port closes at SIGTERM): a drain
+    # past the grace means the process did not leave when it should have (an alert).
+    Family("semif_drain_elapsed_seconds", "gauge", "Seconds since SIGTERM began the drain; 0 while serving.", reads="drain_seconds"),
+    Family("semif_shutdown_grace_seconds", "gauge", "SEMIF_SHUTDOWN_GRACE_S: the longest a drain waits for requests.", reads="shutdown_grace"),
+    Family("semif_build", "info", "What this process serves.", reads="build"),
+    Family("semif_cuda_memory_*", "cuda memory", "CUDA_MEMORY's gauges, each only while the engine reports it.", reads="facts"),
+    Family("semif_reloads", "counter", "SIGHUP reloads by file (tokens, calibration) and outcome (ok; invalid: the old one kept).", ("file", "outcome")),
+    Family("semif_calibration", "info", "The SEMIF_CALIBRATION file served: its sha256 (empty without one) and when it was loaded (unix seconds)."),
+    # Only with SEMIF_MAX_WAIT_S: without it, the exposition is as before.
+    Family("semif_busy_refusals", "counter read at scrape", "429 busy by reason: queue (SEMIF_MAX_QUEUE, before the body), caller (SEMIF_MAX_QUEUE_PER_CALLER, before the body) or wait (SEMIF_MAX_WAIT_S, after it).", ("reason",), reads="busy_refusals"),
+    Family("semif_wait_estimate_error_seconds", "histogram", "Actual wait (admitted to its scorer call begun) minus the SEMIF_MAX_WAIT_S estimate; positive: the estimate was low.", buckets=ERROR_BUCKETS, only_with="busy_refusals"),
+)  # fmt: skip
+# Declared by Metrics.calls_over_budget, once the server has built its wait budget.
+CALL_OVER_BUDGET = Family("semif_wait_budget_call_over", "gauge read at scrape", "1 while one scorer call of this kind (its recent mean) takes longer than the SEMIF_MAX_WAIT_S budget: any request behind one is refused busy; raise the budget.", ("kind",))  # fmt: skip
+
+
 class _CudaMemory(Collector):
     """Reads the engine's memory facts at scrape time; yields nothing off CUDA."""
 
@@ -134,144 +208,66 @@ class _ReadAtScrape(Collector):
 
 
 class Metrics:
-    """Every semif_ metric of one server, in its own registry."""
+    """Every semif_ metric of one server, in its own registry, declared by FAMILIES."""
 
-    def __init__(
-        self,
-        max_queue: int,
-        in_progress: Callable[[], int],
-        open_connections: Callable[[], int],
-        facts: Callable[[], dict[str, Any]],
-        drain_seconds: Callable[[], float],
-        shutdown_grace: float,
-        busy_refusals: Callable[[], dict[str, int]] | None = None,
-    ) -> None:
-        self.registry = registry = CollectorRegistry(auto_describe=True)
-        self._requests = Counter(
-            "semif_http_requests",
-            "HTTP requests answered, by route, status and caller (- for none).",
-            ("route", "status", "caller"),
-            registry=registry,
-        )
-        self._duration = Histogram(
-            "semif_http_request_duration_seconds",
-            "From request head to response written.",
-            ("route",),
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self._queued = Histogram(
-            "semif_scorer_queue_seconds",
-            "Time a scorer call waited for the engine thread.",
-            ("kind",),
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self._scoring = Histogram(
-            "semif_scorer_call_duration_seconds",
-            "Duration of one scorer call.",
-            ("kind",),
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self._rows = Counter(
-            "semif_rows_scored",
-            "Rows the scorer was given (after order expansion).",
-            registry=registry,
-        )
-        self._refusals = Counter(
-            "semif_refusals",
-            "Error responses, by error code and caller (- for none).",
-            ("code", "caller"),
-            registry=registry,
-        )
-        self._oom = Counter(
-            "semif_out_of_memory_events",
-            "Scorer calls that ran out of accelerator memory.",
-            registry=registry,
-        )
-        self._decisions = Counter(
-            "semif_decisions",
-            "Decisions answered, by orderings method (none, rotations, all, prior) and caller.",
-            ("method", "caller"),
-            registry=registry,
-        )
-        self._per_method: dict[tuple[str, str], Any] = {}
-        Gauge(
-            "semif_requests_in_progress",
-            "POSTs holding an admission slot (queued or scoring).",
-            registry=registry,
-        ).set_function(in_progress)
-        Gauge("semif_max_queue", "SEMIF_MAX_QUEUE: the admission limit.", registry=registry).set(
-            max_queue
-        )
-        Gauge(
-            "semif_open_connections", "Client connections open now.", registry=registry
-        ).set_function(open_connections)
-        # The drain, seen only through SEMIF_METRICS_PORT (the client port closes at SIGTERM): a
-        # drain past the grace means the process did not leave when it should have (an alert).
-        Gauge(
-            "semif_drain_elapsed_seconds",
-            "Seconds since SIGTERM began the drain; 0 while serving.",
-            registry=registry,
-        ).set_function(drain_seconds)
-        Gauge(
-            "semif_shutdown_grace_seconds",
-            "SEMIF_SHUTDOWN_GRACE_S: the longest a drain waits for requests.",
-            registry=registry,
-        ).set(shutdown_grace)
+    def __init__(self, facts: Callable[[], dict[str, Any]], **readings: Reading) -> None:
+        """`facts` is the engine's health (the build info, read once; CUDA memory, read at each
+        scrape). `readings` feed the families that name them in `reads`: each must be given, as
+        None where its family is off."""
+        unknown = readings.keys() - {family.reads for family in FAMILIES}
+        if unknown:
+            raise TypeError(f"no metric family reads {sorted(unknown)}")
         info = facts()
-        Info("semif_build", "What this process serves.", registry=registry).info(
-            {key: "" if info.get(key) is None else str(info[key]) for key in INFO_KEYS}
-        )
-        registry.register(_CudaMemory(facts))
-        self._reloads = Counter(
-            "semif_reloads",
-            "SIGHUP reloads by file (tokens, calibration) and outcome (ok; invalid: the old one kept).",
-            ("file", "outcome"),
-            registry=registry,
-        )
+        readings |= {
+            "facts": facts,
+            "build": {key: "" if info.get(key) is None else str(info[key]) for key in INFO_KEYS},
+        }
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._family = {
+            family.name: self._declare(family, readings[family.reads] if family.reads else None)
+            for family in FAMILIES
+            if not (switch := family.only_with or family.reads) or readings[switch] is not None
+        }
+        self._per_request: dict[tuple[str, int, str | None, str], tuple[Any, Any, Any]] = {}
+        self._per_method: dict[tuple[str, str], Any] = {}
+        self._per_call: dict[str, tuple[Any, Any]] = {}
         for file in ("tokens", "calibration"):
             for outcome in ("ok", "invalid"):
-                self._reloads.labels(file, outcome)
-        self._calibration = Info(
-            "semif_calibration",
-            "The SEMIF_CALIBRATION file served: its sha256 (empty without one) and when it was "
-            "loaded (unix seconds).",
-            registry=registry,
-        )
-        self._wait_error: Any = None
-        if (
-            busy_refusals is not None
-        ):  # only with SEMIF_MAX_WAIT_S: without it, the exposition is as before
-            registry.register(
-                _ReadAtScrape(
-                    CounterMetricFamily,
-                    "semif_busy_refusals",
-                    "429 busy by reason: queue (SEMIF_MAX_QUEUE, before the body), caller "
-                    "(SEMIF_MAX_QUEUE_PER_CALLER, before the body) or wait (SEMIF_MAX_WAIT_S, "
-                    "after it).",
-                    "reason",
-                    busy_refusals,
-                )
-            )
-            self._wait_error = Histogram(
-                "semif_wait_estimate_error_seconds",
-                "Actual wait (admitted to its scorer call begun) minus the "
-                "SEMIF_MAX_WAIT_S estimate; positive: the estimate was low.",
-                buckets=ERROR_BUCKETS,
-                registry=registry,
-            )
-        self._per_request: dict[tuple[str, int, str | None, str], tuple[Any, Any, Any]] = {}
-        self._per_call: dict[str, tuple[Any, Any]] = {}
+                self._family["semif_reloads"].labels(file, outcome)
         # Every refusal code and orderings method at 0 from the start, for the unauthenticated `-` only: a
         # named caller's series appear with its first request, so /metrics never lists the callers.
         for code in STATUS:
-            self._refusals.labels(code, "-")
+            self._family["semif_refusals"].labels(code, "-")
         for method in ORDERINGS:
-            self._per_method[(method, "-")] = self._decisions.labels(method, "-")
+            self._per_method[(method, "-")] = self._family["semif_decisions"].labels(method, "-")
         for kind in KINDS:
             self._bind_call(kind)
+
+    def _declare(self, family: Family, reading: Reading) -> Any:
+        """Register one family: an instrument the methods below move (returned), or one whose
+        value is read from `reading` (a number set once, or a callable read at each scrape)."""
+        if family.kind == "cuda memory":
+            self.registry.register(_CudaMemory(reading))
+        elif family.kind in READ_AT_SCRAPE:
+            scraped = READ_AT_SCRAPE[family.kind]
+            collector = _ReadAtScrape(scraped, family.name, family.help, family.labels[0], reading)
+            self.registry.register(collector)
+        else:
+            metric = INSTRUMENTS[family.kind](
+                family.name,
+                family.help,
+                family.labels,
+                registry=self.registry,
+                **({"buckets": family.buckets} if family.buckets else {}),
+            )
+            if family.kind == "info" and reading is not None:
+                metric.info(reading)
+            elif callable(reading):
+                metric.set_function(reading)
+            elif reading is not None:
+                metric.set(reading)
+            return metric
+        return None
 
     def request(
         self, route: str, status: int, code: str | None, seconds: float, caller: str = "-"
@@ -281,9 +277,9 @@ class Metrics:
             children is None
         ):  # labels() is the costly part of an increment: bound once per combination
             children = self._per_request[(route, status, code, caller)] = (
-                self._requests.labels(route, str(status), caller),
-                self._duration.labels(route),
-                None if code is None else self._refusals.labels(code, caller),
+                self._family["semif_http_requests"].labels(route, str(status), caller),
+                self._family["semif_http_request_duration_seconds"].labels(route),
+                None if code is None else self._family["semif_refusals"].labels(code, caller),
             )
         requests, duration, refusals = children
         requests.inc()
@@ -296,8 +292,15 @@ class Metrics:
         for method in methods:
             child = self._per_method.get((method, caller))
             if child is None:
-                child = self._per_method[(method, caller)] = self._decisions.labels(method, caller)
+                child = self._per_method[(method, caller)] = self._family["semif_decisions"].labels(
+                    method, caller
+                )
             child.inc()
+
+    def escalations(self, workloads: tuple[str, ...]) -> None:
+        """One answered request's escalated decisions, each under its workload (an empty tuple: none)."""
+        for workload in workloads:
+            self._family["semif_escalations"].labels(workload).inc()
 
     def scorer_call(
         self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool
@@ -305,37 +308,36 @@ class Metrics:
         children = self._per_call.get(kind) or self._bind_call(kind)
         children[0].observe(queued)
         children[1].observe(scoring)
-        self._rows.inc(rows)
+        self._family["semif_rows_scored"].inc(rows)
         if out_of_memory:
-            self._oom.inc()
+            self._family["semif_out_of_memory_events"].inc()
 
     def wait_error(self, predicted: float, actual: float) -> None:
         """One admitted request's call ended: how far its wait was from the estimate (registered only with a budget)."""
-        self._wait_error.observe(actual - predicted)
+        self._family["semif_wait_estimate_error_seconds"].observe(actual - predicted)
 
     def reloaded(self, file: str, outcome: str) -> None:
-        self._reloads.labels(file, outcome).inc()
+        self._family["semif_reloads"].labels(file, outcome).inc()
 
     def calibration(self, sha256: str | None, loaded_at: float) -> None:
         """The calibration now served (at start and after each reload)."""
-        self._calibration.info({"sha256": sha256 or "", "loaded_at": f"{loaded_at:.3f}"})
+        self._family["semif_calibration"].info(
+            {"sha256": sha256 or "", "loaded_at": f"{loaded_at:.3f}"}
+        )
 
     def calls_over_budget(self, over: Callable[[], dict[str, bool]]) -> None:
         """With SEMIF_MAX_WAIT_S: export, per kind, whether one call alone exceeds the budget."""
-        self.registry.register(
-            _ReadAtScrape(
-                GaugeMetricFamily,
-                "semif_wait_budget_call_over",
-                "1 while one scorer call of this kind (its recent mean) takes longer than the "
-                "SEMIF_MAX_WAIT_S budget: any request behind one is refused busy; raise the budget.",
-                "kind",
-                lambda: {kind: 1.0 if alone else 0.0 for kind, alone in over().items()},
-            )
+        self._declare(
+            CALL_OVER_BUDGET,
+            lambda: {kind: 1.0 if alone else 0.0 for kind, alone in over().items()},
         )
 
     def _bind_call(self, kind: str) -> tuple[Any, Any]:
         """The queue and call histograms of one kind, bound once."""
-        children = self._per_call[kind] = (self._queued.labels(kind), self._scoring.labels(kind))
+        children = self._per_call[kind] = (
+            self._family["semif_scorer_queue_seconds"].labels(kind),
+            self._family["semif_scorer_call_duration_seconds"].labels(kind),
+        )
         return children
 
     def render(self) -> bytes:

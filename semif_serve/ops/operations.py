@@ -116,7 +116,7 @@ class Operations:
             fields.append((b"x-typesafe-request-id", request_id))
         if reply.status == 429 and not any(name == b"retry-after" for name, _ in reply.headers):
             # A wait-budget refusal brings its own (the estimate); a full queue's is estimated here.
-            fields.append((b"retry-after", b"%d" % self.retry_after.busy(reply.caller)))
+            fields.append((b"retry-after", b"%d" % self.retry_after.busy(exchange.caller)))
         elif reply.status == 503:
             fields.append((b"retry-after", b"%d" % self.retry_after.unavailable()))
         return fields
@@ -124,7 +124,8 @@ class Operations:
     def finish(
         self, exchange: Exchange, reply: Reply, peer: str, bytes_in: int, bytes_out: int
     ) -> None:
-        """The response is written (the wire read `bytes_in` of the request): log it and count it."""
+        """The response is written (the wire read `bytes_in` of the request): log it and count it,
+        under the exchange's caller (named by the application once the bearer passed; "-": none)."""
         total = time.perf_counter() - exchange.started
         found = reply.route
         if found is not None:  # its path is its label, and what the log shows (routing read it so)
@@ -132,15 +133,16 @@ class Operations:
         else:
             path, route = self._unrouted(exchange)
         if self.metrics is not None:
-            self.metrics.request(route, reply.status, reply.code, total, reply.caller)
-            self.metrics.decisions(reply.decision_methods, reply.caller)
+            self.metrics.request(route, reply.status, reply.code, total, exchange.caller)
+            self.metrics.decisions(reply.decision_methods, exchange.caller)
+            self.metrics.escalations(reply.escalations)
         if self.access_log:
             timing = reply.timing
             access_log.write(
                 access_log.AccessRecord(
                     exchange.request_id,
                     peer,
-                    reply.caller,
+                    exchange.caller,
                     exchange.method,
                     path,
                     reply.status,
@@ -199,11 +201,11 @@ def _metrics(
         )
         return None
     return Metrics(
-        settings.max_queue,
-        in_progress,
-        open_connections,
         scorer_facts,
-        drain_seconds,
-        settings.shutdown_grace,
-        busy_refusals,
+        max_queue=settings.max_queue,
+        in_progress=in_progress,
+        open_connections=open_connections,
+        drain_seconds=drain_seconds,
+        shutdown_grace=settings.shutdown_grace,
+        busy_refusals=busy_refusals,
     )

@@ -33,7 +33,7 @@ from bench.common.loadgen import (
     open_loop,
     poisson_arrivals,
 )
-from bench.load import openloop
+from bench.load import openloop, servers
 from tests.bodies import ROW
 from tests.wire_client import TOKEN as SERVER_TOKEN
 
@@ -234,7 +234,7 @@ def test_url_alone_runs_the_default_shapes_and_rates_on_that_server_shared(tmp_p
         for shape, figures in result["shapes"].items()
     } == expected
     for figures in result["shapes"].values():
-        assert figures["capacity"]["n"] >= openloop.CAPACITY_CALLS
+        assert figures["capacity"]["n"] >= servers.CAPACITY_CALLS
         assert figures["capacity"]["measured_on"] == "url"
         assert all(
             c["shared"] and c["drained_s"] > 0 for c in figures["cells"]
@@ -248,7 +248,7 @@ def test_url_alone_runs_the_default_shapes_and_rates_on_that_server_shared(tmp_p
 def test_a_shared_servers_backlog_drains_before_the_next_cell() -> None:
     """Requests still queued from one cell (their callers gone) would load the next; drain waits them out."""
     with procs.semif_serve(procs.stub_env(delay_ms=300), TOKEN) as server:
-        live = openloop.Live(server.target, "/health", openloop.ALIAS, server.process.pid)
+        live = servers.Live(server.target, "/health", servers.ALIAS, server.process.pid)
         raw = encode(server.target, "POST", "/decide", ROW)
         backlog = [
             socket.create_connection((server.target.host, server.target.port)) for _ in "1234"
@@ -335,14 +335,14 @@ async def test_capacity_leaves_out_the_cold_first_call_and_times_at_least_five(
     fake.gate = threading.Event()
     server = await start_server(fake)
     target = Target("127.0.0.1", server.port, SERVER_TOKEN)
-    raw = encode(target, "POST", "/v1/systemone", openloop.systemone_body(1, openloop.ALIAS))
-    calls = asyncio.ensure_future(openloop._serial_calls(target, raw, 0.0, timeout=30.0))
+    raw = encode(target, "POST", "/v1/systemone", servers.systemone_body(1, servers.ALIAS))
+    calls = asyncio.ensure_future(servers._serial_calls(target, raw, 0.0, timeout=30.0))
     await fake.wait_entered()
     await asyncio.sleep(0.5)  # the first call is held: cold
     fake.gate.set()
     cold, latencies, _wall = await calls
-    assert cold >= 0.5 and len(latencies) == openloop.CAPACITY_CALLS
-    assert len(fake.calls) == openloop.CAPACITY_CALLS + 1  # the cold call was made, and left out
+    assert cold >= 0.5 and len(latencies) == servers.CAPACITY_CALLS
+    assert len(fake.calls) == servers.CAPACITY_CALLS + 1  # the cold call was made, and left out
 
 
 def test_an_interrupt_while_a_server_drains_kills_it_rather_than_leaving_it(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Order averaging (contract: "Order averaging (0.1.3)"): expansion and arithmetic.
+"""Order averaging (the contract's "Order averaging"): expansion and arithmetic.
 
 Fake SemIf results are built from the expanded rows themselves, so every check
 goes through the same option-id mapping a real shared call would.
@@ -24,7 +24,7 @@ from semif_serve.decisions.averaging import (
     expand,
     permutations,
 )
-from semif_serve.decisions.views import Calibrated, as_json
+from semif_serve.decisions.views import CalibratedView, as_json
 from tests.reference import softmax
 
 LETTERS = "abcdefghijklmnop"  # 16 ids, the contract's maximum option count
@@ -306,7 +306,7 @@ def test_each_refusal_says_exactly_what_it_cannot_compute() -> None:
     cases = [
         (
             lambda: permutations(3, "shuffle"),
-            "orderings must be one of ('none', 'rotations', 'all', 'prior'), got 'shuffle'",
+            "orderings must be one of ('none', 'rotations', 'all', 'prior', 'adaptive'), got 'shuffle'",
         ),
         (lambda: permutations(0, "none"), "a decision needs at least one option, got 0"),
         (lambda: permutations(5, "all"), "orderings 'all' allows at most 4 options, got 5"),
@@ -333,7 +333,7 @@ def test_each_refusal_says_exactly_what_it_cannot_compute() -> None:
         assert str(refused.value) == message
 
 
-# --- orderings "prior" (issue 29): one row, the caller's order, the prior divided out ---------
+# --- orderings "prior" (extension): one row, the caller's order, the prior divided out ---------
 
 ROOT6 = math.sqrt(6.0)
 WORKED_PRIOR = [
@@ -343,7 +343,7 @@ WORKED_PRIOR = [
 
 
 def test_prior_is_an_orderings_value_but_not_an_averaging_method() -> None:
-    assert ORDERINGS == (*METHODS, "prior")
+    assert ORDERINGS == (*METHODS, "prior", "adaptive")
     assert permutations(5, "prior") == [(0, 1, 2, 3, 4)]
     [row] = expand(make_row("abc"), "prior")
     assert row["id"] == "q1#o0" and row["options"] == make_row("abc")["options"]
@@ -358,7 +358,7 @@ def test_combine_under_the_prior_matches_the_worked_example() -> None:
             row,
             "prior",
             [result],
-            lambda scores: tempered.append(scores) or Calibrated("w", 1.0, [0.5, 0.5]),
+            lambda scores: tempered.append(scores) or CalibratedView("w", 1.0, [0.5, 0.5]),
             prior=WORKED_PRIOR,
         )
     )

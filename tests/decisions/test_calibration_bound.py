@@ -1,11 +1,12 @@
-"""The bound calibration file, the binding check and the calibrated averaged view (issue 10).
+"""The bound calibration file, the binding check and the calibrated averaged view (extensions).
 
-Unit level: files on disk through calibration_file.load and config.load, the binding
+Unit level: files on disk through calibration_file.load and the server's startup read, the binding
 check against what is loaded, and the view arithmetic under hypothesis.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semif_serve import config
+from semif_serve import config, server
 from semif_serve.decisions import averaging, calibration, calibration_file
 from semif_serve.decisions.calibration_file import T_MAX, T_MIN, BindingMismatch, check_binding
 from semif_serve.decisions.views import as_json
@@ -142,11 +143,14 @@ def test_a_bound_file_without_its_binding_is_refused(tmp_path: Path) -> None:
     assert "'prompt_version'" in refused(write(tmp_path, document))
 
 
-def test_config_reads_the_bound_form(tmp_path: Path) -> None:
+def test_startup_reads_the_bound_form_that_config_names(tmp_path: Path) -> None:
     path = write(tmp_path, bound_file())
-    loaded = config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": path})
-    assert loaded.calibration.binding == calibration_file.Binding(**BINDING)
-    assert dict(loaded.calibration["triage"]) == {"none": 2.5, "rotations": 1.8}
+    loaded = server.read_calibration(
+        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": path})
+    )
+    assert loaded.table.binding == calibration_file.Binding(**BINDING)
+    assert dict(loaded.table["triage"]) == {"none": 2.5, "rotations": 1.8}
+    assert loaded.sha256 == hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # -- the binding ----------------------------------------------------------------------

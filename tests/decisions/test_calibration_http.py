@@ -1,4 +1,4 @@
-"""Calibrated averaged views and the bound calibration file on a real socket (issue 10).
+"""Calibrated averaged views and the bound calibration file on a real socket (extensions).
 
 In-process servers on loopback for the views and refusals; real `python -m
 semif_serve` processes for the startup binding check (stub scorer: no torch).

@@ -1,4 +1,4 @@
-"""Position priors in the calibration file (issue 29): what loads, and each refusal's exact line.
+"""Position priors in the calibration file (extension): what loads, and each refusal's exact line.
 
 Startup prints a refusal as its one line, so each names the variable, the workload and the
 entry it is about. In process through `calibration_file.load`; the real process's refusal is in
@@ -44,8 +44,8 @@ def with_priors(priors: Any, workloads: Any = None) -> dict[str, Any]:
 
 def test_priors_load_beside_temperatures_under_the_binding(tmp_path: Path) -> None:
     table = calibration_file.load(prior_path(tmp_path))
-    assert table.priors["triage"][4] == calibration_file.Prior((0.4, 0.3, 0.2, 0.1), 12)
-    assert table.priors["sorting"][2] == calibration_file.Prior((0.75, 0.25), 8)
+    assert table.priors["triage"][4] == calibration_file.FittedPrior((0.4, 0.3, 0.2, 0.1), 12)
+    assert table.priors["sorting"][2] == calibration_file.FittedPrior((0.75, 0.25), 8)
     assert table.prior_counts() == {"triage": frozenset({4}), "sorting": frozenset({2, 4})}
     assert dict(table["triage"]) == WITH_PRIORS["triage"]
     assert table.describe()["priors"] == {"sorting": [2, 4], "triage": [4]}
@@ -137,14 +137,17 @@ ENTRY = "SEMIF_CALIBRATION: priors 'w' entry '4'"
             {"w": {"٤": {"prior": FOUR, "decisions": 8}}},
             "SEMIF_CALIBRATION: priors 'w' entry '٤' must be an option count 2..16 written as a plain decimal",
         ),
-        ({"w": {"4": FOUR}}, f"{ENTRY} must be an object with exactly the keys decisions, prior"),
+        (
+            {"w": {"4": FOUR}},
+            f"{ENTRY} must be an object with the keys decisions, prior and optionally threshold",
+        ),
         (
             {"w": {"4": {"prior": FOUR}}},
-            f"{ENTRY} must be an object with exactly the keys decisions, prior",
+            f"{ENTRY} must be an object with the keys decisions, prior and optionally threshold",
         ),
         (
             {"w": {"4": {"prior": FOUR, "decisions": 8, "date": "x"}}},
-            f"{ENTRY} must be an object with exactly the keys decisions, prior",
+            f"{ENTRY} must be an object with the keys decisions, prior and optionally threshold",
         ),
         (
             {"w": {"4": {"prior": FOUR, "decisions": 0}}},

@@ -1,4 +1,4 @@
-"""Orderings "prior" on a real socket (issue 29): one row per decision, the rotations' answer.
+"""Orderings "prior" on a real socket (extension): one row per decision, the rotations' answer.
 
 The scripted scorer's logits are each option's description length plus a known additive
 bias per position (tests/fake_scorer.py `biased`): exactly the bias PriDe models. The prior
@@ -61,7 +61,7 @@ async def fitted_table(
     """Fit a prior per option count through a server, as the bench does: rotations, then prior.entry."""
     fitting = await start_server(fake)
     fake.logits = biased
-    priors: dict[int, calibration_file.Prior] = {}
+    priors: dict[int, calibration_file.FittedPrior] = {}
     for n in counts:
         body = {
             "state": "s",
@@ -74,7 +74,7 @@ async def fitted_table(
         entry = prior.entry(
             [prior.decision_prior(result["orderings"]) for result in answered.json["results"]]
         )
-        priors[n] = calibration_file.Prior(tuple(entry["prior"]), entry["decisions"])
+        priors[n] = calibration_file.FittedPrior(tuple(entry["prior"]), entry["decisions"])
     fake.calls.clear()
     return calibration_file.Table(temperatures or {}, BINDING, None, {"triage": priors})
 
@@ -239,8 +239,8 @@ TABLE = calibration_file.Table(
     BINDING,
     None,
     {
-        "triage": {2: calibration_file.Prior((0.6, 0.4), 8)},
-        "sorting": {4: calibration_file.Prior((0.25,) * 4, 8)},
+        "triage": {2: calibration_file.FittedPrior((0.6, 0.4), 8)},
+        "sorting": {4: calibration_file.FittedPrior((0.25,) * 4, 8)},
     },
 )
 
@@ -295,7 +295,7 @@ TABLE = calibration_file.Table(
         (
             "/decide",
             {**ROW, "orderings": "pride", "workload": "triage"},
-            "body.orderings must be one of none, rotations, all, prior",
+            "body.orderings must be one of none, rotations, all, prior, adaptive",
         ),
     ],
     ids=[

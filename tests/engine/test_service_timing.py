@@ -16,7 +16,7 @@ import pytest
 from semif_serve.engine.scorer import OutOfMemory
 from semif_serve.engine.worker import Engine
 from semif_serve.http.exchange import Reply
-from semif_serve.service.routes import ROUTES, Service
+from semif_serve.service.head_policy import ROUTES, Service
 from tests.bodies import BODY, SHARED
 from tests.fakes import settings
 

@@ -1,4 +1,4 @@
-"""Weights verified before they load (issue 10 item 5): snapshot_verify and the builders' layout.
+"""Weights verified before they load (extension): snapshot_verify and the builders' layout.
 
 The tiny model is built once through the real builder; each test damages its own
 copy of the hub cache (links kept as links) and checks that verification refuses

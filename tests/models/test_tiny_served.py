@@ -129,7 +129,7 @@ async def test_rotations_end_to_end(
 async def test_the_prior_end_to_end_fitted_and_served_through_the_server(
     start_server, tiny_settings, tiny_reference, tiny_metadata
 ) -> None:
-    """Issue 29 on real torch: a prior fitted from served rotations (as the bench fits it) equals the one
+    """The position prior on real torch: a prior fitted from served rotations (as the bench fits it) equals the one
     fitted from SemIf's own rotations, and a prior decision is SemIf's one row, divided by it."""
     fitting = await start_server(TorchScorer(tiny_settings))
     questions = [f"Question {k}: is this urgent?" for k in range(prior.MIN_DECISIONS)]
@@ -159,7 +159,9 @@ async def test_the_prior_end_to_end_fitted_and_served_through_the_server(
     assert entry["prior"] == pytest.approx(prior.workload_prior(theirs), abs=1e-6)
 
     table = calibration_file.Table(
-        priors={"urgent": {3: calibration_file.Prior(tuple(entry["prior"]), entry["decisions"])}}
+        priors={
+            "urgent": {3: calibration_file.FittedPrior(tuple(entry["prior"]), entry["decisions"])}
+        }
     )
     server = await start_server(TorchScorer(tiny_settings), calibration=table)
     response = await request(

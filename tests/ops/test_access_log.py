@@ -151,6 +151,18 @@ async def test_text_format_carries_no_token_either() -> None:
     assert re.search(r"request_id=wrong-1 peer=127\.0\.0\.1:\d+ caller=- method=POST", output)
 
 
+def test_the_settings_line_redacts_a_token_and_shows_none_where_no_token_is_set(tmp_path) -> None:
+    """With a tokens file there is no SEMIF_API_TOKEN: the line says so, not that one is redacted."""
+    from semif_serve import config
+    from semif_serve.ops.logs import REDACTED, redacted_settings
+
+    one = redacted_settings(config.load({"SEMIF_API_TOKEN": TOKEN}))
+    named = redacted_settings(config.load({"SEMIF_API_TOKENS_FILE": str(tmp_path / "tokens")}))
+    assert (one["api_token"], one["api_tokens_file"]) == (REDACTED, None)
+    assert (named["api_token"], named["api_tokens_file"]) == (None, str(tmp_path / "tokens"))
+    assert TOKEN not in json.dumps(one)
+
+
 async def test_access_log_off_writes_no_access_lines() -> None:
     process = await Process.start(SEMIF_LOG_FORMAT="json", SEMIF_ACCESS_LOG="off")
     await traffic(process.port)

@@ -28,12 +28,12 @@ def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
 async def test_decisions_are_counted_by_method_and_a_prior_decision_is_one_row(
     start_server, fake
 ) -> None:
-    """Issue 29: semif_decisions_total{method} counts answered decisions; refused ones are not decisions."""
+    """semif_decisions_total{method} counts answered decisions; refused ones are not decisions."""
     table = calibration_file.Table(
         priors={
             "triage": {
-                2: calibration_file.Prior((0.6, 0.4), 8),
-                3: calibration_file.Prior((0.5, 0.3, 0.2), 8),
+                2: calibration_file.FittedPrior((0.6, 0.4), 8),
+                3: calibration_file.FittedPrior((0.5, 0.3, 0.2), 8),
             }
         }
     )

@@ -19,6 +19,7 @@ import pytest
 
 from semif_serve import cli, config, server
 from semif_serve.config import Settings
+from semif_serve.decisions import calibration_file
 from semif_serve.service import callers
 from tests.wire_client import TOKEN
 
@@ -69,7 +70,7 @@ BAD: dict[str, list[str]] = {
     **{name: NOT_POSITIVE + [""] for name in POSITIVE_FLOATS if name != "SEMIF_VRAM_CAP_GIB"},
     "SEMIF_VRAM_CAP_GIB": NOT_POSITIVE,  # "" means uncapped for the one setting whose default is absent
     "SEMIF_MAX_WAIT_S": NOT_POSITIVE,  # likewise: "" means no wait budget
-    "SEMIF_CALIBRATION": ["/nonexistent/semif-calibration.json"],
+    "SEMIF_API_TOKENS_FILE": [""],
 }
 CASES = [(name, value) for name, values in BAD.items() for value in values]
 
@@ -103,10 +104,21 @@ def test_the_metrics_port_is_off_unless_set_and_needs_metrics() -> None:
     [
         (
             {"SEMIF_API_TOKEN": "x"},
-            "SEMIF_API_TOKEN must be at least 32 characters of visible ASCII (33-126) "
-            "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)",
+            "SEMIF_API_TOKEN is shorter than 32 characters; it must be at least 32 characters of "
+            "visible ASCII (33-126) (python3 -c 'import secrets; print(secrets.token_urlsafe(32))' "
+            "makes one)",
+        ),
+        (  # 36 bytes, 35 characters: long enough; the message must not read as a length problem
+            {"SEMIF_API_TOKEN": "t" * 34 + "é"},
+            "SEMIF_API_TOKEN holds a character outside visible ASCII (33-126); it must be at least "
+            "32 characters of visible ASCII (33-126) (python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))' makes one)",
         ),
         ({"SEMIF_MODEL": ""}, "SEMIF_MODEL must not be empty"),
+        (
+            {"SEMIF_PID_FILE": ""},
+            "SEMIF_PID_FILE is set but empty: set it to a file's path, or unset it",
+        ),
         ({"SEMIF_DEVICE": "cuda:x"}, "SEMIF_DEVICE must be cuda, cuda:N or cpu, got 'cuda:x'"),
         (
             {"SEMIF_SCORER": "torch"},
@@ -151,8 +163,22 @@ def test_a_missing_token_is_refused_saying_what_a_valid_one_is() -> None:
 def test_a_bad_calibration_file_is_refused(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "calibration.json"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(ValueError, match=f"^SEMIF_CALIBRATION: .*{problem}"):
-        config.load(valid_env(SEMIF_CALIBRATION=str(path)))
+    with pytest.raises(calibration_file.Refused, match=f"^SEMIF_CALIBRATION: .*{problem}"):
+        server.read_calibration(config.load(valid_env(SEMIF_CALIBRATION=str(path))))
+
+
+def test_a_missing_calibration_file_is_refused_at_startup_naming_the_variable_and_the_path() -> (
+    None
+):
+    """config holds the path; the server reads the file before the model loads (exit 2: test_entry_point.py)."""
+    path = "/nonexistent/semif-calibration.json"
+    settings = config.load(valid_env(SEMIF_CALIBRATION=path))
+    assert settings.calibration_path == path
+    with pytest.raises(calibration_file.Refused) as refused:
+        server.read_calibration(settings)
+    assert (
+        str(refused.value) == f"SEMIF_CALIBRATION: cannot read {path!r}: No such file or directory"
+    )
 
 
 @pytest.mark.parametrize("installed", [True, False], ids=["extras-installed", "extras-missing"])
@@ -183,6 +209,15 @@ def test_settings_and_load_agree_on_every_default(
     assert (built.metrics, built.event_loop) == (installed, "uvloop" if installed else "asyncio")
 
 
+def test_each_setting_is_declared_once_with_a_variable_of_its_own() -> None:
+    """Every field carries its declaration (load and the docs read nothing else), and no two read one variable."""
+    declared = config.declared()
+    assert list(declared) == [field.name for field in dataclasses.fields(Settings)]
+    variables = [setting.variable for setting in declared.values()]
+    assert len(set(variables)) == len(variables)
+    assert all(setting.help for setting in declared.values())
+
+
 def test_the_defaults_are_the_contracts() -> None:
     loaded = config.load(valid_env())
     # SEMIF_EVENT_LOOP=auto resolves to uvloop exactly when the `fast` extra is installed.
@@ -205,8 +240,8 @@ def test_the_defaults_are_the_contracts() -> None:
         loaded.port,
         loaded.stub_delay_ms,
         loaded.vram_cap_gib,
-        dict(loaded.calibration),
-    ) == ("127.0.0.1", 8000, 0, None, {})
+        loaded.calibration_path,
+    ) == ("127.0.0.1", 8000, 0, None, None)
     assert (
         loaded.header_timeout,
         loaded.body_timeout,
@@ -262,11 +297,11 @@ def test_the_boundary_values_are_accepted(tmp_path: Path) -> None:
         body_timeout=0.001,
         idle_timeout=7.0,
         shutdown_grace=2.5,
-        calibration={"triage": 2.5},
         calibration_path=str(path),
         event_loop="asyncio",
     )
     assert type(loaded.port) is int and type(loaded.header_timeout) is float
+    assert dict(server.read_calibration(loaded).table) == {"triage": {"none": 2.5}}
 
 
 @pytest.mark.parametrize(
@@ -336,7 +371,7 @@ def test_the_entry_point_usage(entry_env, capsys, argv: list[str], status: int) 
     assert capsys.readouterr().err.startswith("usage: semif-serve")
 
 
-# -- the callers (extension, issue 39) ----------------------------------------------------------
+# -- the callers (extension) -------------------------------------------------------------------
 
 
 def tokens_file(tmp_path: Path, text: str = f"alice {'a' * 32}\nbob {'b' * 32}\n") -> str:
@@ -358,6 +393,14 @@ def test_a_tokens_file_names_the_callers_and_the_one_token_is_the_caller_default
     assert (one.api_tokens_file, one.api_token) == (None, TOKEN)
     assert callers.for_settings(one).names == ("default",)
     assert callers.for_settings(one).identify(TOKEN.encode()) == "default"
+
+
+def test_an_empty_tokens_file_setting_is_refused_saying_what_to_set() -> None:
+    with pytest.raises(ValueError) as refused:
+        config.load({"SEMIF_API_TOKENS_FILE": ""})
+    assert str(refused.value) == (
+        "SEMIF_API_TOKENS_FILE is set but empty: set it to a file's path, or unset it"
+    )
 
 
 @pytest.mark.parametrize("name", ["SEMIF_API_TOKEN", "SEMIF_API_KEY"])

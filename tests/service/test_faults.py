@@ -21,13 +21,14 @@ import pytest
 from semif_serve.engine.scorer import OutOfMemory, ScoringFailed
 from semif_serve.engine.worker import Engine
 from semif_serve.errors import CODES, ApiError, excerpt
-from semif_serve.http.exchange import Head, Reply, route
-from semif_serve.service import routes as service_routes
+from semif_serve.http.exchange import Exchange, Head, Reply, route
+from semif_serve.service import body_pipeline, head_policy
 from semif_serve.service.admission import Admission
-from semif_serve.service.routes import Service, render
+from semif_serve.service.body_pipeline import json_bytes
+from semif_serve.service.head_policy import Service
 from tests.bodies import BODY, ROW, SHARED
 from tests.fake_scorer import FakeScorer
-from tests.fakes import settings
+from tests.fakes import calibration, settings
 from tests.wire_client import (
     HEALTH,
     TOKEN,
@@ -184,9 +185,9 @@ async def test_a_parser_that_raises_its_own_bug_is_a_logged_500_envelope_not_a_d
         raise TypeError("unhashable type: 'list'")
 
     if parser is None:
-        monkeypatch.setattr(service_routes.translate, "translate", bug)
+        monkeypatch.setattr(body_pipeline.translate, "translate", bug)
     else:
-        monkeypatch.setattr(service_routes.request_model, parser, bug)
+        monkeypatch.setattr(body_pipeline.request_model, parser, bug)
     server = await start_server(fake)
     response = await request(server.port, "POST", path, body)
     assert assert_envelope(response, 500, "scoring_failed") == "failed to read the request"
@@ -336,9 +337,9 @@ async def service(fake: FakeScorer) -> Any:
             max_decisions=5,
             max_tokens=77,
             vram_cap_gib=2.5,
-            calibration={"b": 1.0, "a": 2.0},
         ),
         engine,
+        calibration=calibration({"b": 1.0, "a": 2.0}),
     )
     engine.close()
 
@@ -406,7 +407,7 @@ async def test_scorer_failures_give_the_tables_status_and_exact_message(
         (b"/decide/shared", json.dumps(SHARED).encode()),
         (b"/v1/systemone", json.dumps(systemone).encode()),
     ):
-        reply = await service.post(service_routes.ROUTES[path], body)
+        reply = await service.post(head_policy.ROUTES[path], body)
         assert reply.status == status
         assert json.loads(reply.body) == {
             "error": {"code": code, "message": message, "type": CODES[code][1]}
@@ -426,9 +427,7 @@ async def test_a_scorer_returning_the_wrong_number_of_results_is_a_logged_500(
 ) -> None:
     original = fake.score_shared
     fake.score_shared = lambda rows: (original(rows)[0] * 2, {})  # one result too many per row
-    reply = await service.post(
-        service_routes.ROUTES[b"/decide/shared"], json.dumps(SHARED).encode()
-    )
+    reply = await service.post(head_policy.ROUTES[b"/decide/shared"], json.dumps(SHARED).encode())
     assert reply.status == 500
     assert json.loads(reply.body) == {
         "error": {
@@ -443,10 +442,10 @@ async def test_a_scorer_returning_the_wrong_number_of_results_is_a_logged_500(
 
 
 async def test_a_refused_body_never_takes_an_admission_slot(service, fake) -> None:
-    reply = await service.post(service_routes.ROUTES[b"/decide"], b"[]")
+    reply = await service.post(head_policy.ROUTES[b"/decide"], b"[]")
     assert reply.status == 422 and service.admission.in_progress == 0 and fake.calls == []
     assert (
-        await service.post(service_routes.ROUTES[b"/decide"], json.dumps(ROW).encode())
+        await service.post(head_policy.ROUTES[b"/decide"], json.dumps(ROW).encode())
     ).status == 200
 
 
@@ -487,22 +486,22 @@ def test_an_excerpt_is_cut_at_80_characters_by_default() -> None:
     ],
 )
 def test_routing_ignores_the_query(method: bytes, target: bytes, name: str) -> None:
-    assert route(method, target, None, service_routes.ROUTES).name == name
+    assert route(method, target, None, head_policy.ROUTES).name == name
 
 
 def test_routing_refusals_are_exact() -> None:
     with pytest.raises(ApiError) as missing:
-        route(b"GET", b"/" + b"n" * 100 + b"?q", None, service_routes.ROUTES)
+        route(b"GET", b"/" + b"n" * 100 + b"?q", None, head_policy.ROUTES)
     assert (missing.value.code, missing.value.message) == (
         "not_found",
         "no endpoint at /" + "n" * 59 + "…; the endpoints: GET /health, POST /decide, "
         "POST /decide/shared, GET /metrics, POST /v1/systemone, GET /v1/models, GET /healthz",
     )
     with pytest.raises(ApiError) as scrape_only:
-        route(b"GET", b"/health", None, service_routes.METRICS_ROUTES)
+        route(b"GET", b"/health", None, head_policy.METRICS_ROUTES)
     assert scrape_only.value.message == "no endpoint at /health; the endpoints: GET /metrics"
     with pytest.raises(ApiError) as wrong:
-        route(b"GET", b"/decide/shared?x", None, service_routes.ROUTES)
+        route(b"GET", b"/decide/shared?x", None, head_policy.ROUTES)
     assert (wrong.value.code, wrong.value.message) == (
         "method_not_allowed",
         "/decide/shared accepts POST only",
@@ -526,9 +525,9 @@ def test_admission_counts_each_entry_and_refuses_past_the_limit() -> None:
 
 
 def test_rendering_keeps_unicode_and_refuses_non_finite_numbers() -> None:
-    assert render({"a": "é\u202e"}) == '{"a": "é\u202e"}'.encode()
+    assert json_bytes({"a": "é\u202e"}) == '{"a": "é\u202e"}'.encode()
     with pytest.raises(ValueError):
-        render({"a": math.inf})
+        json_bytes({"a": math.inf})
 
 
 async def test_a_refused_token_says_so_exactly(service: Service) -> None:
@@ -557,10 +556,24 @@ def head(method: bytes, target: bytes, draining: bool = False, **fields: bytes) 
     return Head(method, target, sent, draining)
 
 
+def record() -> Exchange:
+    """The wire's record of a fresh exchange, where `answer` names the caller."""
+    return Exchange("test-1", "GET", b"/")
+
+
+async def test_the_caller_is_named_on_the_exchange_once_its_bearer_passes(service: Service) -> None:
+    """Only a bearer that passes names a caller; an open route checks none and names none."""
+    named, wrong, open_route = record(), record(), record()
+    service.answer(head(b"GET", b"/v1/models"), named)
+    service.answer(head(b"GET", b"/v1/models", authorization=b"Bearer wrong"), wrong)
+    service.answer(head(b"GET", b"/health"), open_route)
+    assert (named.caller, wrong.caller, open_route.caller) == ("default", "-", "-")
+
+
 async def test_draining_refuses_a_protected_route_before_its_bearer(service: Service) -> None:
     for method, target in ((b"POST", b"/decide"), (b"GET", b"/v1/models")):
         refused = service.answer(
-            Head(method, target, {b"host": b"x"}, True)
+            Head(method, target, {b"host": b"x"}, True), record()
         )  # no token: the drain answers first
         assert isinstance(refused, Reply) and (refused.status, refused.code) == (
             503,
@@ -570,7 +583,7 @@ async def test_draining_refuses_a_protected_route_before_its_bearer(service: Ser
             json.loads(refused.body)["error"]["message"]
             == "the server is shutting down; retry on another instance"
         )
-    health = service.answer(Head(b"GET", b"/health", {b"host": b"x"}, True))
+    health = service.answer(Head(b"GET", b"/health", {b"host": b"x"}, True), record())
     assert (
         isinstance(health, Reply)
         and health.status == 503
@@ -593,7 +606,7 @@ async def test_a_refusal_after_the_slot_gives_it_back_and_closes(service: Servic
             "Content-Encoding 'gzip' is not supported; send the body uncompressed (identity)",
         ),
     ):
-        refused = service.answer(head(b"POST", b"/decide", **fields))
+        refused = service.answer(head(b"POST", b"/decide", **fields), record())
         assert isinstance(refused, Reply) and refused.status == status and refused.close
         assert json.loads(refused.body)["error"]["message"] == message
         assert service.admission.in_progress == 0
@@ -601,14 +614,14 @@ async def test_a_refusal_after_the_slot_gives_it_back_and_closes(service: Servic
 
 async def test_a_ticket_holds_its_slot_until_released(service: Service) -> None:
     tickets = [
-        service.answer(head(b"POST", b"/decide", content_length=b"%d" % len(BODY)))
+        service.answer(head(b"POST", b"/decide", content_length=b"%d" % len(BODY)), record())
         for _ in range(3)
     ]
     assert (
         not any(isinstance(ticket, Reply) for ticket in tickets)
         and service.admission.in_progress == 3
     )
-    busy = service.answer(head(b"POST", b"/decide"))
+    busy = service.answer(head(b"POST", b"/decide"), record())
     assert isinstance(busy, Reply) and (busy.status, busy.code, busy.close) == (429, "busy", False)
     reply = await tickets[0].take(BODY)
     assert reply.status == 200 and json.loads(reply.body)["id"] == ROW["id"]
@@ -624,9 +637,9 @@ async def test_a_refusal_before_the_slot_leaves_the_connection_to_the_wire(
     service: Service,
 ) -> None:
     for refused, status in (
-        (service.answer(Head(b"POST", b"/decide", {b"host": b"x"}, False)), 401),
-        (service.answer(head(b"GET", b"/nowhere")), 404),
-        (service.answer(head(b"GET", b"/decide")), 405),
+        (service.answer(Head(b"POST", b"/decide", {b"host": b"x"}, False), record()), 401),
+        (service.answer(head(b"GET", b"/nowhere"), record()), 404),
+        (service.answer(head(b"GET", b"/decide"), record()), 405),
     ):
         assert isinstance(refused, Reply) and refused.status == status and not refused.close
     assert service.admission.in_progress == 0

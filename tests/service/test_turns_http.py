@@ -208,7 +208,7 @@ async def test_a_caller_removed_by_a_reload_keeps_its_queued_calls(
     sent = [await queue(server, scorer, "bob", "b1"), await queue(server, scorer, "alice", "a1")]
     sent.append(await queue(server, scorer, "alice", "a2"))
     tokens_file(tmp_path, ("bob", "carol"))
-    server.reload({})
+    server.reload()
     assert (await send(server, "alice", "a3")).status == 401  # removed: no new request
     scorer.gate.set()
     assert [r.status for r in await asyncio.gather(*sent)] == [200] * 3

@@ -10,7 +10,7 @@ import pytest
 from semif_serve.engine.dispatcher import Call, Turns
 from semif_serve.engine.recent import RecentCalls
 from semif_serve.http.exchange import retry_after
-from semif_serve.service.routes import busy
+from semif_serve.service.body_pipeline import busy
 from semif_serve.service.wait_budget import OverBudget, WaitBudget, WaitEstimator
 
 

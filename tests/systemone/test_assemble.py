@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from semif_serve.decisions.request_model import Decision
-from semif_serve.decisions.views import Averaged, Calibrated, Combined, Native, View, as_json
+from semif_serve.decisions.views import Averaged, CalibratedView, Combined, Native, View, as_json
 from semif_serve.systemone import assemble, translate
 
 EXAMPLES = json.loads((Path(__file__).parent / "published_examples.json").read_text())
@@ -132,11 +132,13 @@ COMBINED_TEMPERED = {"u": [0.55, 0.45], "d": [0.7, 0.2, 0.1], "f": [0.25, 0.25, 
 IDS = {"u": ["true", "false"], "d": ["a", "b", "c"], "f": ["0", "1", "2", "3"]}
 
 
-def tempered(table: dict[str, list[float]], key: str, method: str | None = None) -> Calibrated:
-    return Calibrated("triage", 2.0, table[key], method)
+def tempered(table: dict[str, list[float]], key: str, method: str | None = None) -> CalibratedView:
+    return CalibratedView("triage", 2.0, table[key], method)
 
 
-def combined(key: str, table: dict[str, list[float]], calibrated: Calibrated | None) -> Combined:
+def combined(
+    key: str, table: dict[str, list[float]], calibrated: CalibratedView | None
+) -> Combined:
     return Combined("rotations", 1, table[key], IDS[key][0], 1.0, {}, None, calibrated)
 
 
@@ -216,7 +218,7 @@ def test_confidence_never_exceeds_one_even_when_a_distribution_overshoots() -> N
     assert assemble.confidence([1.0 + 1e-9, 0.0]) == 1.0
 
 
-# -- orderings "prior" (issue 29): the debiased view, or its calibrated view where a temperature exists ------
+# -- orderings "prior" (extension): the debiased view, or its calibrated view where a temperature exists ------
 
 DEBIASED = {"u": [0.35, 0.65], "d": [0.5, 0.2, 0.3], "f": [0.7, 0.1, 0.1, 0.1]}
 DEBIASED_TEMPERED = {"u": [0.45, 0.55], "d": [0.2, 0.2, 0.6], "f": [0.1, 0.1, 0.1, 0.7]}

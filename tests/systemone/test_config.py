@@ -13,10 +13,18 @@ from tests.calibration_file import MATCHING, PRIORS, prior_path
 from tests.wire_client import TOKEN
 
 
+def started(env: dict[str, str]) -> config.Settings:
+    """The settings, then what startup checks before the model loads: the calibration file and
+    System One's defaults against it (server.read_calibration)."""
+    settings = config.load(env)
+    server.read_calibration(settings)
+    return settings
+
+
 def load(tmp_path: Path, **env: str) -> config.Settings:
     table = tmp_path / "calibration.json"
     table.write_text(json.dumps({"triage": 1.5}))
-    return config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": str(table), **env})
+    return started({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": str(table), **env})
 
 
 def test_the_defaults_accept_semifs_own_names_without_averaging(tmp_path: Path) -> None:
@@ -77,16 +85,17 @@ def test_a_default_workload_needs_a_temperature_for_the_default_orderings(tmp_pa
 
 def test_a_default_workload_without_a_calibration_file_is_refused() -> None:
     with pytest.raises(ValueError, match="SEMIF_SYSTEMONE_WORKLOAD names 'triage'"):
-        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_SYSTEMONE_WORKLOAD": "triage"})
+        started({"SEMIF_API_TOKEN": TOKEN, "SEMIF_SYSTEMONE_WORKLOAD": "triage"})
 
 
+# A workload the calibration file lacks is refused by the startup read: a process in test_entry_point.py.
 ENTRY_CASES = [
-    ({"SEMIF_API_TOKEN": TOKEN, name: value}, name) for name, value in BAD[:1] + BAD[5:6] + BAD[7:]
+    ({"SEMIF_API_TOKEN": TOKEN, name: value}, name) for name, value in BAD[:1] + BAD[5:6]
 ] + [
     (
         {"SEMIF_API_KEY": "short"},
         "SEMIF_API_KEY",
-    ),  # SemIf's names (issue 30): the refusal names what was written
+    ),  # SemIf's server's names: the refusal names what was written
     ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MAX_INPUT_TOKENS": "x"}, "SEMIF_MAX_INPUT_TOKENS"),
     ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_DEVICE": "auto"}, "SEMIF_DEVICE"),
     ({"SEMIF_API_TOKEN": TOKEN, "SEMIF_MODE": "shared"}, "SEMIF_MODE"),
@@ -141,7 +150,7 @@ def test_an_unknown_default_workload_is_told_what_the_table_holds(tmp_path: Path
     table = tmp_path / "two.json"
     table.write_text(json.dumps({"triage": 1.5, "billing": 2.0}))
     with pytest.raises(ValueError) as caught:
-        config.load(
+        started(
             {
                 "SEMIF_API_TOKEN": TOKEN,
                 "SEMIF_CALIBRATION": str(table),
@@ -153,14 +162,14 @@ def test_an_unknown_default_workload_is_told_what_the_table_holds(tmp_path: Path
         == "SEMIF_SYSTEMONE_WORKLOAD names 'other', which SEMIF_CALIBRATION does not hold (it holds: billing, triage)"
     )
     with pytest.raises(ValueError) as caught:
-        config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_SYSTEMONE_WORKLOAD": "other"})
+        started({"SEMIF_API_TOKEN": TOKEN, "SEMIF_SYSTEMONE_WORKLOAD": "other"})
     assert (
         str(caught.value)
         == "SEMIF_SYSTEMONE_WORKLOAD names 'other', which SEMIF_CALIBRATION does not hold (it holds: none)"
     )
 
 
-# -- SemIf's own server's settings (issue 30) ---------------------------------------------------
+# -- SemIf's own server's settings -----------------------------------------------------------
 
 KEY = "k" * 40  # a valid token that is not TOKEN
 
@@ -196,12 +205,14 @@ def test_semifs_name_for_one_of_our_settings_is_read_as_ours(
     [
         (
             {"SEMIF_API_KEY": "short"},
-            "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126) "
+            "SEMIF_API_KEY is shorter than 32 characters; it must be at least 32 characters of "
+            "visible ASCII (33-126) "
             "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)",
         ),
         (
             {"SEMIF_API_KEY": ""},
-            "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126) "
+            "SEMIF_API_KEY is shorter than 32 characters; it must be at least 32 characters of "
+            "visible ASCII (33-126) "
             "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)",
         ),
         (
@@ -252,11 +263,11 @@ def test_each_semif_only_setting_is_refused_naming_what_to_set_here(name: str) -
         assert config.load({"SEMIF_API_TOKEN": TOKEN, name: same}).api_token == TOKEN
 
 
-# -- SEMIF_SYSTEMONE_ORDERINGS=prior (issue 29): the default workload needs priors, not a temperature ----------
+# -- SEMIF_SYSTEMONE_ORDERINGS=prior (extension): the default workload needs priors, not a temperature ----------
 
 
 def with_priors(tmp_path: Path, **env: str) -> config.Settings:
-    return config.load({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": prior_path(tmp_path), **env})
+    return started({"SEMIF_API_TOKEN": TOKEN, "SEMIF_CALIBRATION": prior_path(tmp_path), **env})
 
 
 @pytest.mark.parametrize(
@@ -291,7 +302,7 @@ def test_the_prior_by_default_with_a_workload_without_priors_is_refused(tmp_path
         json.dumps({**MATCHING, "workloads": {"billing": {"none": 1.0}}, "priors": PRIORS})
     )
     with pytest.raises(ValueError) as caught:
-        config.load(
+        started(
             {
                 "SEMIF_API_TOKEN": TOKEN,
                 "SEMIF_CALIBRATION": str(bound),
@@ -312,3 +323,27 @@ def test_a_workload_with_priors_only_has_no_temperature_for_another_default(tmp_
         "SEMIF_SYSTEMONE_WORKLOAD 'sorting' has no temperature for "
         "SEMIF_SYSTEMONE_ORDERINGS='none'; it has: none at all"
     )
+
+
+# -- SEMIF_SYSTEMONE_ORDERINGS=adaptive: the default workload needs a threshold beside its priors ----------
+
+
+def test_adaptive_by_default_needs_a_workload_with_a_threshold(tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as caught:
+        with_priors(
+            tmp_path, SEMIF_SYSTEMONE_ORDERINGS="adaptive", SEMIF_SYSTEMONE_WORKLOAD="triage"
+        )
+    assert str(caught.value) == (
+        "SEMIF_SYSTEMONE_WORKLOAD 'triage' has no threshold beside its priors for "
+        "SEMIF_SYSTEMONE_ORDERINGS='adaptive'; fit one with `bench prior`"
+    )
+    priors = {"triage": {"4": {**PRIORS["triage"]["4"], "threshold": 0.2}}}
+    settings = started(
+        {
+            "SEMIF_API_TOKEN": TOKEN,
+            "SEMIF_CALIBRATION": prior_path(tmp_path, priors=priors),
+            "SEMIF_SYSTEMONE_ORDERINGS": "adaptive",
+            "SEMIF_SYSTEMONE_WORKLOAD": "triage",
+        }
+    )
+    assert (settings.systemone_orderings, settings.systemone_workload) == ("adaptive", "triage")

@@ -22,7 +22,7 @@ CHOICE = {
     "instructions": "Which team?",
     "criteria": {"billing": "Payments", "technical": None, "sales": ""},
 }
-# The System One id SemIf's form gives what the FakeScorer reports (issue 30); its SEMIF_MODEL, fake-model, stays an alias.
+# The System One id SemIf's form gives what the FakeScorer reports; its SEMIF_MODEL, fake-model, stays an alias.
 FAKE_ID = "semif/fake-model@rrrrrrrrrrrr+torch-float32"
 SCORE = {
     "type": "score",

@@ -148,10 +148,13 @@ async def test_the_server_defaults_average_and_calibrate_a_caller_that_sends_onl
     )
 
 
-# -- orderings "prior" (issue 29): one row per question, the debiased view, or its calibrated view ----
+# -- orderings "prior" (extension): one row per question, the debiased view, or its calibrated view ----
 
 # "triage" has a temperature for "prior", "sorting" none; both have priors over 2 and 3 options (QUESTIONS' counts).
-PRIORS = {2: calibration_file.Prior((0.6, 0.4), 8), 3: calibration_file.Prior((0.5, 0.3, 0.2), 8)}
+PRIORS = {
+    2: calibration_file.FittedPrior((0.6, 0.4), 8),
+    3: calibration_file.FittedPrior((0.5, 0.3, 0.2), 8),
+}
 PRIOR_TABLE = calibration_file.Table(
     {"triage": {"prior": 2.0}}, priors={"triage": PRIORS, "sorting": PRIORS}
 )

@@ -212,7 +212,7 @@ async def test_the_unmodified_sdk_drives_the_server_with_only_its_base_url_chang
     assert answered.model == FAKE_ID
 
 
-# -- the five gaps issue 30 closed, and the SDK's request id on every answer --------------------------------------------------------------------
+# -- the five gaps to SemIf's own server, closed, and the SDK's request id on every answer ------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", SEMIF_NAMES)

@@ -7,7 +7,7 @@ ensure_ascii=False, default separators, key order kept), and 4.4 (noul options
 true/false with the frozen defaults "The answer to the question is yes." / "...no.";
 choice options in criteria order, a null or "" description becoming the key;
 score options "0".."n-1" described by the levels). Same rows means the same
-prompt, so the same `prompt_sha256`. The refusals are the issue's list, each a
+prompt, so the same `prompt_sha256`. The refusals are System One's, each a
 422 naming its field in `param`.
 """
 
@@ -362,7 +362,7 @@ def test_sixteen_options_the_last_of_semifs_letters_are_accepted() -> None:
     assert [option["id"] for option in row["options"]] == [f"o{i}" for i in range(16)]
 
 
-# -- orderings "prior" (issue 29): the workload names the prior, per option count --------------------------
+# -- orderings "prior" (extension): the workload names the prior, per option count --------------------------
 
 PRIOR_LIMITS = request_model.Limits(
     max_decisions=64,
@@ -453,5 +453,5 @@ def test_orderings_lists_the_prior_among_its_values() -> None:
     )
     assert (error.param, error.message) == (
         "semif.orderings",
-        "semif.orderings must be one of none, rotations, all, prior",
+        "semif.orderings must be one of none, rotations, all, prior, adaptive",
     )

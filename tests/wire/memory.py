@@ -11,6 +11,7 @@ test per deadline in test_deadlines.py).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from semif_serve.http.connection import Drain, HttpConnection
@@ -61,13 +62,21 @@ class MemoryChannel:
         self._held = bytearray()
         self._eof = False
         self._reader: asyncio.Future[None] | None = None
+        self._on_bytes: Callable[[], None] | None = None
 
     # -- the client's side
 
     async def send(self, data: bytes) -> None:
-        self._held += data
-        self._wake()
+        self.arrive(data)
         await settle()
+
+    def arrive(self, data: bytes) -> None:
+        """Bytes reach the channel, and the wire's task has not run since (the race a real socket has)."""
+        self._held += data
+        if self._on_bytes is not None:
+            report, self._on_bytes = self._on_bytes, None
+            report()
+        self._wake()
 
     async def send_eof(self) -> None:
         self._eof = True
@@ -92,6 +101,12 @@ class MemoryChannel:
     @property
     def gone(self) -> bool:
         return self._eof
+
+    def on_next_bytes(self, report: Callable[[], None]) -> None:
+        if self._held:
+            report()
+        else:
+            self._on_bytes = report
 
     @property
     def buffered(self) -> int:
@@ -125,9 +140,11 @@ class MemoryChannel:
             await waiter
 
     def close(self) -> None:
+        self._on_bytes = None  # a closed transport delivers nothing more
         self.linger = self.linger or 0.0
 
     async def closed(self, timeout: float, linger: float = 0.0) -> None:
+        self._on_bytes = None
         self.linger = linger
 
 

@@ -1,7 +1,7 @@
 """Every wait has a deadline, and each deadline counts from the moment the wire says it does.
 
-The rule (http/connection.py, HttpConnection._next_request): the first head, and a pipelined
-head already begun, must complete within the header timeout counted from the connection's
+The rule (http/connection.py, HEAD_READERS, by phase): the first head, and a next head already
+begun (in h11's buffer, or held by the channel), must complete within the header timeout counted from the connection's
 start or from the end of the previous response. An idle keep-alive connection waits for
 the first byte of its next request under the idle timeout; from that byte the head has
 the header timeout. The body has the body timeout from the end of its head. A head cut
@@ -221,6 +221,23 @@ async def test_a_pipelined_partial_head_is_timed_from_the_end_of_the_previous_re
     )  # in time counted from the response; late from arrival
     await wire.channel.send(HEALTH[10:])
     assert [r.status for r in wire.channel.responses()] == [200, 200]
+
+
+async def test_a_head_held_by_the_channel_while_scoring_is_read_under_the_header_timeout(
+    memory_server, fake
+) -> None:
+    """Its bytes reached the channel (BUFFERED), not h11: the reply moves the connection on to read
+    them, and the head has the header timeout from the end of that reply, not the idle timeout."""
+    memory = await in_memory(memory_server)
+    fake.gate = threading.Event()
+    wire = await memory.connect()
+    await wire.channel.send(POST)
+    await fake.wait_entered()
+    await wire.channel.send(HEALTH[:10])  # nothing reads while the request is scored
+    assert wire.channel.buffered == 10
+    fake.gate.set()
+    assert [r.status for r in await wire.answered(1)] == [200]
+    await times_out(memory, wire, HEADER, answered=1)
 
 
 async def test_a_pipelined_head_never_completed_gets_408(memory_server) -> None:

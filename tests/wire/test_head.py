@@ -12,7 +12,7 @@ import threading
 import h11
 import pytest
 
-from semif_serve.service.routes import ROUTES
+from semif_serve.service.head_policy import ROUTES
 from tests.bodies import POST
 from tests.wire_client import AUTH, Connection, eventually, no_error_logs, raw_session  # noqa: F401 - fixture
 

@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from semif_serve.http.connection import LINGER_S
 from tests.bodies import POST, ROW
 from tests.served_process import Process
 from tests.wire.memory import settle
@@ -195,6 +196,27 @@ async def test_a_connection_cancelled_with_work_in_progress_answers_503_not_sile
     assert response.headers[b"connection"] == b"close" and wire.done and wire.channel.is_closed
     fake.gate.set()
     await eventually(lambda: memory.server.service.admission.in_progress == 0)
+
+
+@pytest.mark.parametrize("sent", [HEALTH[:10], HEALTH], ids=["part of a head", "a whole head"])
+async def test_a_head_that_arrived_while_the_task_slept_is_answered_503_not_dropped(
+    memory_server, sent
+) -> None:
+    """The channel reports the bytes as they arrive (BUFFERED), before the wire's task wakes to read
+    them: shutdown may not close the connection as idle, and the grace's end answers it 503
+    with a lingering close, as it does a head the wire has begun reading."""
+    memory = await memory_server()
+    wire = await memory.connect()
+    await wire.channel.send(HEALTH)
+    wire.channel.arrive(sent)  # no turn of the loop: the wire has not read it
+    assert not wire.connection.closable
+    memory.drain.begin()
+    wire.task.cancel()
+    await settle()
+    first, second = wire.channel.responses()
+    assert first.status == 200
+    assert second.status == 503 and second.code == "shutting_down"
+    assert wire.done and wire.channel.linger == LINGER_S
 
 
 async def test_a_connection_cancelled_between_requests_closes_without_a_word(

@@ -4,8 +4,9 @@ Rule 2: a client that leaves is noticed by a callback while its request is score
 a client that sent its request and left before scoring never reaches the scorer.
 Rule 3: pipelined bytes that arrive while a request is scored are held up to a bound;
 past it the server stops reading (the sender is pushed back), and the request in
-progress is finished, not cancelled. Plus: a connection that fails on a bug is
-logged, and the server keeps serving. Each runs on both loops the server runs on: they
+progress is finished, not cancelled. Bytes that arrive are reported once to the wire
+that asked (`on_next_bytes`), before it reads them. Plus: a
+connection that fails on a bug is logged, and the server keeps serving. Each runs on both loops the server runs on: they
 deliver EOF differently (tests/wire/both_loops/conftest.py).
 """
 
@@ -17,6 +18,7 @@ import logging
 import socket
 import threading
 
+from semif_serve.http.channel import Channel
 from semif_serve.http.connection import MAX_BUFFERED
 from tests.bodies import BODY, ROW
 from tests.wire_client import (
@@ -188,3 +190,33 @@ async def test_a_body_refused_mid_stream_gets_its_413_and_a_clean_close_not_a_re
     assert sending.exception() is None
     assert fake.calls == []
     await assert_serving(server.port)
+
+
+async def test_arriving_bytes_are_reported_once_before_they_are_read() -> None:
+    """A bare Channel on a socket, no HTTP: how shutdown and a close learn of a head the task has not read."""
+    loop = asyncio.get_running_loop()
+    opened: asyncio.Future[Channel] = loop.create_future()
+    reports: list[int] = []
+    listener = await loop.create_server(
+        lambda: Channel(MAX_BUFFERED, opened.set_result), "127.0.0.1", 0
+    )
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", listener.sockets[0].getsockname()[1]
+    )
+    try:
+        channel = await asyncio.wait_for(opened, 5)
+        channel.on_next_bytes(lambda: reports.append(channel.buffered))
+        writer.write(b"GET")
+        await eventually(lambda: reports == [3])  # reported with the bytes held, none read
+        writer.write(b" /")
+        await eventually(lambda: channel.buffered == 5)
+        assert reports == [3]  # once: later bytes are not reported
+        channel.on_next_bytes(lambda: reports.append(-channel.buffered))
+        assert reports == [3, -5]  # asked while bytes are held: at once
+        assert await channel.read(1.0, 100) == b"GET /"
+        channel.on_next_bytes(lambda: reports.append(channel.buffered))
+        writer.write(b"x")
+        await eventually(lambda: reports == [3, -5, 1])  # read empty: the next bytes are reported
+    finally:
+        writer.close()
+        listener.close()
