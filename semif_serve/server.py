@@ -117,7 +117,7 @@ class Server:
             self.drain.seconds,
             busy,
             recent=recent,
-            ahead=engine.ahead,
+            turns=engine.dispatcher.turns,
         )
         # /metrics is a route like any other; its answer lives in ops.
         self.service = Service(

@@ -1,8 +1,9 @@
 """A turn each at the engine, on a real socket: named callers (SEMIF_API_TOKENS_FILE) over the stub with
 a per-call delay, whose first call is held until every request is queued. Two and three callers
 alternate, one caller alone is served as before, a client that left is never scored, background work
-waits for callers' calls, a drain drops it, a caller removed by a reload keeps its queued calls, and
-the wait budget's estimate and a count refusal's Retry-After follow the order. The order alone, in
+waits for callers' calls, a drain drops it, a caller removed by a reload keeps its queued calls, the
+queues' depths are gauges, and the wait budget's estimate and a count refusal's Retry-After follow
+the order. The order alone, in
 process, is tests/engine/test_dispatcher.py."""
 
 from __future__ import annotations
@@ -213,6 +214,31 @@ async def test_a_caller_removed_by_a_reload_keeps_its_queued_calls(
     scorer.gate.set()
     assert [r.status for r in await asyncio.gather(*sent)] == [200] * 3
     assert scorer.order == ["b1", "a1", "a2"]
+
+
+async def test_the_queues_depths_are_gauges_and_name_a_caller_only_once_it_queued(
+    start_server, tmp_path: Path
+) -> None:
+    scorer = Held()
+    server = await serve(start_server, tmp_path, scorer)
+    before = (await request(server.port, "GET", "/metrics")).body.decode()
+    assert "semif_engine_queued_calls{" in before and 'caller="alice"' not in before
+    sent = [await queue(server, scorer, "alice", f"a{n}") for n in (1, 2, 3)]
+    sent.append(await queue(server, scorer, "bob", "b1"))
+    background = asyncio.ensure_future(server.engine.score_shared_background([{**ROW, "id": "bg"}]))
+    await eventually(lambda: len(server.engine.dispatcher.turns.background) == 1)
+    during = await scrape(server.port)
+    assert [
+        sample(during, "semif_engine_queued_calls", caller=name) for name in ("alice", "bob")
+    ] == [2, 1]  # alice's first call runs: not queued
+    assert sample(during, "semif_engine_background_queued_calls") == 1
+    scorer.gate.set()
+    await asyncio.gather(*sent, background)
+    after = await scrape(server.port)
+    assert [
+        sample(after, "semif_engine_queued_calls", caller=name) for name in ("alice", "bob")
+    ] == [0, 0]
+    assert sample(after, "semif_engine_background_queued_calls") == 0
 
 
 # -- the estimates follow the order ---------------------------------------------------------------
