@@ -84,6 +84,13 @@ async def queue(server: Any, scorer: Held, caller: str, row_id: str) -> asyncio.
     return sent
 
 
+async def background_queued(server: Any, row_id: str) -> asyncio.Future[Any]:
+    """Background work over one row, once it waits in the background queue."""
+    work = asyncio.ensure_future(server.engine.score_shared_background([{**ROW, "id": row_id}]))
+    await eventually(lambda: len(server.engine.dispatcher.turns.background) == 1)
+    return work
+
+
 async def queued_in_turn(
     start_server: Any, tmp_path: Path, arrivals: list[tuple[str, str]]
 ) -> list[str]:
@@ -163,10 +170,7 @@ async def test_background_work_waits_while_a_callers_call_is_queued_and_runs_whe
     scorer = Held()
     server = await serve(start_server, tmp_path, scorer)
     first = await queue(server, scorer, "alice", "a1")
-    background = asyncio.ensure_future(
-        server.engine.score_shared_background([{**ROW, "id": "bg1"}])
-    )
-    await eventually(lambda: len(server.engine.dispatcher.turns.background) == 1)
+    background = await background_queued(server, "bg1")
     later = [await queue(server, scorer, "bob", "b1"), await queue(server, scorer, "alice", "a2")]
     scorer.gate.set()
     assert [r.status for r in await asyncio.gather(first, *later)] == [200] * 3
@@ -190,8 +194,7 @@ async def test_a_drain_drops_background_work_and_lets_callers_queued_calls_finis
     scorer = Held()
     server = await serve(start_server, tmp_path, scorer)
     sent = [await queue(server, scorer, "alice", "a1"), await queue(server, scorer, "bob", "b1")]
-    background = asyncio.ensure_future(server.engine.score_shared_background([{**ROW, "id": "bg"}]))
-    await eventually(lambda: len(server.engine.dispatcher.turns.background) == 1)
+    background = await background_queued(server, "bg")
     shutdown = asyncio.ensure_future(server.shutdown())
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(background, 10)
@@ -225,8 +228,7 @@ async def test_the_queues_depths_are_gauges_and_name_a_caller_only_once_it_queue
     assert "semif_engine_queued_calls{" in before and 'caller="alice"' not in before
     sent = [await queue(server, scorer, "alice", f"a{n}") for n in (1, 2, 3)]
     sent.append(await queue(server, scorer, "bob", "b1"))
-    background = asyncio.ensure_future(server.engine.score_shared_background([{**ROW, "id": "bg"}]))
-    await eventually(lambda: len(server.engine.dispatcher.turns.background) == 1)
+    background = await background_queued(server, "bg")
     during = await scrape(server.port)
     assert [
         sample(during, "semif_engine_queued_calls", caller=name) for name in ("alice", "bob")
