@@ -117,7 +117,7 @@ class Server:
             self.drain.seconds,
             busy,
             recent=recent,
-            turns=engine.dispatcher.turns,
+            dispatcher=engine.dispatcher,
         )
         # /metrics is a route like any other; its answer lives in ops.
         self.service = Service(

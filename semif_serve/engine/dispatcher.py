@@ -1,8 +1,10 @@
 """The order in which scorer calls reach the engine's one worker: a turn each, round-robin over callers.
 
-Rule 1: one call at a time. A call waits here, on the event loop, in its caller's queue; the worker
-holds at most the one running call. When it ends, the next is chosen and handed over in the same
-callback, with no `await` between the choice and the submit, so nothing overtakes the chosen call.
+Rule 1: one call at a time. A call waits here, queued by the event loop in its caller's queue; the
+worker holds at most the one running call. When it ends, the worker thread itself chooses the next
+and submits it, in one step under the queues' lock (no `await`, no wait for a busy loop), so nothing
+overtakes the chosen call and the worker is not left idle; the loop then tells the ended call's
+awaiter. Every touch of the queues, from the loop or the worker, holds that lock.
 Rule 2: callers take turns, one call each (round-robin), in the order they came to have a call
 waiting; the caller whose call holds the worker is last in the round until the next choice, so a
 caller that comes while another's call runs goes before that caller's next call. Within a caller,
@@ -13,18 +15,18 @@ call by at most that one call. A drain drops the queued background calls and tak
 queued calls still run. A dropped call's awaiter sees CancelledError, as after `close`.
 Rule 4: a queue belongs to a caller's name, not to the table of callers: a caller removed by a reload
 keeps its queued calls, which run.
-Rule 5: `Turns` is the order alone (no asyncio), so the estimates read the same queues the worker is
-fed from (`Turns.ahead`): what runs before a new call is known from one place.
+Rule 5: `Turns` is the order alone (no asyncio, no lock), so the estimates read the same queues the
+worker is fed from (`Dispatcher.ahead`): what runs before a new call is known from one place.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
+import threading
 from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +47,7 @@ class Call:
 
 class Turns:
     """The queues: one per caller with a call waiting, their turn order, the background queue, and the
-    call holding the worker. Pure bookkeeping on the event loop."""
+    call holding the worker. Pure bookkeeping; the Dispatcher holds its lock around every use."""
 
     def __init__(self) -> None:
         self._queues: dict[str, deque[Call]] = {}
@@ -140,10 +142,13 @@ class Turns:
 
 
 class Dispatcher:
-    """Feeds `executor` (the engine's one worker) from `turns`, one call at a time (Rule 1)."""
+    """Feeds `executor` (the engine's one worker) from `turns`, one call at a time (Rule 1). The loop
+    queues and withdraws calls, and reads the queues for the estimates and the gauges; the worker
+    thread, as a call returns, takes the next; every touch of `turns` holds `_lock`."""
 
     def __init__(self, executor: Executor) -> None:
         self.turns = Turns()
+        self._lock = threading.Lock()
         self._executor = executor
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -156,19 +161,22 @@ class Dispatcher:
             raise RuntimeError("the engine is closed")
         self._loop = asyncio.get_running_loop()
         outcome = call.outcome = self._loop.create_future()
-        if call.background and self.turns.draining:
-            outcome.cancel()  # a drain takes no more background work (Rule 3)
-        else:
-            self.turns.put(call)
-            if self.turns.running is None:
-                self._next()
+        with self._lock:
+            if call.background and self.turns.draining:
+                outcome.cancel()  # a drain takes no more background work (Rule 3)
+            else:
+                self.turns.put(call)
+                if self.turns.running is None:
+                    self._next()
         try:
             return await asyncio.shield(outcome)
         except asyncio.CancelledError:
-            if not call.started:
-                if not outcome.cancelled():  # left while queued; a dropped call is out already
+            with self._lock:
+                started = call.started
+                if not started and not outcome.cancelled():  # a dropped call is out already
                     self.turns.withdraw(call)
-                    outcome.cancel()
+            if not started:
+                outcome.cancel()
             else:
                 await asyncio.wait([outcome])
                 if not outcome.cancelled():
@@ -176,44 +184,68 @@ class Dispatcher:
             raise
 
     def _next(self) -> None:
-        """Choose the next call and hand it to the worker, in one step (Rule 1)."""
-        if self._closed or (call := self.turns.take()) is None:
-            return
-        future = self._executor.submit(call.work)
-        future.add_done_callback(functools.partial(self._returned, call))
+        """Choose the next call and hand it to the worker, in one step (Rule 1); holds `_lock`."""
+        if not self._closed and (call := self.turns.take()) is not None:
+            self._executor.submit(self._run, call)
 
-    def _returned(self, call: Call, future: Future[Any]) -> None:
-        """On the worker thread: the call's work returned; the rest happens on the loop."""
+    def _run(self, call: Call) -> None:
+        """On the worker thread: the call's work, then at once the next call (no wait for the loop,
+        which may be busy), then the loop tells this call's awaiter."""
+        result, error = None, None
+        try:
+            result = call.work()
+        except BaseException as failed:  # noqa: BLE001 - every failure is the awaiter's to see
+            error = failed
+        with self._lock:
+            self.turns.running = None
+            self._next()
         loop = self._loop
         if loop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(self._ended, call, future)
+                loop.call_soon_threadsafe(self._ended, call, result, error)
             except RuntimeError:  # closed in between: no one is left to tell
                 pass
 
-    def _ended(self, call: Call, future: Future[Any]) -> None:
-        """On the loop: the next call goes to the worker first, then the ended call's awaiter is told."""
-        self.turns.running = None
-        self._next()
+    @staticmethod
+    def _ended(call: Call, result: Any, error: BaseException | None) -> None:
+        """On the loop: the ended call's awaiter is told."""
         outcome = call.outcome
         if outcome is None or outcome.done():
             return
-        if future.cancelled():
-            outcome.cancel()
-        elif (error := future.exception()) is not None:
+        if error is not None:
             outcome.set_exception(error)
         else:
-            outcome.set_result(future.result())
+            outcome.set_result(result)
+
+    def ahead(self, caller: str) -> Counter[str]:
+        """`Turns.ahead`, read under the lock."""
+        with self._lock:
+            return self.turns.ahead(caller)
+
+    def depths(self) -> dict[str, int]:
+        """`Turns.depths`, read under the lock."""
+        with self._lock:
+            return self.turns.depths()
+
+    def background_depth(self) -> int:
+        """Background calls waiting."""
+        with self._lock:
+            return len(self.turns.background)
 
     def drain(self) -> None:
         """Stop dispatching background work: the queued is dropped, new background work refused."""
-        self.turns.draining = True
-        self._drop(self.turns.drop_background())
+        with self._lock:
+            self.turns.draining = True
+            dropped = self.turns.drop_background()
+        self._drop(dropped)
 
     def close(self) -> None:
-        """Drop every queued call; the running one finishes on its thread and its awaiter is told."""
-        self._closed = True
-        self._drop(self.turns.drop_all())
+        """Drop every queued call; the one chosen to run finishes on its thread and its awaiter is
+        told (the executor must not cancel it: shut it down without cancelling futures)."""
+        with self._lock:
+            self._closed = True
+            dropped = self.turns.drop_all()
+        self._drop(dropped)
 
     @staticmethod
     def _drop(calls: list[Call]) -> None:

@@ -137,7 +137,7 @@ class Engine:
 
     def ahead(self, caller: str) -> Counter[str]:
         """Rows by kind that run before a new call of `caller` now (the estimates' count)."""
-        return self.dispatcher.turns.ahead(caller)
+        return self.dispatcher.ahead(caller)
 
     def health(self) -> dict[str, Any]:
         """Read the scorer's facts without queueing behind a running call."""
@@ -150,4 +150,4 @@ class Engine:
     def close(self) -> None:
         """Drop queued calls; a running one finishes on its thread."""
         self.dispatcher.close()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown(wait=False)

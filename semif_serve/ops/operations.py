@@ -19,7 +19,7 @@ from typing import Any
 import h11
 
 from ..config import Settings
-from ..engine.dispatcher import Turns
+from ..engine.dispatcher import Dispatcher
 from ..engine.recent import RecentCalls
 from ..engine.worker import CallTiming
 from ..errors import ApiError, excerpt
@@ -55,7 +55,7 @@ class Operations:
         busy_refusals: Callable[[], dict[str, int]] | None = None,
         *,
         recent: RecentCalls,
-        turns: Turns,
+        dispatcher: Dispatcher,
     ) -> None:
         """`routes` is the application's table: its paths are the route labels (a reply carries the
         route that answered; one refused before any was found is labelled by its target's path, or
@@ -63,16 +63,16 @@ class Operations:
         `in_progress` counts the admitted POSTs (a gauge); `scorer_facts`
         is the engine's health (the model info metric); both are read when needed, never cached.
         `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time.
-        `recent` is the window of recent scorer calls and `turns` the engine's queues: the busy
-        Retry-After prices the rows that run before a caller's new call with the one, read from the
-        other; the queues' depths are gauges."""
+        `recent` is the window of recent scorer calls and `dispatcher` holds the engine's queues: the
+        busy Retry-After prices the rows that run before a caller's new call with the one, read from
+        the other; the queues' depths are gauges."""
         self.labels = {path: path.decode() for path in routes}
         # Extension: System One's SDK reads a response's request id from its own header name: on its
         # routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives it an id.
         self.typesafe = frozenset(
             self.labels[path] for path, found in routes.items() if found.typesafe
         )
-        self.retry_after = RetryAfter(recent, turns.ahead)
+        self.retry_after = RetryAfter(recent, dispatcher.ahead)
         self.access_log = settings.access_log
         self.metrics = (
             _metrics(
@@ -82,7 +82,7 @@ class Operations:
                 open_connections,
                 drain_seconds,
                 busy_refusals,
-                turns,
+                dispatcher,
             )
             if settings.metrics
             else None
@@ -198,7 +198,7 @@ def _metrics(
     open_connections: Callable[[], int],
     drain_seconds: Callable[[], float],
     busy_refusals: Callable[[], dict[str, int]] | None,
-    turns: Turns,
+    dispatcher: Dispatcher,
 ) -> Any:
     """The metrics, or None (logged once) where prometheus_client is not installed."""
     try:
@@ -216,6 +216,6 @@ def _metrics(
         drain_seconds=drain_seconds,
         shutdown_grace=settings.shutdown_grace,
         busy_refusals=busy_refusals,
-        queued_by_caller=turns.depths,
-        background_queued=lambda: len(turns.background),
+        queued_by_caller=dispatcher.depths,
+        background_queued=dispatcher.background_depth,
     )

@@ -222,7 +222,7 @@ async def test_the_second_call_is_its_callers_follow_up(start_server, fake, tmp_
     path.write_text("".join(f"{name} {token}\n" for name, token in tokens.items()))
     path.chmod(0o600)
     server = await served(start_server, fake, api_tokens_file=str(path), api_token="")
-    turns = server.engine.dispatcher.turns
+    turns = server.engine.dispatcher
 
     def send(caller: str, item: dict[str, Any]) -> asyncio.Future[Any]:
         bearer = [(b"authorization", f"Bearer {tokens[caller]}".encode())]

@@ -136,7 +136,7 @@ async def test_a_follow_up_through_the_engine_goes_ahead_of_its_callers_later_ca
             engine.score_shared([{**ROW, "id": "a1-rest"}], caller="alice", follow_up=True)
         )
         await asyncio.sleep(0)
-        assert engine.dispatcher.turns.depths() == {"alice": 2, "bob": 1}
+        assert engine.dispatcher.depths() == {"alice": 2, "bob": 1}
         fake.gate.set()
         await asyncio.gather(first, later, other, follow_up)
     finally:
@@ -155,7 +155,7 @@ async def test_background_work_through_the_engine_waits_for_callers_then_runs(fa
         await asyncio.sleep(0)
         caller = asyncio.ensure_future(engine.score({**ROW, "id": "a1"}, caller="alice"))
         await asyncio.sleep(0)
-        assert len(engine.dispatcher.turns.background) == 1
+        assert engine.dispatcher.background_depth() == 1
         fake.gate.set()
         results, _ = await background
         assert [result["id"] for result in results] == ["bg2"]
@@ -200,7 +200,7 @@ async def test_a_queued_background_call_whose_awaiter_left_never_runs(fake) -> N
         background.cancel()
         with pytest.raises(asyncio.CancelledError):
             await background
-        assert not engine.dispatcher.turns.background
+        assert not engine.dispatcher.background_depth()
         fake.gate.set()
         await running
         await engine.score({**ROW, "id": "a2"}, caller="alice")

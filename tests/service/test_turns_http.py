@@ -75,7 +75,7 @@ def send(server: Any, caller: str, row_id: str) -> asyncio.Future[Any]:
 
 async def queue(server: Any, scorer: Held, caller: str, row_id: str) -> asyncio.Future[Any]:
     """Send one request and wait until its call holds the worker or waits in its caller's queue."""
-    turns = server.engine.dispatcher.turns
+    turns = server.engine.dispatcher
     before = turns.depths().get(caller, 0)
     sent = send(server, caller, row_id)
     await eventually(
@@ -87,7 +87,7 @@ async def queue(server: Any, scorer: Held, caller: str, row_id: str) -> asyncio.
 async def background_queued(server: Any, row_id: str) -> asyncio.Future[Any]:
     """Background work over one row, once it waits in the background queue."""
     work = asyncio.ensure_future(server.engine.score_shared_background([{**ROW, "id": row_id}]))
-    await eventually(lambda: len(server.engine.dispatcher.turns.background) == 1)
+    await eventually(lambda: server.engine.dispatcher.background_depth() == 1)
     return work
 
 
@@ -153,7 +153,7 @@ async def test_a_client_that_left_while_queued_is_never_scored_and_the_turns_go_
         json.dumps({**ROW, "id": "a2"}).encode(),
         [(b"authorization", f"Bearer {TOKENS['alice']}".encode())],
     )
-    turns = server.engine.dispatcher.turns
+    turns = server.engine.dispatcher
     await eventually(lambda: turns.depths().get("alice") == 1, 10.0)
     others = [await queue(server, scorer, "bob", "b1"), await queue(server, scorer, "alice", "a3")]
     await leaving.close()
