@@ -99,14 +99,13 @@ class Server:
         self.connections: dict[asyncio.Task[None], HttpConnection] = {}  # clients, on SEMIF_PORT
         self.scrapers: dict[asyncio.Task[None], HttpConnection] = {}  # on SEMIF_METRICS_PORT
         admission = Admission(settings.max_queue, settings.max_queue_per_caller)
-        recent = (
-            RecentCalls()
-        )  # the one window of recent scorer time: Retry-After and the wait estimate
+        # The one window of recent scorer time: Retry-After and the wait estimate read it.
+        self.recent = recent = RecentCalls()
         # Extension: admission by a wait budget too, when SEMIF_MAX_WAIT_S is set.
         budget = (
             None
             if settings.max_wait_s is None
-            else WaitBudget(settings.max_wait_s, WaitEstimator(recent=recent))
+            else WaitBudget(settings.max_wait_s, WaitEstimator(engine.ahead, recent=recent))
         )
         busy = _busy_reasons(admission, budget, settings)
         self.ops = ops = Operations(
@@ -118,6 +117,7 @@ class Server:
             self.drain.seconds,
             busy,
             recent=recent,
+            dispatcher=engine.dispatcher,
         )
         # /metrics is a route like any other; its answer lives in ops.
         self.service = Service(
@@ -226,6 +226,7 @@ class Server:
         """Drain: refuse new work, let in-flight requests finish within the grace period; the
         metrics listener closes last, once nothing is left to watch."""
         self.drain.begin()
+        self.engine.drain()
         if self._listener is not None:
             self._listener.close()
         await self._close_all(self.connections, self.settings.shutdown_grace)

@@ -136,6 +136,8 @@ def exposed() -> set[str]:
         drain_seconds=lambda: 0.0,
         shutdown_grace=30.0,
         busy_refusals=lambda: {"queue": 0, "wait": 0},
+        queued_by_caller=lambda: {"-": 0},
+        background_queued=lambda: 0,
     )
     metrics.request("/decide", 200, None, 0.001)
     metrics.wait_error(1.0, 1.2)  # the budget's series (SEMIF_MAX_WAIT_S) exist once it is set

@@ -399,7 +399,9 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
         "threads": args.threads or "torch default",
         "probe_every_s": args.probe_every,
         "probe_timeout_s": args.probe_timeout,
-        "two_callers": {"bulk_x": args.bulk, "share": args.share} if args.two_callers else None,
+        "two_callers": {"bulk_x": args.bulk, "share": args.share, "baseline": str(args.baseline)}
+        if args.two_callers
+        else None,
     }
 
 
@@ -767,6 +769,12 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=8,
         help="SEMIF_MAX_QUEUE_PER_CALLER in the two-caller cell's second run (default 8)",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of older code (e.g. a `git worktree` of main): the two-caller cell runs each "
+        "setting on it first, then on this checkout, with the same arrivals (before and after)",
     )
     p.add_argument(
         "--url",

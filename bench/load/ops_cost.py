@@ -50,6 +50,7 @@ def cost(metrics: bool, access_log: bool, repeats: int, batches: int = 5) -> flo
         lambda: 1,
         lambda: 0.0,
         recent=RecentCalls(),
+        dispatcher=service.engine.dispatcher,
     )
     reply = Reply(200, b"x" * 600, timing=CallTiming("direct", 1, 0.0, 0.0001, 0.0002))
     best = float("inf")

@@ -1,17 +1,20 @@
 """`python -m bench openloop --two-callers`: a bulk caller far over capacity beside an interactive one,
-without and with a share of the queue per caller (SEMIF_MAX_QUEUE_PER_CALLER).
+without and with a share of the queue per caller (SEMIF_MAX_QUEUE_PER_CALLER); with `--baseline
+CHECKOUT`, each of those on that checkout's code first and on this one's next (before and after).
 
-Rules: bench-only. One server at a time, a fresh one per run, named callers from a tokens file. Both
-runs offer the very same arrivals: the bulk caller at `--bulk` x the 1-question shape's capacity, the
-interactive caller at INTERACTIVE_X x, each request on its own connection; the first run leaves the
-share at its default (SEMIF_MAX_QUEUE), the second sets it to `--share`. What is compared is the
-interactive caller's goodput, p99 and 429 share, side by side.
+Rules: bench-only. One server at a time, a fresh one per run, named callers from a tokens file. Every
+run offers the very same arrivals: the bulk caller at `--bulk` x the 1-question shape's capacity
+(measured once, on the first server), the interactive caller at INTERACTIVE_X x, each request on its
+own connection; the first run leaves the share at its default (SEMIF_MAX_QUEUE), the second sets it to
+`--share`. What is compared is the interactive caller's goodput, p50, p99 and 429 share, and the
+run's total goodput, side by side.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import math
 import secrets
 import tempfile
@@ -32,6 +35,7 @@ from bench.load.servers import ALIAS, Live, Servers, measure_capacity, systemone
 
 INTERACTIVE_X = 0.3
 CALLERS = ("bulk", "interactive")
+CODES = ("before", "after")  # the baseline checkout's code, this one's
 
 
 def _tokens(directory: Path) -> tuple[str, dict[str, str]]:
@@ -80,15 +84,22 @@ async def _both(
 
 
 def run(servers: Servers, args: argparse.Namespace) -> dict[str, Any]:
-    """Capacity on a fresh server, then the two runs (share unset, share set), each on a fresh server."""
+    """Capacity on a fresh server, then the two runs (share unset, share set), each on a fresh server;
+    with a baseline, each run on the baseline's code, then on this checkout's."""
     body = systemone_body(1, ALIAS)
     result: dict[str, Any] = {"share": args.share, "queue": args.queue, "bulk_x": args.bulk}
+    codes = [(CODES[0], args.baseline.resolve())] if args.baseline is not None else []
+    codes.append((CODES[1], procs.ROOT))
+    if args.baseline is not None:
+        result["baseline"] = str(args.baseline)
     with tempfile.TemporaryDirectory(prefix="semif-two-callers-") as directory:
         path, tokens = _tokens(Path(directory))
         env = servers.ours_env(None) | {"SEMIF_API_TOKENS_FILE": path}
-        for share in (None, args.share):
+        for share, (code, checkout) in itertools.product((None, args.share), codes):
             shared = env | ({} if share is None else {"SEMIF_MAX_QUEUE_PER_CALLER": str(share)})
-            with procs.semif_serve(shared, tokens["bulk"], ready_timeout=600.0) as server:
+            with procs.semif_serve(
+                shared, tokens["bulk"], ready_timeout=600.0, checkout=checkout
+            ) as server:
                 port = server.target.port
                 targets = {name: Target(procs.HOST, port, tokens[name]) for name in CALLERS}
                 if "capacity" not in result:
@@ -104,8 +115,8 @@ def run(servers: Servers, args: argparse.Namespace) -> dict[str, Any]:
                     result["rates_per_s"] = rates
                 runs = asyncio.run(_both(targets, body, arrivals, args))
             key = "without_share" if share is None else "with_share"
-            result[key] = {name: _figures(runs[name]) for name in CALLERS}
-            note(f"openloop: two callers, {key}: {result[key]}")
+            result.setdefault(code, {})[key] = {name: _figures(runs[name]) for name in CALLERS}
+            note(f"openloop: two callers, {code}, {key}: {result[code][key]}")
     return result
 
 
@@ -115,8 +126,10 @@ def markdown(two: dict[str, Any]) -> list[str]:
     def ms(seconds: float) -> str:
         return "-" if math.isnan(seconds) else f"{seconds * 1e3:.0f}"
 
+    codes = [code for code in CODES if code in two]
     rows = [
         (
+            *([code] if len(codes) > 1 else []),
             f"{'unset (= SEMIF_MAX_QUEUE)' if key == 'without_share' else two['share']}",
             name,
             f"{two['rates_per_s'][name]:.2f}",
@@ -126,12 +139,19 @@ def markdown(two: dict[str, Any]) -> list[str]:
             f"{c['refused_share']:.0%}",
             c["timeouts_errors"],
             f"{c['lag_p99_s'] * 1e3:.1f}",
+            f"{sum(each['goodput_per_s'] for each in two[code][key].values()):.2f}",
         )
         for key in ("without_share", "with_share")
+        for code in codes
         for name in CALLERS
-        for c in [two[key][name]]
+        for c in [two[code][key][name]]
     ]
     cap = two["capacity"]
+    before = (
+        f" Each run on `{two['baseline']}`'s code (`before`) and on this checkout's (`after`)."
+        if len(codes) > 1
+        else ""
+    )
     return [
         "",
         "### Two callers: a bulk caller beside an interactive one",
@@ -140,10 +160,11 @@ def markdown(two: dict[str, Any]) -> list[str]:
         f"arrivals in both runs: `bulk` at {two['bulk_x']:g}x capacity, `interactive` at "
         f"{INTERACTIVE_X:g}x (capacity {cap['requests_per_s']:.2f} requests/s, 1-question, one at a "
         f"time, call p50 {cap['call_p50_s'] * 1e3:.0f} ms). First run: SEMIF_MAX_QUEUE_PER_CALLER "
-        f"unset; second: {two['share']}.",
+        f"unset; second: {two['share']}.{before}",
         "",
         markdown_table(
             (
+                *(["code"] if len(codes) > 1 else []),
                 "SEMIF_MAX_QUEUE_PER_CALLER",
                 "caller",
                 "offered /s",
@@ -153,6 +174,7 @@ def markdown(two: dict[str, Any]) -> list[str]:
                 "429",
                 "timeouts+errors",
                 "loadgen lag p99 ms",
+                "run's total goodput /s",
             ),
             rows,
         ),

@@ -4,6 +4,7 @@ and the wait budget's estimate (service/wait_budget.py), fed once per call by th
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 
 from .worker import KINDS, CallTiming
 
@@ -41,7 +42,11 @@ class RecentCalls:
         calls = self._calls[kind]
         return sum(seconds for _, seconds in calls) / len(calls) if calls else None
 
-    def mean(self) -> float:
-        """Mean seconds of one call over the whole window, both kinds; 0 before the first call."""
-        seconds = [spent for calls in self._calls.values() for _, spent in calls]
-        return sum(seconds) / len(seconds) if seconds else 0.0
+    def seconds(self, rows: Mapping[str, int]) -> float:
+        """What `rows` (by kind) cost at the recent per-row time of each kind; a kind not measured yet,
+        or not a request's (the engine's load), at 0."""
+        return sum(
+            count * (self.per_row(kind) or 0.0)
+            for kind, count in rows.items()
+            if kind in self._calls
+        )

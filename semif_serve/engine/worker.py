@@ -2,7 +2,9 @@
 
 The event loop never runs a scorer call itself, so /health answers while one is
 in progress (INV-2); a single-thread executor plus a process-wide lock means two
-calls can never overlap inside the scorer, whoever submits them. Each call
+calls can never overlap inside the scorer, whoever submits them. The calls reach
+that thread one at a time, a turn per caller, through the dispatcher (engine/dispatcher.py:
+the order, a request's follow-up call, background work, a caller that leaves). Each call
 fills a CallTiming (queued, scoring, outcome) that the caller keeps for its access
 log line and that every observer (metrics, the Retry-After estimate, the wait budget's
 per-row time) receives on the loop once the call has ended; the engine does not know who observes.
@@ -10,20 +12,23 @@ per-row time) receives on the loop once the call has ended; the engine does not 
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .dispatcher import Call, Dispatcher
 from .scorer import OutOfMemory, Row, Scorer, SharedResult
 
 # Process-wide: any scorer call anywhere in the process takes it (INV-2).
 SCORER_LOCK = threading.Lock()
 # The kinds of scorer call a request makes (CallTiming.kind; the engine's own load is not one).
 KINDS = ("direct", "shared")
+BACKGROUND = "background"  # the kind and queue of background work, which is no caller's
 T = TypeVar("T")
 
 
@@ -59,6 +64,7 @@ class Engine:
     def __init__(self, scorer: Scorer) -> None:
         self.scorer = scorer
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semif-engine")
+        self.dispatcher = Dispatcher(self._executor)  # hands it one call at a time, a turn each
         self.observers: list[
             Callable[[CallTiming], None]
         ] = []  # called on the loop after each call
@@ -75,47 +81,73 @@ class Engine:
             finally:
                 timing.ended = time.perf_counter()
 
-    async def _submit(self, timing: CallTiming, fn: Callable[..., T], *args: Any) -> T:
-        """Run fn on the engine thread, filling `timing`; observers see every call that began."""
+    async def _submit(self, timing: CallTiming, turn: Call, fn: Callable[..., T], *args: Any) -> T:
+        """Run fn on the engine thread in `turn` (its caller's, engine/dispatcher.py), filling `timing`.
+        Observers see every call that began."""
         timing.submitted = time.perf_counter()
+        turn.work = functools.partial(self._serialised, timing, fn, *args)
         try:
-            return await self._await(self._executor.submit(self._serialised, timing, fn, *args))
+            result: T = await self.dispatcher.run(turn)
+            return result
         finally:
             if timing.ended is not None:
                 for observe in self.observers:
                     observe(timing)
 
-    @staticmethod
-    async def _await(future: Future[T]) -> T:
-        """The call's result; a caller cancelled while it runs waits it out, so the slot stays held."""
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            # Queued: cancel() means it never starts. Running: it still holds the
-            # scorer, so the caller keeps its admission slot until the call returns.
-            if not future.cancel():
-                abandoned = asyncio.wrap_future(future)
-                await asyncio.wait([abandoned])
-                if not abandoned.cancelled():
-                    abandoned.exception()  # read it: the caller left, so its failure is no one's error
-            raise
-
     async def start(self) -> None:
         """Load the model on the engine thread, so it is the thread that owns it."""
-        await self._submit(CallTiming("load", 0), self.scorer.load)
+        await self._submit(CallTiming("load", 0), Call("-", "load", 0), self.scorer.load)
 
-    async def score(self, row: Row, timing: CallTiming | None = None) -> dict[str, Any]:
-        return await self._submit(timing or CallTiming("direct", 1), self.scorer.score, row)
-
-    async def score_shared(self, rows: list[Row], timing: CallTiming | None = None) -> SharedResult:
+    async def score(
+        self, row: Row, timing: CallTiming | None = None, *, caller: str = "-"
+    ) -> dict[str, Any]:
+        """One row, in `caller`'s turn."""
         return await self._submit(
-            timing or CallTiming("shared", len(rows)), self.scorer.score_shared, rows
+            timing or CallTiming("direct", 1), Call(caller, "direct", 1), self.scorer.score, row
         )
+
+    async def score_shared(
+        self,
+        rows: list[Row],
+        timing: CallTiming | None = None,
+        *,
+        caller: str = "-",
+        follow_up: bool = False,
+        reserve: int = 0,
+    ) -> SharedResult:
+        """Rows over one state, in `caller`'s turn; a follow-up (a request's next call) goes ahead of
+        `caller`'s later calls. `reserve`: the rows a follow-up of this call may add, which the
+        estimates count with this call until it ends (a worst case)."""
+        turn = Call(caller, "shared", len(rows) + reserve, follow_up=follow_up)
+        return await self._submit(
+            timing or CallTiming("shared", len(rows)), turn, self.scorer.score_shared, rows
+        )
+
+    async def score_shared_background(
+        self, rows: list[Row], timing: CallTiming | None = None
+    ) -> SharedResult:
+        """Rows over one state as background work: run only when no caller's call waits; dropped
+        (CancelledError) once a drain begins. Priced as a shared call while it runs."""
+        return await self._submit(
+            timing or CallTiming(BACKGROUND, len(rows)),
+            Call(BACKGROUND, "shared", len(rows), background=True),
+            self.scorer.score_shared,
+            rows,
+        )
+
+    def ahead(self, caller: str) -> Counter[str]:
+        """Rows by kind that run before a new call of `caller` now (the estimates' count)."""
+        return self.dispatcher.ahead(caller)
 
     def health(self) -> dict[str, Any]:
         """Read the scorer's facts without queueing behind a running call."""
         return self.scorer.health()
 
+    def drain(self) -> None:
+        """A drain began: background work stops; callers' queued calls still run."""
+        self.dispatcher.drain()
+
     def close(self) -> None:
         """Drop queued calls; a running one finishes on its thread."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.dispatcher.close()
+        self._executor.shutdown(wait=False)

@@ -156,6 +156,9 @@ FAMILIES = (
     Family("semif_requests_in_progress", "gauge", "POSTs holding an admission slot (queued or scoring).", reads="in_progress"),
     Family("semif_max_queue", "gauge", "SEMIF_MAX_QUEUE: the admission limit.", reads="max_queue"),
     Family("semif_open_connections", "gauge", "Client connections open now.", reads="open_connections"),
+    # A turn each at the engine: every caller that queued a call keeps its series, at 0 when empty.
+    Family("semif_engine_queued_calls", "gauge read at scrape", "Scorer calls waiting for the engine's worker (the running one not counted), by caller: each caller's queue, served one call a turn.", ("caller",), reads="queued_by_caller"),
+    Family("semif_engine_background_queued_calls", "gauge", "Background calls waiting for the engine's worker: they run only when no caller's call waits.", reads="background_queued"),
     # The drain, seen only through SEMIF_METRICS_PORT (the client port closes at SIGTERM): a drain
     # past the grace means the process did not leave when it should have (an alert).
     Family("semif_drain_elapsed_seconds", "gauge", "Seconds since SIGTERM began the drain; 0 while serving.", reads="drain_seconds"),

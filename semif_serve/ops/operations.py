@@ -19,6 +19,7 @@ from typing import Any
 import h11
 
 from ..config import Settings
+from ..engine.dispatcher import Dispatcher
 from ..engine.recent import RecentCalls
 from ..engine.worker import CallTiming
 from ..errors import ApiError, excerpt
@@ -54,26 +55,34 @@ class Operations:
         busy_refusals: Callable[[], dict[str, int]] | None = None,
         *,
         recent: RecentCalls,
+        dispatcher: Dispatcher,
     ) -> None:
         """`routes` is the application's table: its paths are the route labels (a reply carries the
         route that answered; one refused before any was found is labelled by its target's path, or
         "other"), and a route marked `typesafe` answers with the SDK's own request-id field too.
-        `in_progress` counts the admitted POSTs (the busy Retry-After and a gauge); `scorer_facts`
+        `in_progress` counts the admitted POSTs (a gauge); `scorer_facts`
         is the engine's health (the model info metric); both are read when needed, never cached.
         `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time.
-        `recent` is the window of recent scorer calls the busy Retry-After reads (the server feeds it)."""
+        `recent` is the window of recent scorer calls and `dispatcher` holds the engine's queues: the
+        busy Retry-After prices the rows that run before a caller's new call with the one, read from
+        the other; the queues' depths are gauges."""
         self.labels = {path: path.decode() for path in routes}
         # Extension: System One's SDK reads a response's request id from its own header name: on its
         # routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives it an id.
         self.typesafe = frozenset(
             self.labels[path] for path, found in routes.items() if found.typesafe
         )
-        self.in_progress = in_progress
-        self.retry_after = RetryAfter(recent)
+        self.retry_after = RetryAfter(recent, dispatcher.ahead)
         self.access_log = settings.access_log
         self.metrics = (
             _metrics(
-                settings, in_progress, scorer_facts, open_connections, drain_seconds, busy_refusals
+                settings,
+                in_progress,
+                scorer_facts,
+                open_connections,
+                drain_seconds,
+                busy_refusals,
+                dispatcher,
             )
             if settings.metrics
             else None
@@ -114,7 +123,7 @@ class Operations:
             fields.append((b"x-typesafe-request-id", request_id))
         if reply.status == 429 and not any(name == b"retry-after" for name, _ in reply.headers):
             # A wait-budget refusal brings its own (the estimate); a full queue's is estimated here.
-            fields.append((b"retry-after", b"%d" % self.retry_after.busy(self.in_progress())))
+            fields.append((b"retry-after", b"%d" % self.retry_after.busy(exchange.caller)))
         elif reply.status == 503:
             fields.append((b"retry-after", b"%d" % self.retry_after.unavailable()))
         return fields
@@ -189,6 +198,7 @@ def _metrics(
     open_connections: Callable[[], int],
     drain_seconds: Callable[[], float],
     busy_refusals: Callable[[], dict[str, int]] | None,
+    dispatcher: Dispatcher,
 ) -> Any:
     """The metrics, or None (logged once) where prometheus_client is not installed."""
     try:
@@ -206,4 +216,6 @@ def _metrics(
         drain_seconds=drain_seconds,
         shutdown_grace=settings.shutdown_grace,
         busy_refusals=busy_refusals,
+        queued_by_caller=dispatcher.depths,
+        background_queued=dispatcher.background_depth,
     )

@@ -23,6 +23,7 @@ extension, that or the rotations' after a second engine call).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -102,13 +103,16 @@ class Pipeline:
         self.served_model = served_model
         self.backend = backend
 
-    async def run(self, reader: Reader, current: LoadedCalibration, body: bytes) -> Reply:
-        """A POST body through every step; the first refusal is the reply."""
+    async def run(
+        self, reader: Reader, current: LoadedCalibration, body: bytes, caller: str = "-"
+    ) -> Reply:
+        """A POST body through every step, its engine calls in `caller`'s turn; the first refusal is
+        the reply."""
         call = None
         try:
             read = self.read(reader, current, body)
             call, rows = self.expand(read.request)
-            calls = await self.within_budget(read, rows, call)
+            calls = await self.within_budget(read, rows, call, caller)
         except ApiError as error:
             return Reply.error(error, call)
         try:
@@ -147,28 +151,43 @@ class Pipeline:
         return CallTiming(request.kind, len(rows)), rows
 
     async def within_budget(
-        self, read: Read, rows: list[dict[str, Any]], call: CallTiming
+        self, read: Read, rows: list[dict[str, Any]], call: CallTiming, caller: str
     ) -> Calls:
-        """Step 3: the engine calls (step 4), once the wait budget (if any) admits the request at its
-        worst case (every row it may score, `row_count`): refused, it never joins the queue."""
+        """Step 3: the engine calls (step 4) in `caller`'s turn, once the wait budget (if any) admits the
+        request at its worst case (every row it may score, `row_count`, counted ahead of its first call):
+        refused, it never joins the queue."""
+        score = functools.partial(self.score, caller=caller)
         if self.budget is None:
-            return await escalation.calls(read.request, read.table, rows, call, self.score)
+            return await escalation.calls(read.request, read.table, rows, call, score)
         try:
-            admitted = self.budget.admit(call.kind, read.request.row_count)
+            admitted = self.budget.admit(call.kind, read.request.row_count, caller)
         except OverBudget as over:
             raise busy(over) from None
         try:
-            return await escalation.calls(read.request, read.table, rows, call, self.score)
+            return await escalation.calls(read.request, read.table, rows, call, score)
         finally:
             self.budget.estimator.leave(admitted, call.started)
 
-    async def score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
-        """Step 4: one engine call, timed in `call`; its failures as envelopes. A request's first, and
-        (extension) an adaptive one's second: service/escalation.py makes both through this."""
+    async def score(
+        self,
+        rows: list[dict[str, Any]],
+        call: CallTiming,
+        *,
+        caller: str,
+        follow_up: bool = False,
+        reserve: int = 0,
+    ) -> Scored:
+        """Step 4: one engine call in `caller`'s turn, timed in `call`; its failures as envelopes. A
+        request's first, and (extension) an adaptive one's second, its follow-up: service/escalation.py
+        makes both through this. `reserve`: the rows the follow-up may add (engine/worker.py)."""
         try:
             if call.kind == "direct":
-                return Scored([await self.engine.score(rows[0], call)], None)
-            return Scored(*await self.engine.score_shared(rows, call))
+                return Scored([await self.engine.score(rows[0], call, caller=caller)], None)
+            return Scored(
+                *await self.engine.score_shared(
+                    rows, call, caller=caller, follow_up=follow_up, reserve=reserve
+                )
+            )
         except ValueError as error:
             raise ApiError(
                 "invalid_request", excerpt(str(error), 300) or "the scorer refused the input"

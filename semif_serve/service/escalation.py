@@ -6,7 +6,9 @@ Rules:
    request with no escalated decision makes one call, as every request did before.
 2. It is made through the same `score` as the first (the body pipeline's `Pipeline.score`), so a
    failure of it fails the request as any scorer failure does: no silent fallback to the one-row
-   answers.
+   answers. It is its caller's follow-up: it goes ahead of that caller's later calls, and still waits
+   its turn among other callers' (engine/dispatcher.py). The first call is counted by the estimates
+   at the request's worst case (its rows plus every row the second may add) until it ends.
 3. A client that left is not scored for: its request's task is cancelled (the wire does that), and
    the cancellation reaches here at the first call's await, before a second call is submitted.
 4. First results that cannot be read (a scorer's broken answer) make no second call: the reply's
@@ -17,9 +19,9 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..decisions import adaptive
 from ..decisions.calibration_file import Table
@@ -29,9 +31,21 @@ from ..engine.worker import CallTiming
 # One engine call's SemIf results and SemIf's own timing dict (None for a direct call): the body
 # pipeline's `Scored` is one.
 Call = tuple[list[dict[str, Any]], dict[str, Any] | None]
-# How the body pipeline makes one engine call over rows (`Pipeline.score`), timed in the
-# CallTiming, its failures its envelopes.
-Score = Callable[[list[dict[str, Any]], CallTiming], Awaitable[Call]]
+
+
+class Score(Protocol):
+    """How the body pipeline makes one engine call over rows (`Pipeline.score`) in the request's caller's
+    turn, timed in the CallTiming, its failures its envelopes; a follow-up goes ahead of that caller's
+    later calls (engine/dispatcher.py), and `reserve` rows are counted ahead with a call until it ends."""
+
+    def __call__(
+        self,
+        rows: list[dict[str, Any]],
+        call: CallTiming,
+        *,
+        follow_up: bool = False,
+        reserve: int = 0,
+    ) -> Awaitable[Call]: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +68,7 @@ async def calls(
     request: DecideRequest, table: Table, rows: list[dict[str, Any]], call: CallTiming, score: Score
 ) -> Calls:
     """The request's first call over `rows` (timed in `call`), then the second where decisions escalate."""
-    first, timing = await score(rows, call)
+    first, timing = await score(rows, call, reserve=request.row_count - len(rows))
     try:
         escalated = adaptive.escalated(request, first, table)
     except Exception:  # noqa: BLE001 - results the views cannot read either
@@ -63,7 +77,7 @@ async def calls(
         return Calls(first, timing)
     more = adaptive.second_rows(request, escalated)
     second_call = CallTiming("shared", len(more))
-    second = await score(more, second_call)
+    second = await score(more, second_call, follow_up=True)
     return Calls(first, timing, escalated, second, second_call)
 
 

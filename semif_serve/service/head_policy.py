@@ -146,7 +146,7 @@ class SlotTicket:
         self._caller = caller
 
     async def take(self, body: bytes) -> Reply:
-        reply = await self._service.post(self.route, body)
+        reply = await self._service.post(self.route, body, self._caller)
         return dataclasses.replace(reply, route=self.route)
 
     def release(self) -> None:
@@ -259,11 +259,14 @@ class Service:
             raise unauthorized(presented=bearer and token != b"")
         return caller
 
-    async def post(self, endpoint: Endpoint, body: bytes) -> Reply:
-        """A POST route's body through the body pipeline, under the calibration current now."""
+    async def post(
+        self, endpoint: Endpoint, body: bytes, caller: str = callers.UNAUTHENTICATED
+    ) -> Reply:
+        """A POST route's body through the body pipeline, under the calibration current now, its engine
+        calls in `caller`'s turn."""
         if endpoint.read is None:
             raise RuntimeError(f"{endpoint.name} is not a POST route")
-        return await self.pipeline.run(endpoint.read, self.calibration, body)
+        return await self.pipeline.run(endpoint.read, self.calibration, body, caller)
 
     def health(self, draining: bool = False) -> Reply:
         """The engine's facts and the limits; 503 `draining` once shutdown began, so a

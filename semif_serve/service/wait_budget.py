@@ -2,8 +2,10 @@
 
 Rule 1: the estimate is in rows, never in tokens. Tokens are known only once the
 engine thread tokenises, after admission; rows are known once the body is parsed.
-A request's wait is the rows admitted ahead of it, not yet scored, x the recent
-scorer time per row; never its own rows: the budget bounds waiting, and a request's
+A request's wait is the rows that run before its call, given the engine's queues at
+admission (engine/dispatcher.py, `Turns.ahead`: the running call, its caller's queued
+calls, and of each other caller at most as many calls as it waits turns for), x the
+recent scorer time per row; never its own rows: the budget bounds waiting, and a request's
 own cost is the same whenever it is sent, so refusing on it would refuse an idle
 server forever (contract.md says why). Each call kind (`direct`, `shared`) keeps its
 own per-row time: one shared call over 21 rows costs far less than 21 direct calls. The
@@ -12,17 +14,17 @@ Rule 2: cold start admits. A kind with no measured call yet prices its rows at 0
 so its first requests are admitted (SEMIF_MAX_QUEUE alone bounds them) and the
 first call measures it; borrowing the other kind's figure would price a shared row
 as a direct one, refuse every shared request and never measure one.
-Rule 3: a refused request never enters: only `admit` adds rows ahead, only the
-`Admitted` it returns takes them away (`leave`, once, whatever the outcome).
+Rule 3: a refused request never enters: the rows ahead are the engine's own queues, which
+only an admitted request's call joins; its `Admitted` is left once (`leave`), whatever the outcome.
 Rule 4: pure bookkeeping: no I/O, no asyncio, no metrics, no HTTP. Its refusal is a domain
 value, OverBudget (the estimate, and a message naming the budget); the service answers it
 429 busy with the estimate as its Retry-After (ops then adds none). The clock is injected
 (tests pass a fake one); observers of the estimate's error are callables.
 
-Theory of operation: the service asks `WaitBudget.admit(kind, rows)` once the body is
-parsed, before the engine call. Admitted, the request's rows count as ahead of every
-later request until it leaves; its predicted wait and the clock at admission travel in
-its `Admitted`. When its call begins, `leave` hands each observer (predicted, actual):
+Theory of operation: the service asks `WaitBudget.admit(kind, rows, caller)` once the body is
+parsed, before the engine call, which joins its caller's queue in the same step (no await
+between). Its rows then count for every later request they run before, until its call ends;
+its predicted wait and the clock at admission travel in its `Admitted`. When its call begins, `leave` hands each observer (predicted, actual):
 the metrics' histogram of the error, so an operator can see whether to trust it. The
 call in progress counts whole (its elapsed part is not subtracted): the estimate errs
 high by at most one call, never low on that account. A kind whose recent mean call
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,37 +65,36 @@ class Admitted:
 
 
 class WaitEstimator:
-    """Rows ahead by kind, priced by the recent scorer seconds per row of each kind (`recent`)."""
+    """The rows that run before a caller's new call, by kind (`ahead`: the engine's queues), priced by the
+    recent scorer seconds per row of each kind (`recent`)."""
 
     def __init__(
-        self, clock: Callable[[], float] = time.perf_counter, recent: RecentCalls | None = None
+        self,
+        ahead: Callable[[str], Counter[str]],
+        clock: Callable[[], float] = time.perf_counter,
+        recent: RecentCalls | None = None,
     ) -> None:
+        self.ahead = ahead
         self.clock = clock
         self.recent = recent if recent is not None else RecentCalls()
-        self._ahead: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.observers: list[
             Callable[[float, float], None]
         ] = []  # (predicted, actual) after each scored request
 
-    def rows_ahead(self) -> int:
-        return sum(self._ahead.values())
-
-    def estimate(self, kind: str, rows: int) -> Estimate:
-        """This request's wait if admitted now: every admitted row not yet scored, its own not (Rule 1, 2)."""
-        seconds = sum(self._ahead[k] * (self.recent.per_row(k) or 0.0) for k in KINDS)
-        return Estimate(kind, rows, self.rows_ahead(), seconds)
+    def estimate(self, kind: str, rows: int, caller: str) -> Estimate:
+        """This request's wait if admitted now: the rows that run before it, its own not (Rule 1, 2)."""
+        ahead = self.ahead(caller)
+        return Estimate(kind, rows, ahead.total(), self.recent.seconds(ahead))
 
     def enter(self, estimate: Estimate) -> Admitted:
-        self._ahead[estimate.kind] += estimate.rows
         return Admitted(estimate, self.clock())
 
     def leave(self, admitted: Admitted, started: float | None) -> None:
         """The request's call ended, having begun at `started` (the clock's time), or it left before one
-        ran (None): its rows are no longer ahead, and its actual wait was until its call began."""
+        ran (None): its actual wait was until its call began."""
         if admitted.left:
             return
         admitted.left = True
-        self._ahead[admitted.estimate.kind] -= admitted.estimate.rows
         if started is not None:
             for observe in self.observers:
                 observe(admitted.estimate.seconds, started - admitted.since)
@@ -126,10 +128,10 @@ class WaitBudget:
         was, self.over[kind] = self.over[kind], per_call is not None and per_call > self.seconds
         return self.over[kind] and not was
 
-    def admit(self, kind: str, rows: int) -> Admitted:
-        """Admit the request or raise OverBudget, whose estimate is the time until the rows ahead drain.
-        With nothing ahead the estimate is 0: always admitted."""
-        estimate = self.estimator.estimate(kind, rows)
+    def admit(self, kind: str, rows: int, caller: str) -> Admitted:
+        """Admit `caller`'s request or raise OverBudget, whose estimate is the time until the rows that
+        run before it are scored. With nothing ahead the estimate is 0: always admitted."""
+        estimate = self.estimator.estimate(kind, rows, caller)
         if estimate.seconds > self.seconds:
             self.refused += 1
             raise OverBudget(estimate, self.seconds)

@@ -426,11 +426,13 @@ def test_the_two_caller_cell_compares_the_interactive_caller_without_and_with_a_
 ) -> None:
     """A bulk caller at 3x capacity fills the queue: without a share most of the interactive caller's
     requests are 429; with SEMIF_MAX_QUEUE_PER_CALLER the bulk caller is held to its share and the
-    interactive one is admitted. The same arrivals in both runs; the section shows both side by side."""
+    interactive one is admitted. The same arrivals in every run; the section shows them side by side,
+    each run on a baseline checkout's code (here this one's own, as `before`) and on this one's."""
     md, out = tmp_path / "RESULTS.md", tmp_path / "openloop.json"
     done = run_openloop(
         *("--two-callers", "--scorer", "stub", "--stub-delay-ms", "100"),
         *("--duration", "6", "--capacity-s", "1", "--queue", "16", "--share", "4"),
+        *("--baseline", str(Path(__file__).resolve().parents[2])),
         "--md",
         str(md),
         out=out,
@@ -439,8 +441,8 @@ def test_the_two_caller_cell_compares_the_interactive_caller_without_and_with_a_
     assert done.returncode == 0, done.stderr[-3000:]
     two = json.loads(out.read_text())["two_callers"]
     assert not json.loads(out.read_text())["shapes"]  # --two-callers alone runs no other cell
-    without, with_share = two["without_share"], two["with_share"]
-    for run in (without, with_share):
+    without, with_share = two["after"]["without_share"], two["after"]["with_share"]
+    for run in (without, with_share, two["before"]["without_share"], two["before"]["with_share"]):
         assert run["bulk"]["offered"] == without["bulk"]["offered"] > 0  # the same arrivals
         assert run["interactive"]["offered"] == without["interactive"]["offered"] > 0
     assert without["interactive"]["refused_share"] > 0.3
@@ -449,3 +451,4 @@ def test_the_two_caller_cell_compares_the_interactive_caller_without_and_with_a_
     text = md.read_text()
     assert "### Two callers: a bulk caller beside an interactive one" in text
     assert "| 4 " in text and "| unset (= SEMIF_MAX_QUEUE) " in text
+    assert "| before | unset" in text and "| after  | 4 " in text

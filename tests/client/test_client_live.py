@@ -55,9 +55,9 @@ def counted(server: Any) -> dict[str, int]:
     counts = {"posts": 0, "busy": 0}
     post, enter = server.service.post, server.service.admission.enter
 
-    async def counting_post(name: str, body: bytes) -> Any:
+    async def counting_post(name: str, body: bytes, caller: str) -> Any:
         counts["posts"] += 1
-        return await post(name, body)
+        return await post(name, body, caller)
 
     def counting_enter(caller: str) -> None:
         try:

@@ -209,10 +209,37 @@ async def test_the_wait_budget_counts_an_adaptive_decision_at_its_worst_case(
         request(server.port, "POST", "/decide/shared", shared(SURE, UNSURE))
     )
     await fake.wait_entered()
-    assert server.service.budget.estimator.rows_ahead() == 6  # two decisions of three rows each
+    assert server.engine.ahead("-").total() == 6  # two decisions of three rows each
     fake.gate.set()
     assert (await pending).status == 200
-    assert server.service.budget.estimator.rows_ahead() == 0
+    assert not server.engine.ahead("-")
+
+
+async def test_the_second_call_is_its_callers_follow_up(start_server, fake, tmp_path) -> None:
+    """It goes ahead of its caller's later request, and still waits for another caller's turn."""
+    tokens = {"alice": "alice-" + "a" * 32, "bob": "bob-" + "b" * 32}
+    path = tmp_path / "tokens"
+    path.write_text("".join(f"{name} {token}\n" for name, token in tokens.items()))
+    path.chmod(0o600)
+    server = await served(start_server, fake, api_tokens_file=str(path), api_token="")
+    turns = server.engine.dispatcher
+
+    def send(caller: str, item: dict[str, Any]) -> asyncio.Future[Any]:
+        bearer = [(b"authorization", f"Bearer {tokens[caller]}".encode())]
+        return asyncio.ensure_future(
+            request(server.port, "POST", "/decide/shared", shared(item), bearer)
+        )
+
+    fake.gate = threading.Event()
+    first = send("alice", UNSURE)
+    await fake.wait_entered()
+    later = send("alice", decision("later", (0.0, 0.0, 4.0)))
+    await eventually(lambda: turns.depths().get("alice") == 1)
+    other = send("bob", decision("other", (0.0, 0.0, 4.0)))
+    await eventually(lambda: turns.depths().get("bob") == 1)
+    fake.gate.set()
+    assert [r.status for r in await asyncio.gather(first, later, other)] == [200] * 3
+    assert ids(fake) == [["unsure#o0"], ["other#o0"], ["unsure#o1", "unsure#o2"], ["later#o0"]]
 
 
 def choice(values: tuple[float, ...]) -> dict[str, Any]:

@@ -15,6 +15,8 @@ READINGS = {
     "drain_seconds": lambda: 0.0,
     "shutdown_grace": 30.0,
     "busy_refusals": lambda: {"queue": 0},
+    "queued_by_caller": lambda: {"-": 0},
+    "background_queued": lambda: 0,
 }
 
 

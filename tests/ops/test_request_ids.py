@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from semif_serve.engine.dispatcher import Call, Turns
 from semif_serve.engine.recent import RecentCalls
 from semif_serve.engine.scorer import OutOfMemory
 from semif_serve.engine.worker import CallTiming
@@ -164,18 +165,31 @@ async def test_draining_503_carries_retry_after(start_server, fake) -> None:
 # -- the busy estimate, without a server -------------------------------------------------
 
 
-def test_busy_estimate_is_queue_depth_times_recent_call_time() -> None:
+def test_busy_estimate_prices_the_rows_before_the_callers_next_call() -> None:
+    """A count refusal's Retry-After is the refused caller's wait had it been admitted: the running call,
+    its own queued calls, and at most as many of each other caller's as it waits turns for."""
     recent = RecentCalls(window=4)
-    estimate = RetryAfter(recent)
-    assert estimate.busy(10) == 1  # nothing scored yet: the floor
+    turns = Turns()
+    estimate = RetryAfter(recent, turns.ahead)
+    turns.put(Call("bulk", "direct", 1))
+    assert turns.take() is not None  # bulk's first call runs
+    for _ in range(5):
+        turns.put(Call("bulk", "direct", 1))
+    assert estimate.busy("bulk") == 1  # nothing scored yet: the floor
     for seconds in (0.5, 1.5, 1.0, 1.0):
-        recent.observe("direct", 1, seconds)
-    assert estimate.busy(1) == 1
-    assert estimate.busy(3) == 3
-    assert estimate.busy(7) == 7
-    recent.observe("direct", 1, 3.0)  # the oldest (0.5) leaves the window: mean 1.625
-    assert estimate.busy(4) == 7
-    assert estimate.busy(1000) == MAX_RETRY_AFTER
+        recent.observe("direct", 1, seconds)  # 1 s a row
+    assert estimate.busy("bulk") == 6  # its own five behind the running one
+    assert estimate.busy("interactive") == 2  # the running one, then one of bulk's before its turn
+    turns.put(Call("interactive", "shared", 4))
+    assert (
+        estimate.busy("interactive") == 3
+    )  # its queued call is priced at nothing: shared unmeasured
+    recent.observe("shared", 4, 8.0)  # 2 s a row
+    assert estimate.busy("interactive") == 1 + 8 + 2  # running, its own, then two of bulk's
+    assert estimate.busy("bulk") == 1 + 5 + 8
+    for _ in range(60):
+        turns.put(Call("bulk", "direct", 1))
+    assert estimate.busy("bulk") == MAX_RETRY_AFTER
     assert RetryAfter.unavailable() == 1
 
 
@@ -183,11 +197,14 @@ def test_the_busy_estimate_reads_only_requests_successful_calls() -> None:
     """One window serves Retry-After and the wait budget: a refused, failed or unfinished call, and
     the engine's load, teach neither."""
     recent = RecentCalls()
-    estimate = RetryAfter(recent)
+    turns = Turns()
+    estimate = RetryAfter(recent, turns.ahead)
+    turns.put(Call("-", "direct", 2))
+    turns.put(Call("-", "shared", 8))
     for outcome, kind in (("refused", "direct"), ("failed", "shared"), ("ok", "load")):
         recent.scorer_call(CallTiming(kind, 1, 0.0, 0.0, 9.0, outcome))
     recent.scorer_call(CallTiming("direct", 1, 0.0, 0.0, None))  # never ended
-    assert estimate.busy(2) == 1 and recent.per_call("direct") is None
-    recent.scorer_call(CallTiming("shared", 8, 0.0, 0.0, 2.5))
-    recent.scorer_call(CallTiming("direct", 1, 0.0, 1.0, 1.5))
-    assert estimate.busy(2) == 3  # the mean of both kinds' calls, 1.5 s, x 2 in progress
+    assert estimate.busy("-") == 1 and recent.per_call("direct") is None
+    recent.scorer_call(CallTiming("shared", 8, 0.0, 0.0, 2.5))  # 0.3125 s a row
+    recent.scorer_call(CallTiming("direct", 1, 0.0, 1.0, 1.5))  # 0.5 s a row
+    assert estimate.busy("-") == 4  # 2 x 0.5 + 8 x 0.3125 = 3.5 s

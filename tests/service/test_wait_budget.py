@@ -1,7 +1,7 @@
-"""The wait estimator and the budget check (SEMIF_MAX_WAIT_S), in process with a fake clock:
-rows ahead times the recent per-row time of each kind, cold start admitting, a refusal that
-names the budget with the estimate as its Retry-After, and the (predicted, actual) pairs the
-error histogram receives."""
+"""The wait estimator and the budget check (SEMIF_MAX_WAIT_S), in process with a fake clock over the
+engine's queues (`Turns`, filled by hand): the rows that run before a caller's call times the recent
+per-row time of each kind, cold start admitting, a refusal that names the budget with the estimate as
+its Retry-After, and the (predicted, actual) pairs the error histogram receives."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from semif_serve.engine.dispatcher import Call, Turns
 from semif_serve.engine.recent import RecentCalls
 from semif_serve.engine.worker import CallTiming, Engine
 from semif_serve.http.exchange import retry_after
@@ -27,12 +28,33 @@ class Clock:
         return self.now
 
 
-def estimator(**per_row: float) -> tuple[WaitEstimator, Clock]:
+class Queued(WaitEstimator):
+    """An estimator over queues of its own: an admitted request's call joins them, as in the service."""
+
+    def __init__(self, clock: Clock, recent: RecentCalls | None = None) -> None:
+        self.turns = Turns()
+        super().__init__(self.turns.ahead, clock, recent)
+
+    def queue(self, kind: str, rows: int, caller: str = "-") -> None:
+        self.turns.put(Call(caller, kind, rows))
+
+    def rows_ahead(self) -> int:
+        return self.turns.ahead("-").total()
+
+
+def estimator(**per_row: float) -> tuple[Queued, Clock]:
     clock = Clock()
-    made = WaitEstimator(clock)
+    made = Queued(clock)
     for kind, seconds in per_row.items():
         made.recent.observe(kind, 4, 4 * seconds)
     return made, clock
+
+
+def admitted(budget: WaitBudget, kind: str, rows: int) -> None:
+    """Admitted by the budget, then queued (what the service does next, in the same step)."""
+    budget.admit(kind, rows, "-")
+    assert isinstance(budget.estimator, Queued)
+    budget.estimator.queue(kind, rows)
 
 
 def test_per_row_time_is_recent_total_seconds_over_total_rows_of_its_kind() -> None:
@@ -58,7 +80,7 @@ def test_a_call_without_rows_or_of_an_unknown_kind_is_not_measured() -> None:
 
 
 def test_the_window_keeps_only_recent_calls() -> None:
-    made = WaitEstimator(Clock(), RecentCalls(window=2))
+    made = Queued(Clock(), RecentCalls(window=2))
     for seconds in (9.0, 1.0, 1.0):
         made.recent.observe("direct", 1, seconds)
     assert made.recent.per_row("direct") == 1.0
@@ -66,14 +88,16 @@ def test_the_window_keeps_only_recent_calls() -> None:
 
 def test_estimate_is_the_rows_ahead_times_each_kinds_per_row_time_never_its_own() -> None:
     made, _ = estimator(direct=0.3, shared=0.05)
-    assert made.estimate("direct", 1).seconds == 0  # nothing ahead: no wait, whatever its own cost
-    assert made.estimate("shared", 64).seconds == 0
-    made.enter(made.estimate("shared", 21))
-    made.enter(made.estimate("direct", 1))
-    estimate = made.estimate("direct", 1)
+    assert (
+        made.estimate("direct", 1, "-").seconds == 0
+    )  # nothing ahead: no wait, whatever its own cost
+    assert made.estimate("shared", 64, "-").seconds == 0
+    made.queue("shared", 21)
+    made.queue("direct", 1)
+    estimate = made.estimate("direct", 1, "-")
     assert estimate.rows_ahead == 22
     assert estimate.seconds == pytest.approx(21 * 0.05 + 0.3)
-    assert made.estimate("shared", 21).seconds == pytest.approx(21 * 0.05 + 0.3)
+    assert made.estimate("shared", 21, "-").seconds == pytest.approx(21 * 0.05 + 0.3)
 
 
 def test_an_idle_server_admits_a_request_that_alone_costs_more_than_the_budget() -> None:
@@ -81,23 +105,23 @@ def test_an_idle_server_admits_a_request_that_alone_costs_more_than_the_budget()
     made, _ = estimator(direct=1.5, shared=1.5)
     budget = WaitBudget(1.0, made)
     for kind in ("direct", "shared"):
-        admitted = budget.admit(kind, 64)
-        assert admitted.estimate.seconds == 0
-        made.leave(admitted, None)
+        entered = budget.admit(kind, 64, "-")
+        assert entered.estimate.seconds == 0
+        made.leave(entered, None)
     assert budget.refused == 0
 
 
 def test_cold_start_prices_an_unmeasured_kind_at_zero_so_it_is_admitted() -> None:
     made, _ = estimator(direct=0.3)
     budget = WaitBudget(1.0, made)
-    budget.admit(
-        "shared", 64
+    admitted(
+        budget, "shared", 64
     )  # no shared call measured yet: admitted, never priced as 64 direct rows
-    budget.admit("shared", 64)
+    admitted(budget, "shared", 64)
     assert made.rows_ahead() == 128 and budget.refused == 0
     made.recent.observe("shared", 64, 0.64)  # measured now: 128 ahead at 10 ms each
     with pytest.raises(OverBudget):
-        budget.admit("shared", 1)
+        budget.admit("shared", 1, "-")
 
 
 def test_over_budget_is_busy_naming_the_budget_with_the_drain_of_the_rows_ahead_as_retry_after() -> (
@@ -106,9 +130,9 @@ def test_over_budget_is_busy_naming_the_budget_with_the_drain_of_the_rows_ahead_
     made, _ = estimator(direct=0.4)
     budget = WaitBudget(2.0, made)
     for _ in range(6):
-        budget.admit("direct", 1)  # the sixth: 5 ahead = 2.0 s, not over the budget
+        admitted(budget, "direct", 1)  # the sixth: 5 ahead = 2.0 s, not over the budget
     with pytest.raises(OverBudget) as refused:
-        budget.admit("direct", 1)
+        budget.admit("direct", 1, "-")
     error = busy(refused.value)
     assert error.code == "busy" and error.status == 429
     assert error.message == (
@@ -119,7 +143,7 @@ def test_over_budget_is_busy_naming_the_budget_with_the_drain_of_the_rows_ahead_
     with pytest.raises(
         OverBudget
     ) as large:  # its own rows change neither the estimate nor Retry-After
-        budget.admit("direct", 60)
+        budget.admit("direct", 60, "-")
     assert busy(large.value).message == error.message and busy(large.value).headers == error.headers
 
 
@@ -156,19 +180,18 @@ def test_retry_after_rounds_up_and_clamps_to_the_contracts_range() -> None:
     ]
 
 
-def test_leaving_frees_the_rows_once_and_reports_predicted_against_actual() -> None:
+def test_leaving_reports_predicted_against_actual_once() -> None:
     made, clock = estimator(direct=0.5)
     errors: list[tuple[float, float]] = []
     made.observers.append(lambda predicted, actual: errors.append((predicted, actual)))
-    first = made.enter(made.estimate("direct", 1))
-    second = made.enter(made.estimate("direct", 1))
+    first = made.enter(made.estimate("direct", 1, "-"))
+    made.queue("direct", 1)
+    second = made.enter(made.estimate("direct", 1, "-"))
     assert (first.estimate.seconds, second.estimate.seconds) == (0, pytest.approx(0.5))
     clock.now += 0.7
     made.leave(second, clock.now - 0.1)  # its call began 0.6 s after admission
     made.leave(second, clock.now)  # twice: counted once
-    assert made.rows_ahead() == 1
-    made.leave(first, None)  # left before its call ran: freed, not an error sample
-    assert made.rows_ahead() == 0
+    made.leave(first, None)  # left before its call ran: not an error sample
     assert errors == [(pytest.approx(0.5), pytest.approx(0.6))]
 
 

@@ -92,10 +92,7 @@ async def test_a_burst_is_answered_within_the_budget_or_refused_at_once_with_the
             min(60, math.ceil(estimate)),
         }
     assert scorer.calls == 2 + len(admitted)  # a refused request never reached the scorer
-    assert (
-        server.service.admission.in_progress == 0
-        and server.service.budget.estimator.rows_ahead() == 0
-    )
+    assert server.service.admission.in_progress == 0 and not server.engine.ahead("-")
 
     metrics = await scrape(server.port)
     assert sample(metrics, "semif_busy_refusals_total", reason="wait") == len(refused)
@@ -114,7 +111,7 @@ async def test_a_budget_refusal_carries_one_retry_after_its_estimate(start_serve
         await request(server.port, "POST", "/decide", ROW)
     ).status == 200  # cold start admits; measures >= 0.5 s a row
     ahead = asyncio.ensure_future(request(server.port, "POST", "/decide", ROW))
-    await eventually(lambda: server.service.budget.estimator.rows_ahead() == 1, 5.0)
+    await eventually(lambda: server.engine.ahead("-").total() == 1, 5.0)
     body = json.dumps(ROW).encode()
     sent = await raw_responses(
         server.port, raw_request(fields=b"content-length: %d\r\n" % len(body), body=body), 1
