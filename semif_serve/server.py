@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import time
@@ -45,6 +46,7 @@ from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
 from .service import callers, reload
 from .service.admission import Admission
+from .service.audits import Auditor, audit_call
 from .service.head_policy import METRICS_ROUTES, ROUTES, Endpoint, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
 from .systemone import defaults
@@ -107,6 +109,8 @@ class Server:
             else WaitBudget(settings.max_wait_s, WaitEstimator(recent=recent))
         )
         busy = _busy_reasons(admission, budget, settings)
+        # Extension: audits, offered by the service, read by ops, stopped by the drain.
+        self.audits = audits = Auditor(settings, functools.partial(audit_call, engine))
         self.ops = ops = Operations(
             settings,
             ROUTES,
@@ -116,6 +120,7 @@ class Server:
             self.drain.seconds,
             busy,
             recent=recent,
+            audits=audits.samples if audits.on else None,
         )
         # /metrics is a route like any other; its answer lives in ops.
         self.service = Service(
@@ -126,6 +131,7 @@ class Server:
             budget=budget,
             known=known_callers,
             calibration=calibration,
+            audits=audits,
         )
         # Every observer is wired here: the engine's scorer calls to the window of recent calls first (what
         # the others read), then (with a budget) the service and ops; the estimate's error and the kinds
@@ -224,6 +230,7 @@ class Server:
         """Drain: refuse new work, let in-flight requests finish within the grace period; the
         metrics listener closes last, once nothing is left to watch."""
         self.drain.begin()
+        self.audits.drain()
         if self._listener is not None:
             self._listener.close()
         await self._close_all(self.connections, self.settings.shutdown_grace)

@@ -1,11 +1,12 @@
 """The recent scorer time of requests' calls: one window, read by both the Retry-After estimate (ops)
-and the wait budget's estimate (service/wait_budget.py), fed once per call by the server's wiring."""
+and the wait budget's estimate (service/wait_budget.py), fed once per call by the server's wiring.
+*Extension:* audits' calls have a window of their own (kind AUDIT), apart from requests' kinds."""
 
 from __future__ import annotations
 
 from collections import deque
 
-from .worker import KINDS, CallTiming
+from .worker import AUDIT, KINDS, CallTiming
 
 WINDOW = 64  # recent scorer calls of each kind the figures average over
 
@@ -15,7 +16,7 @@ class RecentCalls:
 
     def __init__(self, window: int = WINDOW) -> None:
         self._calls: dict[str, deque[tuple[int, float]]] = {
-            kind: deque(maxlen=window) for kind in KINDS
+            kind: deque(maxlen=window) for kind in (*KINDS, AUDIT)
         }
 
     def scorer_call(self, call: CallTiming) -> None:
@@ -42,6 +43,7 @@ class RecentCalls:
         return sum(seconds for _, seconds in calls) / len(calls) if calls else None
 
     def mean(self) -> float:
-        """Mean seconds of one call over the whole window, both kinds; 0 before the first call."""
-        seconds = [spent for calls in self._calls.values() for _, spent in calls]
+        """Mean seconds of one request's call over the whole window, both kinds (never an audit's);
+        0 before the first call."""
+        seconds = [spent for kind in KINDS for _, spent in self._calls[kind]]
         return sum(seconds) / len(seconds) if seconds else 0.0

@@ -24,6 +24,8 @@ from .scorer import OutOfMemory, Row, Scorer, SharedResult
 SCORER_LOCK = threading.Lock()
 # The kinds of scorer call a request makes (CallTiming.kind; the engine's own load is not one).
 KINDS = ("direct", "shared")
+# Extension: an audit's call (service/audits.py), no request's: timed, windowed and counted apart.
+AUDIT = "audit"
 T = TypeVar("T")
 
 
@@ -31,7 +33,7 @@ T = TypeVar("T")
 class CallTiming:
     """One scorer call: its kind, rows, when it was submitted, began and ended (perf_counter)."""
 
-    kind: str  # one of KINDS, or "load"
+    kind: str  # one of KINDS, AUDIT, or "load"
     rows: int
     submitted: float = 0.0
     started: float | None = None

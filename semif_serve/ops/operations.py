@@ -54,6 +54,7 @@ class Operations:
         busy_refusals: Callable[[], dict[str, int]] | None = None,
         *,
         recent: RecentCalls,
+        audits: Callable[[], Mapping[str, Mapping[Any, float]]] | None = None,
     ) -> None:
         """`routes` is the application's table: its paths are the route labels (a reply carries the
         route that answered; one refused before any was found is labelled by its target's path, or
@@ -61,7 +62,8 @@ class Operations:
         `in_progress` counts the admitted POSTs (the busy Retry-After and a gauge); `scorer_facts`
         is the engine's health (the model info metric); both are read when needed, never cached.
         `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time.
-        `recent` is the window of recent scorer calls the busy Retry-After reads (the server feeds it)."""
+        `recent` is the window of recent scorer calls the busy Retry-After reads (the server feeds it).
+        `audits` (extension, only with SEMIF_AUDIT_RATE above 0) is what audits counted, read at scrape."""
         self.labels = {path: path.decode() for path in routes}
         # Extension: System One's SDK reads a response's request id from its own header name: on its
         # routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives it an id.
@@ -73,7 +75,13 @@ class Operations:
         self.access_log = settings.access_log
         self.metrics = (
             _metrics(
-                settings, in_progress, scorer_facts, open_connections, drain_seconds, busy_refusals
+                settings,
+                in_progress,
+                scorer_facts,
+                open_connections,
+                drain_seconds,
+                busy_refusals,
+                audits,
             )
             if settings.metrics
             else None
@@ -188,6 +196,7 @@ def _metrics(
     open_connections: Callable[[], int],
     drain_seconds: Callable[[], float],
     busy_refusals: Callable[[], dict[str, int]] | None,
+    audits: Callable[[], Mapping[str, Mapping[Any, float]]] | None,
 ) -> Any:
     """The metrics, or None (logged once) where prometheus_client is not installed."""
     try:
@@ -205,4 +214,5 @@ def _metrics(
         drain_seconds=drain_seconds,
         shutdown_grace=settings.shutdown_grace,
         busy_refusals=busy_refusals,
+        audits=audits,
     )

@@ -16,6 +16,9 @@ bug in read, view or render is a 500 in the envelope (C3), never a dropped conne
 
 Scores pass through untouched (INV-1): the only things added are `calibrated` and the
 order-averaged `combined` view (under orderings "prior", the debiased one).
+
+*Extension:* once the reply's body is built, its decisions are offered for audit (service/audits.py),
+which may queue some for idle capacity and never changes or delays the reply.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ..engine.worker import CallTiming, Engine
 from ..errors import ApiError, excerpt
 from ..http.exchange import Reply, retry_after
 from ..systemone import assemble, translate
+from .audits import Auditor
 from .loaded_calibration import LoadedCalibration
 from .wait_budget import OverBudget, WaitBudget
 
@@ -88,14 +92,21 @@ class Pipeline:
     """The body pipeline over one engine: `run` calls the steps in order."""
 
     def __init__(
-        self, engine: Engine, budget: WaitBudget | None, served_model: str, backend: str
+        self,
+        engine: Engine,
+        budget: WaitBudget | None,
+        served_model: str,
+        backend: str,
+        audits: Auditor | None = None,
     ) -> None:
         """`budget`: SEMIF_MAX_WAIT_S's, built by the server beside admission (None: by count alone);
-        `served_model` and `backend`: how System One's answers name the weights and their backend."""
+        `served_model` and `backend`: how System One's answers name the weights and their backend;
+        `audits`: where answered decisions are offered for audit (None: never)."""
         self.engine = engine
         self.budget = budget
         self.served_model = served_model
         self.backend = backend
+        self.audits = audits
 
     async def run(self, reader: Reader, current: LoadedCalibration, body: bytes) -> Reply:
         """A POST body through every step; the first refusal is the reply."""
@@ -109,9 +120,12 @@ class Pipeline:
         try:
             views = viewing.views(read.request, scored.results, read.table)
             payload, headers = self.render(read, scored, views, call.kind)
+            body = json_bytes(payload)
+            if self.audits is not None:  # the reply is built: an audit can no longer change it
+                self.audits.offer(read.request, scored.results, read.table)
             return Reply(
                 200,
-                json_bytes(payload),
+                body,
                 headers,
                 timing=call,
                 decision_methods=tuple(decision.method for decision in read.request.decisions),
