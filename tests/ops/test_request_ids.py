@@ -9,7 +9,7 @@ import pytest
 
 from semif_serve.engine.recent import RecentCalls
 from semif_serve.engine.scorer import OutOfMemory
-from semif_serve.engine.worker import CallTiming
+from semif_serve.engine.worker import AUDIT, CallTiming
 from semif_serve.http.exchange import MAX_RETRY_AFTER
 from semif_serve.ops.retry_after import RetryAfter
 from tests.bodies import ROW
@@ -191,3 +191,14 @@ def test_the_busy_estimate_reads_only_requests_successful_calls() -> None:
     recent.scorer_call(CallTiming("shared", 8, 0.0, 0.0, 2.5))
     recent.scorer_call(CallTiming("direct", 1, 0.0, 1.0, 1.5))
     assert estimate.busy(2) == 3  # the mean of both kinds' calls, 1.5 s, x 2 in progress
+
+
+def test_an_audit_call_has_its_own_window_and_never_moves_the_busy_estimate() -> None:
+    """Audits (extension) are timed apart: their calls are measured as kind "audit", and a request's
+    Retry-After still reads requests' calls alone."""
+    recent = RecentCalls()
+    estimate = RetryAfter(recent)
+    recent.scorer_call(CallTiming("direct", 1, 0.0, 0.0, 1.0))
+    recent.scorer_call(CallTiming(AUDIT, 3, 0.0, 0.0, 30.0))
+    assert recent.per_row(AUDIT) == 10.0 and recent.per_row("direct") == 1.0
+    assert estimate.busy(2) == 2  # 1 s a call, not the audit's 30 s
