@@ -77,7 +77,8 @@ def _audit_export(argv: list[str]) -> int:
     from .client import Client, MissingToken, SemifError
     from .decisions import audit_export
 
-    parser = argparse.ArgumentParser(prog="semif-serve audit export")
+    parser = argparse.ArgumentParser(prog="semif-serve audit")
+    parser.add_argument("action", choices=["export"], help="export: write the refitted file")
     parser.add_argument("--url", action="append", required=True, help="a replica; repeat for each")
     parser.add_argument("--out", required=True, help="the calibration file to write")
     parser.add_argument("--target", type=float, default=audit_export.DEFAULT_TARGET)
@@ -144,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         from .client.ask import main as ask
 
         return ask(args[1:])
-    if args[:2] == ["audit", "export"]:
-        return _audit_export(args[2:])
+    if args[:1] == ["audit"]:
+        return _audit_export(args[1:])
     if args in ([], ["serve"]):
         return _serve()
     print(USAGE, file=sys.stderr)
