@@ -2,8 +2,9 @@
 their other rotations on idle capacity, counted per (workload, n) (decisions/live_prior.py).
 
 Rules:
-1. An audit never touches its reply. It is offered once the reply's body is built (`offer`, from the
-   body pipeline), and offering is a draw and an append: no scoring, no await.
+1. An audit never touches its reply. It is offered once the reply is built (`offer`, which the body
+   pipeline schedules to run after its step, so the reply goes out first), and offering is a draw and
+   an append: no scoring, no await. A fault in it is logged by its type alone, never the request.
 2. The engine is met in one place, `audit_call`: background work, one decision's n-1 rows a call, one
    call at a time, so a caller's call waits behind at most one audit call.
 3. Bounded: at most SEMIF_AUDIT_MAX_PENDING audits and SEMIF_AUDIT_MAX_PENDING_BYTES of their rows wait,
@@ -48,6 +49,11 @@ def auditable(decision: Decision, results: Sequence[Mapping[str, Any]]) -> bool:
     """Served from its one row with the prior divided out (orderings "prior"; a decision that scored
     more rows than one, an escalated one, is not a uniform sample of the traffic)."""
     return TABLE[decision.method].needs_prior and len(results) == 1
+
+
+def _bytes(value: Any) -> int:
+    """What a value holds, as the bytes of its JSON."""
+    return len(json.dumps(value, default=str).encode())
 
 
 @dataclass(frozen=True)
@@ -106,21 +112,33 @@ class Auditor:
         if not self.on or request.workload is None:
             return
         try:
-            for decision, rows in request.planned(len(results)):
-                if auditable(decision, results[rows]) and self.draw() < self.rate:
-                    self._queue(decision, results[rows][0], request.workload, table)
+            drawn = [
+                (decision, results[rows][0])
+                for decision, rows in request.planned(len(results))
+                if auditable(decision, results[rows]) and self.draw() < self.rate
+            ]
+            state = _bytes(drawn[0][0].row["state"]) if drawn else 0  # one state for them all
+            for decision, first in drawn:
+                self._queue(decision, first, request.workload, table, state)
         except Exception as error:  # noqa: BLE001 - an audit must never fail the reply it watches
-            log.error("failed to queue an audit: %s", type(error).__name__)
+            log.error("failed to queue an audit: %s", type(error).__name__)  # never the request
 
     def _queue(
-        self, decision: Decision, first: Mapping[str, Any], workload: str, table: Table
+        self,
+        decision: Decision,
+        first: Mapping[str, Any],
+        workload: str,
+        table: Table,
+        state: int,
     ) -> None:
+        """Queue one drawn decision (its state's JSON `state` bytes long), or count it skipped."""
         n = len(decision.row["options"])
         if self.draining or n > self.max_options:
             self.outcomes[(workload, n, "skipped")] += 1
             return
         served = table.priors[workload][n].prior
-        size = len(json.dumps([decision.row, first], default=str).encode())
+        rest = {key: value for key, value in decision.row.items() if key != "state"}
+        size = state + _bytes(rest) + _bytes(first)  # the state counted whole for each: errs high
         self._pending.append(Pending(workload, decision.row, first, served, size))
         self._bytes += size
         while len(self._pending) > self.max_pending or self._bytes > self.max_bytes:

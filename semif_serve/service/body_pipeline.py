@@ -23,6 +23,7 @@ which may queue some for idle capacity and never changes or delays the reply.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -121,8 +122,9 @@ class Pipeline:
             views = viewing.views(read.request, scored.results, read.table)
             payload, headers = self.render(read, scored, views, call.kind)
             body = json_bytes(payload)
-            if self.audits is not None:  # the reply is built: an audit can no longer change it
-                self.audits.offer(read.request, scored.results, read.table)
+            if self.audits is not None:  # after this step: the reply goes out first, as built
+                loop = asyncio.get_running_loop()
+                loop.call_soon(self.audits.offer, read.request, scored.results, read.table)
             return Reply(
                 200,
                 body,

@@ -8,6 +8,7 @@ decisions scored by the same server under "rotations"; /metrics against what was
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import random
 from typing import Any
@@ -86,8 +87,11 @@ async def test_a_reply_is_the_same_audited_or_not(start_server: Any) -> None:
     assert plain.audits.outcomes == {}
 
 
-async def test_a_failing_audit_never_fails_its_reply(start_server: Any) -> None:
-    """A fault in the offer itself is logged; the reply goes out as built."""
+async def test_a_failing_audit_never_fails_its_reply_nor_logs_it(
+    start_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fault in the offer itself is logged by its type; the reply goes out as built, and the
+    request's content reaches no log line."""
     audited = await start(start_server, audit_rate=1.0)
 
     def broken() -> float:
@@ -96,7 +100,11 @@ async def test_a_failing_audit_never_fails_its_reply(start_server: Any) -> None:
     audited.audits.draw = broken
     plain = await start(start_server)
     body = shared(decisions(3))
-    assert timeless(await post(audited.port, body)) == timeless(await post(plain.port, body))
+    with caplog.at_level(logging.DEBUG):
+        assert timeless(await post(audited.port, body)) == timeless(await post(plain.port, body))
+        await asyncio.sleep(0.05)
+    assert "failed to queue an audit: RuntimeError" in caplog.text
+    assert "printer" not in caplog.text and WORDS[0] not in caplog.text
 
 
 async def test_the_live_prior_is_prior_py_over_the_same_rotations(start_server: Any) -> None:
