@@ -41,7 +41,9 @@ Submit = Callable[[list[Row]], Coroutine[Any, Any, SharedResult]]
 
 
 async def audit_call(engine: Engine, rows: list[Row]) -> SharedResult:
-    """The audit's one point of contact with the engine (Rule 2): its rows as one call of kind AUDIT."""
+    """The audit's one point of contact with the engine (Rule 2): its rows as one call of kind AUDIT.
+    It belongs in the engine's background class (run only while no caller's call waits); an engine
+    without one queues it first come, first served, behind the calls already submitted."""
     return await engine.score_shared(rows, CallTiming(AUDIT, len(rows)))
 
 
