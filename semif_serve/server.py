@@ -6,7 +6,8 @@ within the grace period, answers any still waiting 503, and exits 0. The port
 opens only after the model has loaded and warmed up (`Engine.start`), so a
 connection refused means "not ready yet" and a 503 `draining` means "leaving".
 On SIGHUP it re-reads the tokens file and SEMIF_CALIBRATION (service/reload.py), each
-swapped in whole or, when invalid, not at all.
+swapped in whole or, when invalid, not at all; one received while it starts is applied once it
+is ready, and one while it stops is ignored (ops/hangup.py), so a SIGHUP never kills it.
 Every effective setting is logged once at startup, the token redacted. Here the
 parts meet: one Admission shared by the service (which takes and frees slots) and
 ops (which reports it), with SEMIF_MAX_WAIT_S the WaitBudget beside it, ops's
@@ -40,7 +41,8 @@ from .errors import ApiError, envelope
 from .http.channel import Channel
 from .http.connection import MAX_BUFFERED, Drain, HttpConnection
 from .http.exchange import Answer, Exchange, Head, Reply, Ticket
-from .ops import logs
+from .ops import logs, pid_file
+from .ops.hangup import Hangups
 from .ops.logs import log_settings
 from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
@@ -295,6 +297,10 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     known_callers = callers.for_settings(settings)
     # a calibration file that cannot be read or cannot serve System One's defaults,
     calibration = read_calibration(settings)
+    if settings.pid_file is not None:  # and a pid file another live server holds
+        pid_file.check(settings.pid_file)
+    loop = asyncio.get_running_loop()
+    hangups = Hangups(loop)  # a SIGHUP from now on is logged, applied once ready (ops/hangup.py)
     scorer = scorer if scorer is not None else build_scorer(settings)
     # and a table fitted on another model or prompt.
     facts = scorer.health()
@@ -306,17 +312,21 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
         facts.get("dtype"),
     )
     log_settings(log, settings)  # once every setting is known valid, before the (long) load
+    log.info(
+        "callers loaded: %d (%s)", len(known_callers.names), ", ".join(known_callers.names)
+    )  # as a reload
     engine = Engine(scorer)
     await engine.start()
     server = Server(settings, engine, known_callers, calibration)
     port = await server.start()
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     # The handlers go in before the listening line: whoever reads that line may send SIGTERM at
     # once, and it must start a drain, not kill the process (-15) with the default action.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, server.reload)
+    hangups.ready(server.reload)
+    if settings.pid_file is not None:  # ready: the port is open and a SIGHUP reloads
+        pid_file.write(settings.pid_file)
     if (
         server.metrics_port is not None
     ):  # before the listening line: whoever reads that one may scrape at once
@@ -340,9 +350,10 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
     try:
         await stop.wait()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
+        hangups.stopping()
     log.info("shutting down: draining %d connection(s)", len(server.connections))
     try:
         await server.shutdown()
@@ -350,4 +361,6 @@ async def serve(settings: Settings, scorer: Scorer | None = None) -> int:
         if flusher is not None:
             flusher.cancel()
         logs.flush()  # the lines of the drain itself; cli.py's logging.shutdown() flushes once more before exit
+        if settings.pid_file is not None:
+            pid_file.remove(settings.pid_file)
     return 0

@@ -41,18 +41,27 @@ class Process:
     async def start(cls, without: tuple[str, ...] = (), **env: str) -> Process:
         """Started and listening, with `env` set over the stub's defaults and the names in `without`
         unset (the token among them)."""
+        process = await cls.launch(without, **env)
+        await asyncio.wait_for(process.wait_for_line("listening"), 30)
+        return process
+
+    @classmethod
+    async def launch(cls, without: tuple[str, ...] = (), before: str = "", **env: str) -> Process:
+        """As `start`, but returned at once, while it starts (for a signal sent before it is ready).
+        `before`: a bash command the child runs first, then becomes the server (`exec`, same pid)."""
         port = free_port()
         environ = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
         environ.update(SEMIF_API_TOKEN=TOKEN, SEMIF_SCORER="stub", SEMIF_PORT=str(port))
         environ.update(env)
         for name in without:
             del environ[name]
+        argv = [sys.executable, "-m", "semif_serve"]
+        if before:
+            argv = ["bash", "-c", f'{before} && exec "$@"', "bash", *argv]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "semif_serve", env=environ, stderr=asyncio.subprocess.PIPE
+            *argv, env=environ, stderr=asyncio.subprocess.PIPE
         )
-        process = cls(proc, port)
-        await asyncio.wait_for(process.wait_for_line("listening"), 30)
-        return process
+        return cls(proc, port)
 
     async def wait_for_line(self, fragment: str) -> str:
         """The next line, after the last one this returned, that holds `fragment`."""

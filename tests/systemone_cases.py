@@ -316,7 +316,7 @@ REFUSALS = [
         "an unknown orderings method",
         {"model": "served", "state": "s", "questions": {"q": NOUL}, "semif": {"orderings": "some"}},
         "semif.orderings",
-        "semif.orderings must be one of none, rotations, all, prior",
+        "semif.orderings must be one of none, rotations, all, prior, adaptive",
     ),
     (
         "orderings given as an array",
@@ -327,7 +327,7 @@ REFUSALS = [
             "semif": {"orderings": ["all"]},
         },
         "semif.orderings",
-        "semif.orderings must be one of none, rotations, all, prior",
+        "semif.orderings must be one of none, rotations, all, prior, adaptive",
     ),
     (
         "a workload given as an object",

@@ -10,6 +10,13 @@ reproduces rotations (the share of rows with the same top, the mean
 KL(rotations ‖ method)). Accuracy is also given on the rows every method scored,
 since "all" skips rows over 4 options and "prior" rows with no prior.
 
+With --calibration (a file `bench prior` wrote) and a derived run, prior, adaptive and
+PriDe's protocol are derived offline from each row's rotations (bench/labelled/derived.py):
+each with accuracy and its 95 % interval, RStd, rows per decision, the share with the
+rotations' top, ECE and a McNemar test against rotations, and --curve draws adaptive's
+accuracy against rows over every threshold. --journal appends each answered row to a JSONL
+file and skips the rows already there, so a long run resumes where it stopped.
+
 Rules: scoring is the scoring module's, figures are the metrics module's,
 drawing is the plots module's; this module only summarises and reports. A
 table goes to stdout, progress to stderr, the full JSON (with every row's
@@ -28,7 +35,7 @@ from typing import Any
 from bench.common.report import fmt, machine, markdown_table, note, now, write_json
 from semif_serve.decisions.averaging import MAX_ALL_OPTIONS, METHODS
 
-from . import metrics, plots, scoring
+from . import derived, journal, metrics, plots, scoring
 from . import rows as labelled
 
 SCORED_KEYS = (
@@ -133,9 +140,11 @@ def not_asked(scored: dict[str, Any]) -> dict[str, str]:
         why = (
             scoring.all_not_asked(scored.get("all_max_options", MAX_ALL_OPTIONS))
             if method == "all"
+            else derived.NOT_DERIVED[method]
+            if method in derived.NOT_DERIVED and derived.PRIDE in scored["methods"]
             else scoring.NOT_ASKED.get(method, "not asked")
         )
-        if method == scoring.PRIOR:
+        if method in (scoring.PRIOR, derived.ADAPTIVE):
             groups = sorted(
                 {(labelled.workload_of(by_id[i], default), by_id[i]["options"]) for i in ids}
             )
@@ -265,10 +274,67 @@ def panels(summary: dict[str, Any], prefix: str = "") -> list[plots.Panel]:
     return [plots.Panel(f"{prefix}{method}", s) for method, s in summary.items() if s["rows"]]
 
 
+DERIVED_ORDER = ("none", derived.PRIOR, derived.PRIDE, derived.ADAPTIVE, REFERENCE)
+
+
+def derived_tables(figures: dict[str, Any], curve: list[dict[str, float]]) -> str:
+    """The derived methods against rotations, on the rows every one of them could be derived for."""
+    head = (
+        "method",
+        "rows",
+        "accuracy [95 % interval]",
+        "RStd",
+        "rows/decision",
+        "escalated",
+        "same top as rotations",
+        "ECE",
+        "McNemar vs rotations (only this / only rotations, p)",
+    )
+    lines = [
+        (
+            method,
+            f["rows"],
+            f"{fmt(f['accuracy'], 3)} [{fmt(f['interval95'][0], 3)}, {fmt(f['interval95'][1], 3)}]",
+            fmt(f["rstd"], 3),
+            fmt(f["rows_per_decision"], 2),
+            fmt(f["escalated"], 3),
+            fmt(f["same_top_as_rotations"], 3),
+            fmt(f["ece"], 3),
+            "-"
+            if method == REFERENCE
+            else f"{f['vs_rotations']['only_first']} / {f['vs_rotations']['only_second']}, "
+            f"p = {fmt(f['vs_rotations']['p'], 3)}",
+        )
+        for method, f in figures.items()
+        if f["rows"]
+    ]
+    text = markdown_table(head, lines)
+    reach = figures.get(REFERENCE, {}).get("accuracy")
+    if curve and reach is not None:
+        first = next((p for p in curve if p["accuracy"] >= reach), None)
+        text += "\n\nadaptive over every threshold: reaches the rotations' accuracy " + (
+            f"at {fmt(first['rows_per_decision'], 2)} rows per decision (threshold {fmt(first['threshold'], 4)})"
+            if first
+            else "at no threshold"
+        )
+    return text
+
+
+def derived_figures(scored: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    """Figures per derived method on the rows all of them hold, and adaptive's curve on those rows."""
+    present = [m for m in DERIVED_ORDER if any(m in row["methods"] for row in scored["rows"])]
+    common = [row for row in scored["rows"] if all(m in row["methods"] for m in present)]
+    return {m: derived.figures(common, m) for m in present}, derived.curve(common)
+
+
 def report(
-    scored: dict[str, Any], data: str, out: Path | None, plot: Path | None
+    scored: dict[str, Any],
+    data: str,
+    out: Path | None,
+    plot: Path | None,
+    curve_plot: Path | None = None,
 ) -> dict[str, Any]:
-    """Summarise, print, and write the JSON and the PNG as asked; the JSON payload."""
+    """Summarise, print, and write the JSON and the PNGs as asked; the JSON payload."""
     summary = summarise(scored)
     print(tables(summary, not_asked(scored)))
     payload = {
@@ -279,6 +345,16 @@ def report(
         **scored,
         "summary": summary,
     }
+    if derived.PRIDE in scored["methods"]:  # derived.add ran: prior, adaptive and pride are derived
+        figures, curve = derived_figures(scored)
+        print("\n" + derived_tables(figures, curve))
+        payload["derived_figures"], payload["curve"] = figures, curve
+        if curve_plot is not None and curve:
+            model = scored["health"].get("model")
+            plots.rows_curve(
+                curve, figures, curve_plot, f"Accuracy against rows on {Path(data).name} ({model})"
+            )
+            note(f"evaluate: wrote {curve_plot}")
     if out is not None:
         write_json(out, payload)
         note(f"evaluate: wrote {out}")
@@ -306,20 +382,69 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", type=Path, help="write the full results JSON here")
     p.add_argument("--plot", type=Path, help="write a reliability-diagram PNG here")
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        help="a calibration file `bench prior` wrote: derive prior, adaptive and PriDe's protocol "
+        "offline from each row's rotations (needs --derive, or --results of a derived run); "
+        "'prior' is then not asked",
+    )
+    p.add_argument(
+        "--curve", type=Path, help="with --calibration: adaptive's accuracy against rows (PNG)"
+    )
+    p.add_argument(
+        "--journal",
+        type=Path,
+        help="append each answered row to this JSONL and skip rows already in it (resumable; "
+        "--results reads it back)",
+    )
+    p.add_argument("--limit", type=int, help="score only the first N rows (of the split)")
     return p
+
+
+def resumer(args: argparse.Namespace) -> Any:
+    """What scoring.score calls with /health: the rows the journal holds, and the journal's appender."""
+
+    def resume(health: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        options = {
+            "methods": list(args.methods),
+            "derived": args.derive,
+            "workload": args.workload,
+            "all_max_options": min(args.all_max_options, MAX_ALL_OPTIONS),
+            "split": args.split,
+            "data": str(args.data),
+        }
+        done = journal.resume(args.journal, journal.header(health, options))
+        if done:
+            note(f"evaluate: {len(done)} rows already in {args.journal}, not asked again")
+        return done, lambda row: journal.append(args.journal, row)
+
+    return resume
 
 
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
     try:
+        table = derived.read_table(args.calibration) if args.calibration is not None else None
         if args.results is not None:
             saved = scoring.load_results(args.results)
             scored = {key: saved[key] for key in SCORED_KEYS if key in saved}
             data = saved["data"]
         else:
-            scored, data = {**scoring.score_from(args, args.split), "split": args.split}, args.data
+            if table is not None:
+                if not args.derive or REFERENCE not in args.methods:
+                    raise ValueError(
+                        "--calibration derives from the rotations: it needs --derive "
+                        "and 'rotations' among --methods"
+                    )
+                args.methods = [m for m in args.methods if m != scoring.PRIOR]
+            resume = resumer(args) if args.journal is not None else None
+            scored = scoring.score_from(args, args.split, args.limit, resume)
+            scored, data = {**scored, "split": args.split}, args.data
+        if table is not None:
+            scored = derived.add(scored, table)
     except (ValueError, OSError, TimeoutError, scoring.ScoringError) as error:
         print(f"evaluate: {error}", file=sys.stderr)
         return 1
-    report(scored, data, args.out, args.plot)
+    report(scored, data, args.out, args.plot, args.curve)
     return 0

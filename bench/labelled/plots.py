@@ -121,3 +121,39 @@ def priors(fitted: dict[str, dict[str, dict[str, Any]]], path: str | Path, title
     figure.suptitle(title, fontsize=9)
     figure.tight_layout(rect=(0, 0.06, 1, 1))
     return _save(figure, path)
+
+
+def rows_curve(
+    points: Sequence[dict[str, float]],
+    methods: dict[str, dict[str, Any]],
+    path: str | Path,
+    title: str,
+) -> Path:
+    """Adaptive's accuracy against rows per decision over every threshold, with each method as a point
+    (its 95 % interval as an error bar) and the fitted threshold's point marked."""
+    figure, axis = plt.subplots(figsize=(5.5, 4.0))
+    axis.plot(
+        [p["rows_per_decision"] for p in points],
+        [p["accuracy"] for p in points],
+        color="#4c72b0",
+        linewidth=1,
+        label="adaptive, every threshold",
+    )
+    for name, f in methods.items():
+        if not f.get("rows"):
+            continue
+        lo, hi = f["interval95"]
+        axis.errorbar(
+            f["rows_per_decision"],
+            f["accuracy"],
+            yerr=[[f["accuracy"] - lo], [hi - f["accuracy"]]],
+            fmt="o",
+            capsize=3,
+            label=f"{name} ({f['accuracy']:.3f} at {f['rows_per_decision']:.2f} rows)",
+        )
+    axis.set(xlabel="rows scored per decision", ylabel="accuracy")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="lower right")
+    axis.set_title(title, fontsize=9)
+    figure.tight_layout()
+    return _save(figure, path)

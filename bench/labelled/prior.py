@@ -1,4 +1,4 @@
-"""`python -m bench prior --url URL --data FILE.jsonl --out calibration.json [--workload W] [--split fit]`.
+"""`python -m bench prior (--url URL --data FILE.jsonl | --results RUN...) --out calibration.json [--split fit]`.
 
 Fits PriDe's position prior (Zheng et al., ICLR 2024) through a running server:
 each decision is asked once with `orderings: "rotations"` (its n cyclic
@@ -10,14 +10,23 @@ any temperatures already there, in this shape:
 
     {"model", "revision", "prompt_version", "fitted": {..., "priors": {date, data, split, ...}},
      "workloads": {...},           # temperatures, left as they were (a new file has none)
-     "priors": {workload: {"<n>": {"prior": [p_0, ..., p_{n-1}], "decisions": k}}}}
+     "priors": {workload: {"<n>": {"prior": [p_0, ..., p_{n-1}], "decisions": k, "threshold": t}}}}
+
+From the same answers, with no extra pass, each (workload, n) also gets the escalation
+threshold of method `adaptive` (bench/labelled/escalation.py): the lowest margin at which
+the adaptive answer's top equals the rotations' top on at least --target of the decisions,
+each decision judged with the prior of the others (leave one out). How it was fitted goes in
+`fitted.priors.threshold`.
+
+--results fits from a saved `evaluate --derive` run instead (its rows kept their rotations'
+results), so a long scoring run can be resumed with `evaluate --journal` and fitted after.
 
 Rules:
 1. The arithmetic is the server package's (`semif_serve.decisions.prior`): `decision_prior`
    per answer, `entry` per (workload, n). Nothing here re-derives it, so what is
    fitted is what is served.
-2. Labels are never read (a row may omit `label`). A row's workload is its
-   `workload` field, else --workload.
+2. Labels are never read (a row may omit `label`), by the prior nor by the threshold.
+   A row's workload is its `workload` field, else --workload.
 3. A (workload, n) with fewer than `semif_serve.decisions.prior.MIN_DECISIONS` decisions is
    not fitted and not even scored; the command names each one and why, before
    it scores anything.
@@ -45,7 +54,7 @@ from bench.common.report import Progress, fmt, markdown_table, note, now, write_
 from semif_serve.decisions import prior as pride
 from semif_serve.decisions.averaging import permutations
 
-from . import calibration_file, plots, scoring
+from . import calibration_file, escalation, plots, scoring
 from . import rows as labelled
 from .calibration_file import PRIORS, CalibrationError, binding
 
@@ -86,25 +95,66 @@ def rotation_results(row: labelled.Row, answer: dict[str, Any]) -> list[dict[str
     return results
 
 
+Decision = dict[
+    str, Any
+]  # {prior, first, rotations_top, results}: what the fits need of one answer
+
+
+def decision(row: labelled.Row, answer: dict[str, Any]) -> Decision:
+    """One answer under rotations, as the fits read it: the decision's prior, the caller's-order row's
+    logits, the index of the rotations' top in the row's order, and each rotation's scores."""
+    results = rotation_results(row, answer)
+    try:
+        prior = pride.decision_prior(results)
+    except ValueError as error:
+        raise scoring.ScoringError(f"row {row['id']!r}: {error}") from None
+    ids = [option["id"] for option in row["options"]]
+    return {
+        "prior": prior,
+        "first": list(results[0]["option_logits"]),  # the identity rotation: the caller's order
+        "rotations_top": ids.index(answer["combined"]["top"]),
+        "results": scoring.kept(results),
+    }
+
+
+def from_run(saved: dict[str, Any]) -> tuple[list[labelled.Row], dict[str, Decision], set[Any]]:
+    """The decisions of a saved `evaluate --derive` run that kept their rotations (no forward pass):
+    rows shaped for `groups`, each one's decision, and the prompt versions behind them."""
+    rows, decided, versions = [], {}, set()
+    for kept in saved["rows"]:
+        record = kept["methods"].get(METHOD)
+        if record is None or "results" not in record:
+            continue
+        results = record["results"]
+        ids = list(results[0]["option_ids"])
+        row = {"id": kept["id"], "options": [{"id": i} for i in ids], "split": kept["split"]}
+        if kept.get("workload"):
+            row["workload"] = kept["workload"]
+        rows.append(row)
+        decided[kept["id"]] = decision(
+            row, {"orderings": results, "combined": {"top": ids[record["top"]]}}
+        )
+        versions.add(record.get("prompt_version"))
+    if not rows:
+        raise CalibrationError("the saved run kept no rotation results: run evaluate with --derive")
+    return rows, decided, versions
+
+
 async def score(
     target: Target,
     items: Sequence[labelled.Row],
     progress: Progress,
     concurrency: int,
     timeout: float,
-) -> tuple[dict[str, list[float]], set[Any]]:
-    """Each row's decision prior (by id), and the prompt versions its results name."""
+) -> tuple[dict[str, Decision], set[Any]]:
+    """Each row's decision (by id), and the prompt versions its results name."""
     versions: set[Any] = set()
 
     def handle(
         row: labelled.Row, method: str, answer: dict[str, Any]
-    ) -> dict[tuple[str, str], list[float]]:
-        results = rotation_results(row, answer)
-        versions.update(result.get("prompt_version") for result in results)
-        try:
-            return {(row["id"], method): pride.decision_prior(results)}
-        except ValueError as error:
-            raise scoring.ScoringError(f"row {row['id']!r}: {error}") from None
+    ) -> dict[tuple[str, str], Decision]:
+        versions.update(result.get("prompt_version") for result in answer.get("orderings") or [])
+        return {(row["id"], method): decision(row, answer)}
 
     out = await scoring.ask(
         target, [(row, METHOD) for row in items], handle, progress, concurrency, timeout
@@ -113,13 +163,21 @@ async def score(
 
 
 def fit(
-    grouped: dict[Group, list[labelled.Row]], decided: dict[str, list[float]]
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """{workload: {"<n>": {"prior", "decisions"}}} for every group whose rows were scored."""
+    grouped: dict[Group, list[labelled.Row]], decided: dict[str, Decision], target: float
+) -> tuple[dict[str, dict[str, dict[str, Any]]], dict[str, dict[str, float]]]:
+    """{workload: {"<n>": {"prior", "decisions", "threshold"}}} for every group whose rows were scored,
+    and per "workload/n" what the threshold does on the fit decisions (escalated share, same top)."""
     fitted: dict[str, dict[str, dict[str, Any]]] = {}
+    figures: dict[str, dict[str, float]] = {}
     for (workload, n), items in grouped.items():
-        fitted.setdefault(workload, {})[str(n)] = pride.entry([decided[row["id"]] for row in items])
-    return fitted
+        chosen = [decided[row["id"]] for row in items]
+        found = escalation.group_fit(chosen, target)
+        fitted.setdefault(workload, {})[str(n)] = {
+            **pride.entry([d["prior"] for d in chosen]),
+            "threshold": found.pop("threshold"),
+        }
+        figures[f"{workload}/{n}"] = found
+    return fitted, figures
 
 
 def check(existing: Any, bound_to: dict[str, Any], where: Path) -> None:
@@ -152,12 +210,19 @@ def merged(
 
 def table(priors: dict[str, dict[str, dict[str, Any]]], skipped: dict[Group, str]) -> str:
     lines = [
-        (w, n, e["decisions"], " / ".join(fmt(p, 3) for p in e["prior"]), fmt(1 / int(n), 3))
+        (
+            w,
+            n,
+            e["decisions"],
+            " / ".join(fmt(p, 3) for p in e["prior"]),
+            fmt(1 / int(n), 3),
+            fmt(e["threshold"], 4),
+        )
         for w, entries in priors.items()
         for n, e in sorted(entries.items(), key=lambda item: int(item[0]))
     ]
     text = markdown_table(
-        ("workload", "options", "decisions", "prior by position", "uniform"), lines
+        ("workload", "options", "decisions", "prior by position", "uniform", "threshold"), lines
     )
     return "\n".join(
         [text, *(f"not fitted: {w}, {n} options: {why}" for (w, n), why in skipped.items())]
@@ -171,10 +236,17 @@ def parser() -> argparse.ArgumentParser:
         epilog=f"A (workload, option count) with fewer than {pride.MIN_DECISIONS} decisions is "
         "not fitted; the command says which. Token from SEMIF_API_TOKEN.",
     )
-    p.add_argument("--url", required=True, help="http://127.0.0.1:PORT of a running server")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="http://127.0.0.1:PORT of a running server; needs --data")
+    source.add_argument(
+        "--results",
+        type=Path,
+        nargs="+",
+        help="fit from saved `evaluate --derive` runs (--out JSON or --journal JSONL) that scored "
+        "the rotations, with no forward pass",
+    )
     p.add_argument(
         "--data",
-        required=True,
         type=Path,
         help="JSONL of decisions {id, state, question, options[, workload, split]}; a label is not read",
     )
@@ -193,6 +265,13 @@ def parser() -> argparse.ArgumentParser:
         "--split",
         choices=labelled.SPLITS,
         help="fit on one side of the split only (default: every row)",
+    )
+    p.add_argument(
+        "--target",
+        type=float,
+        default=escalation.DEFAULT_TARGET,
+        help="share of fit decisions whose adaptive top must equal the rotations' top "
+        f"(default {escalation.DEFAULT_TARGET})",
     )
     p.add_argument("--plot", type=Path, help="a bar chart of the priors against uniform (PNG)")
     p.add_argument(
@@ -214,11 +293,22 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
-    target = Target.from_url(args.url)
+    if not 0 < args.target <= 1:
+        print(f"prior: --target must be in (0, 1], got {args.target}", file=sys.stderr)
+        return 2
     try:
         existing = calibration_file.read(args.out)
-        items = labelled.of_split(labelled.load(args.data, labelled=False), args.split)
-        facts = asyncio.run(scoring.health(target))
+        if args.results is not None:
+            saved = scoring.load_results(args.results)
+            facts, data = saved["health"], saved["data"]
+            found, decided, versions = from_run(saved)
+            items = labelled.of_split(found, args.split)
+        else:
+            if args.data is None:
+                raise ValueError("--url needs --data")
+            target, data = Target.from_url(args.url), str(args.data)
+            items = labelled.of_split(labelled.load(args.data, labelled=False), args.split)
+            facts = asyncio.run(scoring.health(target))
         if existing is not None:  # before any scoring: a refused file costs no forward pass
             check(existing, binding(facts, set()), args.out)
         grouped = groups(items, args.workload)
@@ -231,22 +321,29 @@ def main(argv: Sequence[str]) -> int:
                 "no (workload, option count) has enough decisions; nothing fitted, nothing written"
             )
         todo = [row for rows in chosen.values() for row in rows]
-        note(
-            f"prior: scoring {len(todo)} decisions under their rotations ({sum(len(r['options']) for r in todo)} rows) "
-            f"in {len(chosen)} group(s)"
-        )
-        progress = Progress("prior: decisions scored", len(todo), every=args.progress_every)
-        decided, versions = asyncio.run(
-            score(target, todo, progress, args.concurrency, args.timeout)
-        )
-        priors = fit(chosen, decided)
+        if args.results is None:
+            note(
+                f"prior: scoring {len(todo)} decisions under their rotations ({sum(len(r['options']) for r in todo)} rows) "
+                f"in {len(chosen)} group(s)"
+            )
+            progress = Progress("prior: decisions scored", len(todo), every=args.progress_every)
+            decided, versions = asyncio.run(
+                score(target, todo, progress, args.concurrency, args.timeout)
+            )
+        priors, escalating = fit(chosen, decided, args.target)
         fit_facts = {
             "date": now(),
-            "data": str(args.data),
+            "data": data,
             "split": args.split,
             "decisions": len(todo),
             "min_decisions": pride.MIN_DECISIONS,
             "not_fitted": {f"{w}/{n}": why for (w, n), why in skipped.items()},
+            "threshold": {
+                "signal": escalation.SIGNAL,
+                "fit": escalation.FIT_METHOD,
+                "target": args.target,
+                "on_fit_decisions": escalating,
+            },
         }
         document = merged(existing, binding(facts, versions), priors, fit_facts, args.out)
     except (ValueError, OSError, TimeoutError, scoring.ScoringError) as error:
@@ -271,7 +368,7 @@ def main(argv: Sequence[str]) -> int:
                     row["id"]: {
                         "workload": labelled.workload_of(row, args.workload),
                         "options": len(row["options"]),
-                        "prior": decided[row["id"]],
+                        **decided[row["id"]],
                     }
                     for row in todo
                 },

@@ -31,8 +31,10 @@ identity ordering's result, and "rotations" (a subset of "all"'s permutations)
 is combined by the server's own `averaging.combine`. The only difference from
 asking each method separately is that those rows were scored together in one
 `score_shared` call rather than each in its own (the contract's shared-vs-direct
-gap, ~1e-6 on the CPU models measured). "prior" is never derived: it is one row
-of its own, asked separately, which is what it costs in service.
+gap, ~1e-6 on the CPU models measured). "prior" is not derived here: it is one row
+of its own, asked separately, which is what it costs in service (bench/labelled/derived.py
+derives it, and the methods built on it, offline from the rotations' results, which a derived
+run keeps: the rotations record's `results`, each rotation's option ids and logits as scored).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import argparse
 import asyncio
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +61,7 @@ from semif_serve.decisions.averaging import (
 from semif_serve.decisions.prior import METHOD as PRIOR
 from semif_serve.decisions.views import as_json
 
+from . import journal
 from . import rows as labelled
 
 Record = dict[str, Any]
@@ -65,6 +69,7 @@ DEFAULT_TIMEOUT = (
     600.0  # one "all" request over 4 options is 24 rows in one call: seconds on a loaded CPU
 )
 DEFAULT_WORKLOAD = "default"
+ROTATIONS = "rotations"
 NOT_ASKED = {PRIOR: "no prior on the server for its (workload, option count)"}
 
 
@@ -175,6 +180,8 @@ def derive(
             f"row {row['id']!r} ({method}): {len(answer['orderings'])} orderings, expected {len(position)}"
         )
     out = {method: record(row, method, answer)}
+    if method == ROTATIONS:
+        out[method]["results"] = kept(answer["orderings"])
     for smaller in wanted:
         if smaller == method or smaller not in METHODS or not served.applicable(row, smaller):
             continue
@@ -184,7 +191,16 @@ def derive(
             smaller,
             results[0] if smaller == "none" else dict(as_json(combine(row, smaller, results))),
         )
+        if smaller == ROTATIONS:
+            out[smaller]["results"] = kept(results)
     return out
+
+
+def kept(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a derived run keeps of each rotation's result: its option ids, logits and probabilities as scored."""
+    return [
+        {key: r[key] for key in ("option_ids", "option_logits", "probabilities")} for r in results
+    ]
 
 
 def largest(row: labelled.Row, wanted: Sequence[str], served: Served = Served()) -> str:
@@ -200,6 +216,8 @@ async def health(target: Target) -> dict[str, Any]:
 
 
 Job = tuple[labelled.Row, str]
+ScoredRow = dict[str, Any]  # {id, label, split, workload, options, methods: {method: Record}}
+RowSink = Callable[[ScoredRow], None] | None
 Handler = Callable[[labelled.Row, str, dict[str, Any]], dict[tuple[str, str], Any]]
 
 
@@ -269,32 +287,42 @@ async def score(
     derive_smaller: bool = False,
     workload: str = DEFAULT_WORKLOAD,
     all_max_options: int = MAX_ALL_OPTIONS,
+    resume: Callable[[dict[str, Any]], tuple[dict[str, ScoredRow], RowSink]] | None = None,
 ) -> dict[str, Any]:
-    """Every applicable (row, method), method by method; the server's /health and the per-row records."""
+    """Every applicable (row, method), row by row; the server's /health and the per-row records.
+
+    `resume`, given /health, returns the rows already answered (not asked again) and where to hand
+    each newly answered row as soon as all its methods are in (the journal)."""
     facts = await health(target)
     served = Served.from_health(facts, workload, all_max_options)
+    previous, sink = resume(facts) if resume is not None else ({}, None)
     skipped = {
         method: [row["id"] for row in items if not served.applicable(row, method)]
         for method in methods
     }
     averaged = [m for m in methods if m in METHODS]
-    if derive_smaller:
-        jobs = [
-            (row, largest(row, averaged, served))
-            for row in items
-            if any(served.applicable(row, m) for m in averaged)
-        ]
-        jobs += [
-            (row, m)
-            for m in methods
-            if m not in METHODS
-            for row in items
-            if served.applicable(row, m)
-        ]
-    else:
-        jobs = [
-            (row, method) for method in methods for row in items if served.applicable(row, method)
-        ]
+    jobs: list[Job] = []
+    for row in items:  # row by row: a run cut short has whole rows, in the data's order
+        if row["id"] in previous:
+            continue
+        if derive_smaller:
+            if any(served.applicable(row, m) for m in averaged):
+                jobs.append((row, largest(row, averaged, served)))
+            jobs += [(row, m) for m in methods if m not in METHODS and served.applicable(row, m)]
+        else:
+            jobs += [(row, m) for m in methods if served.applicable(row, m)]
+    pending = Counter(row["id"] for row, _ in jobs)
+    out: dict[tuple[str, str], Record] = {}
+
+    def entry(row: labelled.Row) -> ScoredRow:
+        return {
+            "id": row["id"],
+            "label": row["label"],
+            "split": labelled.split_of(row),
+            "workload": row.get("workload"),
+            "options": len(row["options"]),
+            "methods": {m: out[row["id"], m] for m in methods if (row["id"], m) in out},
+        }
 
     def handle(
         row: labelled.Row, method: str, answer: dict[str, Any]
@@ -305,21 +333,15 @@ async def score(
             if derived
             else {method: record(row, method, answer)}
         )
-        return {(row["id"], m): r for m, r in records.items()}
+        out.update({(row["id"], m): r for m, r in records.items()})
+        pending[row["id"]] -= 1
+        if sink is not None and not pending[row["id"]]:
+            sink(entry(row))
+        return {}
 
     progress = Progress("evaluate: requests answered", len(jobs), every=5.0)
-    out = await ask(target, jobs, handle, progress, concurrency, timeout, served.body)
-    scored = [
-        {
-            "id": row["id"],
-            "label": row["label"],
-            "split": labelled.split_of(row),
-            "workload": row.get("workload"),
-            "options": len(row["options"]),
-            "methods": {m: out[row["id"], m] for m in methods if (row["id"], m) in out},
-        }
-        for row in items
-    ]
+    await ask(target, jobs, handle, progress, concurrency, timeout, served.body)
+    scored = [previous[row["id"]] if row["id"] in previous else entry(row) for row in items]
     return {
         "health": facts,
         "methods": list(methods),
@@ -335,7 +357,12 @@ def load_results(paths: Sequence[Path]) -> dict[str, Any]:
     """Saved runs (`evaluate --out`) as one: the rows of each, in order, so that runs over disjoint rows
     (one per split, say) are reported and fitted together. They must come from the same model, revision,
     methods and options, and share no row (ValueError otherwise)."""
-    runs = [json.loads(Path(path).read_text(encoding="utf-8")) for path in paths]
+    runs = [
+        journal.as_run(Path(path))
+        if Path(path).suffix == ".jsonl"
+        else json.loads(Path(path).read_text(encoding="utf-8"))
+        for path in paths
+    ]
     first, path0 = runs[0], paths[0]
     same = ("methods", "derived", "workload", "all_max_options")
     for run, path in zip(runs[1:], paths[1:]):
@@ -413,12 +440,17 @@ def add_arguments(parser: argparse.ArgumentParser, results_help: str) -> None:
     )
 
 
-def score_from(args: argparse.Namespace, split: str | None = None) -> dict[str, Any]:
-    """Load args.data (one side of the split, when given) and score it through args.url as the options say
-    (ValueError/RowError on bad input)."""
+def score_from(
+    args: argparse.Namespace,
+    split: str | None = None,
+    limit: int | None = None,
+    resume: Callable[[dict[str, Any]], tuple[dict[str, ScoredRow], RowSink]] | None = None,
+) -> dict[str, Any]:
+    """Load args.data (one side of the split, when given; its first `limit` rows, when given) and score it
+    through args.url as the options say (ValueError/RowError on bad input)."""
     if args.data is None:
         raise ValueError("--url needs --data")
-    items = labelled.of_split(labelled.load(args.data), split)
+    items = labelled.of_split(labelled.load(args.data), split)[:limit]
     return asyncio.run(
         score(
             Target.from_url(args.url),
@@ -429,5 +461,6 @@ def score_from(args: argparse.Namespace, split: str | None = None) -> dict[str, 
             args.derive,
             args.workload,
             args.all_max_options,
+            resume,
         )
     )

@@ -45,9 +45,11 @@ cleanup() {
 }
 trap cleanup EXIT
 probe() { "$PY" -m deploy.container.probe "$@"; }
-inside() { local name=$1; shift; "${PODMAN[@]}" exec -i "$name" python - "$@" < deploy/container/probe.py; }
+inside() { local name=$1; shift; "${PODMAN[@]}" exec -i --env SEMIF_API_TOKEN "$name" python - "$@" < deploy/container/probe.py; }
+# The client's token (probe.py's bearer, passed by name, never on a command line); the
+# container reads it from the tokens file the kubernetes-flags step writes, as from its Secret.
 SEMIF_API_TOKEN=$("$PY" -c "import secrets; print(secrets.token_urlsafe(36))")
-export SEMIF_API_TOKEN   # podman passes it by name (--env SEMIF_API_TOKEN), never on a command line
+export SEMIF_API_TOKEN
 
 step install
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then
@@ -99,9 +101,17 @@ if [ -z "$model" ] || [ -z "$revision" ]; then fail "tiny-model printed no SEMIF
 TINY=(--env SEMIF_DEVICE=cpu --env SEMIF_MODEL="$model" --env SEMIF_REVISION="$revision")
 
 step kubernetes-flags
-mapfile -t KUBE < <("$PY" -m deploy.container.kube flags --models "$models" --publish "127.0.0.1:$HOST_PORT" --cpu)
+# Each Secret file as the kubelet projects it: owned by root, the pod's fsGroup, its defaultMode.
+secrets="$WORK/secrets"
+mapfile -t SECRET_FILES < <("$PY" -m deploy.container.kube secret-files)
+[ "${#SECRET_FILES[@]}" = 1 ] || fail "expected one Secret file (the tokens file), got ${#SECRET_FILES[@]}"
+read -r file mode group <<<"${SECRET_FILES[0]}"
+mkdir -p "$secrets/$(dirname "$file")"
+printf 'check %s\n' "$SEMIF_API_TOKEN" >"$secrets/$file"
+chown "0:$group" "$secrets/$file" && chmod "$mode" "$secrets/$file"
+mapfile -t KUBE < <("$PY" -m deploy.container.kube flags --models "$models" --secrets "$secrets" --publish "127.0.0.1:$HOST_PORT" --cpu)
 [ "${#KUBE[@]}" -gt 0 ] || fail "deploy/container/kube.py could not mirror deployment.yaml"
-mapfile -t KUBE_OFFLINE < <("$PY" -m deploy.container.kube flags --models "$models" --cpu)
+mapfile -t KUBE_OFFLINE < <("$PY" -m deploy.container.kube flags --models "$models" --secrets "$secrets" --cpu)
 mapfile -t HEALTH < <("$PY" -m deploy.container.kube health-path)
 mapfile -t LIVENESS < <("$PY" -m deploy.container.kube liveness)
 metrics_port=$("$PY" -m deploy.container.kube metrics-port)
@@ -130,6 +140,18 @@ echo "HEALTHCHECK: $health"
 "${PODMAN[@]}" exec semif-check-tiny python -c "import http.client; c = http.client.HTTPConnection('127.0.0.1', $metrics_port, timeout=4); c.request('GET', '/metrics'); r = c.getresponse(); body = r.read(); assert r.status == 200 and b'semif_drain_elapsed_seconds 0.0' in body, r.status" \
     || fail "/metrics did not answer on the metrics port $metrics_port"
 echo "metrics port $metrics_port: /metrics 200"
+
+step reload
+# docs/operating.md's podman line: SIGHUP to the container's PID 1 by the container's name. The token
+# is SEMIF_API_TOKEN's, so the reload logs that it is not reloadable, and the server keeps serving.
+"${PODMAN[@]}" kill --signal HUP semif-check-tiny >/dev/null || fail "podman kill --signal HUP"
+for _ in $(seq 50); do
+    "${PODMAN[@]}" logs semif-check-tiny 2>&1 | grep -q 'not reloadable' && break
+    sleep 0.2
+done
+"${PODMAN[@]}" logs semif-check-tiny 2>&1 | grep -q 'not reloadable' || fail "SIGHUP: no reload line in the log"
+probe wait "http://127.0.0.1:$HOST_PORT$health_path" --seconds 10 || fail "SIGHUP stopped the server"
+echo "SIGHUP by podman kill: reloaded, still serving"
 
 step parity
 probe decide "http://127.0.0.1:$HOST_PORT" --out "$WORK/inside.json" || fail "/decide in the container"

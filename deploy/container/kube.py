@@ -8,7 +8,8 @@ the container check fail until someone decides how podman mirrors it. The two ca
 drift apart silently. Needs PyYAML (a dependency of transformers).
 
 Usage (one argument per line, for bash's `mapfile -t`):
-  python -m deploy.container.kube flags --models DIR --publish 127.0.0.1:8001 --cpu
+  python -m deploy.container.kube flags --models DIR --secrets DIR --publish 127.0.0.1:8001 --cpu
+  python -m deploy.container.kube secret-files
   python -m deploy.container.kube health-path
   python -m deploy.container.kube metrics-port
   python -m deploy.container.kube liveness
@@ -92,7 +93,10 @@ def container_port(pod: dict[str, Any], port: int | str) -> int:
 def user_flags(pod: dict[str, Any]) -> list[str]:
     """runAsUser/runAsGroup, and the container's privilege settings."""
     pod_security = pod["securityContext"]
-    _known(pod_security, {"runAsNonRoot", "runAsUser", "runAsGroup"}, "pod securityContext")
+    # fsGroup is mirrored by the group of the Secret's files (secret_files), not by a flag.
+    _known(
+        pod_security, {"runAsNonRoot", "runAsUser", "runAsGroup", "fsGroup"}, "pod securityContext"
+    )
     if not pod_security.get("runAsNonRoot") or pod_security["runAsUser"] == 0:
         raise ValueError("deployment.yaml must run as a non-root uid")
     security = _container(pod)["securityContext"]
@@ -113,13 +117,34 @@ def user_flags(pod: dict[str, Any]) -> list[str]:
     return flags
 
 
-def mount_flags(pod: dict[str, Any], models: Path) -> list[str]:
-    """Each volumeMount: the PVC becomes a read-only bind of `models`, an emptyDir a tmpfs."""
+def secret_files(pod: dict[str, Any]) -> list[tuple[str, str, int]]:
+    """Each file a Secret volume projects, as (path under the --secrets folder, mode, group):
+    what the check must write so that the bind mount holds what the kubelet would (the file
+    owned by root, its group the pod's fsGroup, the volume's defaultMode)."""
+    group = int(pod["securityContext"].get("fsGroup", 0))
+    files = []
+    for volume in pod["volumes"]:
+        if "secret" in volume:
+            secret = volume["secret"]
+            mode = f"{int(secret.get('defaultMode', 0o644)):04o}"
+            for item in secret["items"]:
+                files.append((f"{secret['secretName']}/{item['path']}", mode, group))
+    return files
+
+
+def mount_flags(pod: dict[str, Any], models: Path, secrets: Path | None) -> list[str]:
+    """Each volumeMount: the PVC becomes a read-only bind of `models`, a Secret a read-only bind
+    of its folder under `secrets`, an emptyDir a tmpfs."""
     volumes = {v["name"]: v for v in pod["volumes"]}
     flags = []
     for mount in _container(pod)["volumeMounts"]:
         volume = volumes[mount["name"]]
-        if "persistentVolumeClaim" in volume:
+        if "secret" in volume:
+            if secrets is None:
+                raise ValueError(f"volume {mount['name']!r} is a Secret: pass --secrets DIR")
+            folder = secrets / volume["secret"]["secretName"]
+            flags += ["--volume", f"{folder}:{mount['mountPath']}:ro"]
+        elif "persistentVolumeClaim" in volume:
             read_only = mount.get("readOnly") and volume["persistentVolumeClaim"].get("readOnly")
             flags += ["--volume", f"{models}:{mount['mountPath']}:{'ro' if read_only else 'rw'}"]
         elif "emptyDir" in volume:
@@ -127,23 +152,20 @@ def mount_flags(pod: dict[str, Any], models: Path) -> list[str]:
             options = "rw,mode=1777" + (f",size={size.removesuffix('i').lower()}" if size else "")
             flags += ["--tmpfs", f"{mount['mountPath']}:{options}"]
         else:
-            raise ValueError(f"volume {mount['name']!r} is neither a PVC nor an emptyDir")
+            raise ValueError(f"volume {mount['name']!r} is not a PVC, a Secret or an emptyDir")
     return flags
 
 
 def env_flags(pod: dict[str, Any], cpu: bool) -> list[str]:
-    """Plain values as KEY=VALUE; a Secret reference by name only, so podman takes the value
-    from the caller's environment and it never appears on a command line."""
+    """Plain values as KEY=VALUE. Secrets come as files (a Secret volume), never as a value
+    here: a `valueFrom` is refused rather than dropped."""
     flags = []
     for item in _container(pod)["env"]:
         if cpu and item["name"] in GPU_ONLY_ENV:
             continue
-        if "value" in item:
-            flags += ["--env", f"{item['name']}={item['value']}"]
-        elif "secretKeyRef" in item.get("valueFrom", {}):
-            flags += ["--env", item["name"]]
-        else:
-            raise ValueError(f"env {item['name']!r} is neither a value nor a Secret reference")
+        if "value" not in item:
+            raise ValueError(f"env {item['name']!r} is not a plain value")
+        flags += ["--env", f"{item['name']}={item['value']}"]
     return flags
 
 
@@ -156,7 +178,9 @@ def stop_timeout(pod: dict[str, Any]) -> int:
     return int(pod["terminationGracePeriodSeconds"]) - int(pre_stop)
 
 
-def flags(pod: dict[str, Any], models: Path, publish: str | None, cpu: bool) -> list[str]:
+def flags(
+    pod: dict[str, Any], models: Path, publish: str | None, cpu: bool, secrets: Path | None = None
+) -> list[str]:
     """Every `podman run` argument the manifest implies."""
     container = _container(pod)
     # `publish` is the Service's way in, the `http` port; the metrics port is Prometheus' inside
@@ -166,7 +190,7 @@ def flags(pod: dict[str, Any], models: Path, publish: str | None, cpu: bool) -> 
     limits = [] if memory is None else ["--memory", memory.removesuffix("i").lower()]
     return (
         user_flags(pod)
-        + mount_flags(pod, models)
+        + mount_flags(pod, models, secrets)
         + env_flags(pod, cpu)
         + ports
         + limits
@@ -199,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--models", type=Path, required=True, help="host directory for the models volume"
     )
+    run.add_argument(
+        "--secrets",
+        type=Path,
+        required=True,
+        help="host directory holding each Secret's files (see secret-files)",
+    )
     run.add_argument("--publish", help="host address:port to publish the container port on")
     run.add_argument(
         "--cpu", action="store_true", help="leave out settings that apply only to CUDA"
@@ -206,12 +236,17 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("health-path", help="path and port of the httpGet probes")
     sub.add_parser("metrics-port", help="the container port named metrics (SEMIF_METRICS_PORT)")
     sub.add_parser("liveness", help="the liveness probe's command")
+    sub.add_parser(
+        "secret-files", help="each Secret file to write under --secrets: path, mode, group"
+    )
     args = parser.parse_args(argv)
     pod = load()
     if args.what == "flags":
-        lines = flags(pod, args.models, args.publish, args.cpu)
+        lines = flags(pod, args.models, args.publish, args.cpu, args.secrets)
     elif args.what == "health-path":
         lines = [str(part) for part in health_path(pod)]
+    elif args.what == "secret-files":
+        lines = [f"{path} {mode} {group}" for path, mode, group in secret_files(pod)]
     elif args.what == "metrics-port":
         lines = [str(container_port(pod, "metrics"))]
     else:

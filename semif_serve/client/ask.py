@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..decisions.methods import ORDERINGS
 from .clients import TOKEN_ENV, Client
 from .errors import MissingToken, SemifError
 from .results import Averaged, Decided
@@ -85,8 +86,9 @@ def parser() -> argparse.ArgumentParser:
     )
     parse.add_argument(
         "--orderings",
-        choices=("none", "rotations", "all", "prior"),
-        help="order averaging, or prior: one row debiased by the workload's position prior",
+        choices=ORDERINGS,
+        help="order averaging; prior: one row debiased by the workload's position prior; "
+        "adaptive: that row, and every rotation where its answer is unsure",
     )
     parse.add_argument("--workload", help="a calibrated workload the server knows")
     parse.add_argument("--id", default="ask", help="the decision id (default: ask)")

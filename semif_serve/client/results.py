@@ -129,7 +129,10 @@ class Combined(_Typed):
     """The order-averaged view: probabilities in the caller's order, top, agreement, spread.
 
     For method "prior" (one row, a position prior divided out): probabilities are the
-    debiased view, agreement 1.0, each spread [p, p], and `prior` the prior over positions."""
+    debiased view, agreement 1.0, each spread [p, p], and `prior` the prior over positions.
+    For method "adaptive": `rows` scored (1, or n where the prior's margin fell below the
+    workload's `threshold` and the decision `escalated` to all n rotations); the view is the
+    prior's where it did not escalate, the rotations' where it did."""
 
     method: str
     orderings: int
@@ -139,6 +142,9 @@ class Combined(_Typed):
     spread: dict[str, list[float]]
     calibrated: Calibrated | None = None
     prior: list[float] | None = None
+    rows: int | None = None
+    escalated: bool | None = None
+    threshold: float | None = None
 
     _NESTED: ClassVar[Mapping[str, Any]] = {"calibrated": Calibrated}
 

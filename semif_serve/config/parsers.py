@@ -39,8 +39,10 @@ def auto_event_loop() -> str:
 def token_problem(token: str) -> str | None:
     """Why a token cannot be used, or None. A CR, LF or NUL can never arrive in a header, so such a
     token would lock its caller out (S2); a short one is guessable."""
-    if len(token) < MIN_TOKEN_LENGTH or any(not 33 <= ord(ch) <= 126 for ch in token):
-        return f"must be {TOKEN_RULE}"
+    if any(not 33 <= ord(ch) <= 126 for ch in token):  # said first: `é` is one character, two bytes
+        return f"holds a character outside visible ASCII (33-126); it must be {TOKEN_RULE}"
+    if len(token) < MIN_TOKEN_LENGTH:
+        return f"is shorter than {MIN_TOKEN_LENGTH} characters; it must be {TOKEN_RULE}"
     return None
 
 

@@ -275,8 +275,8 @@ class Settings:
         metadata=env(
             "SEMIF_AUDIT_RATE",
             parsers.fraction,
-            "extension: the share of decisions served with the prior that are audited under their "
-            "other rotations when the engine is idle, 0..1 (0: off)",
+            "extension: the share of decisions served from one row with the prior (prior, or adaptive "
+            "not escalated) audited under their other rotations when the engine is idle, 0..1 (0: off)",
         ),
     )
     audit_max_pending: int = field(
@@ -302,6 +302,14 @@ class Settings:
             "SEMIF_AUDIT_MAX_OPTIONS",
             parsers.positive_int,
             "extension: a decision over more options is not audited (its n-1 rows cost too much)",
+        ),
+    )
+    pid_file: str | None = field(
+        default=None,
+        metadata=env(
+            "SEMIF_PID_FILE",
+            parsers.path,
+            "extension: where the ready server writes its pid, as nginx's pid file (ops/pid_file.py)",
         ),
     )
 
@@ -399,7 +407,7 @@ def _prior_needs_a_workload(settings: Settings, given: frozenset[str]) -> None:
     """A default method that needs priors needs a default workload (whether the calibration file
     holds them is checked where the file is read: systemone/defaults.py)."""
     orderings = settings.systemone_orderings
-    if settings.systemone_workload is None and methods.TABLE[orderings].needs_prior:
+    if settings.systemone_workload is None and methods.BY_NAME[orderings].needs_prior:
         raise ValueError(
             f"SEMIF_SYSTEMONE_ORDERINGS={orderings} needs SEMIF_SYSTEMONE_WORKLOAD naming a workload "
             "with priors in SEMIF_CALIBRATION"

@@ -10,11 +10,14 @@ Pure arithmetic and expansion: no I/O, no torch. The request model validates
 collisions and the row cap; this module only refuses what it cannot compute
 (ValueError).
 
-*Extension:* a method may need a position prior (decisions/methods.py says which): one
+*Extension:* a method may need a position prior (its `Method` says so): one
 ordering, the caller's, with the prior fitted per workload divided out of it
 (decisions/prior.py holds that arithmetic). It reads more than the scores (METHODS keeps
 those that do not; ORDERINGS is every value a decision may carry), but it is expanded
 and combined like them, so its result keeps the averaged shape.
+
+A function here takes a method as a `Method` or its wire name (a `Method` is one); every rule
+it applies is the method's own (decisions/methods.py).
 
 Tie rule (copied into the contract): `top` is the option with the highest
 combined probability, an exact tie going to the option earliest in the
@@ -31,29 +34,21 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import prior as position_prior
-from .methods import ORDERINGS, TABLE
+from .methods import BY_NAME, ORDERINGS, named
+from .methods import MAX_ALL_OPTIONS as MAX_ALL_OPTIONS
+from .methods import MAX_OPTIONS as MAX_OPTIONS
 from .numerics import log_softmax, softmax
 from .views import Averaged, CalibratedView, Combined, DividedPrior
 
-METHODS: tuple[str, ...] = tuple(name for name in ORDERINGS if not TABLE[name].needs_prior)
-MAX_ALL_OPTIONS = 4
-MAX_OPTIONS = 16  # SemIf's letters A..P
+METHODS: tuple[str, ...] = tuple(name for name in ORDERINGS if not BY_NAME[name].needs_prior)
 
 
 def permutations(n: int, method: str) -> list[tuple[int, ...]]:
-    """Index orders, identity first, as the method's entry in decisions/methods.py writes them:
-    'rotations' -> the n cyclic shifts; 'all' -> every permutation (n!); the rest -> [identity].
-
-    'all' above MAX_ALL_OPTIONS raises rather than building n! rows (16! would
-    never finish); the 422 itself is the request model's job.
-    """
-    if method not in ORDERINGS:
-        raise ValueError(f"orderings must be one of {ORDERINGS}, got {method!r}")
+    """Index orders, identity first, as the method writes them ('rotations': the n cyclic shifts;
+    'all': every permutation, n!; the rest: [identity]); above its option cap it raises."""
     if n < 1:
         raise ValueError(f"a decision needs at least one option, got {n}")
-    if method == "all" and n > MAX_ALL_OPTIONS:
-        raise ValueError(f"orderings 'all' allows at most {MAX_ALL_OPTIONS} options, got {n}")
-    return TABLE[method].orders(n)
+    return named(method).orders(n)
 
 
 def row_count(n: int, method: str) -> int:
@@ -171,7 +166,7 @@ def combine(
     `temper` read; `agreement` is 1.0 (one ordering), each spread [p, p], and
     `combined.prior` the prior divided out.
     """
-    if (method in TABLE and TABLE[method].needs_prior) != (prior is not None):
+    if named(method).needs_prior != (prior is not None):
         raise ValueError(
             f"orderings {position_prior.METHOD!r} needs a position prior, and only it takes one (got {method!r})"
         )

@@ -25,7 +25,10 @@ priors and no temperatures, so a bound file needs "workloads" or "priors" (or bo
 workload's temperature for method "prior" needs its priors. Every file that loaded before
 loads unchanged: a plain file's values are numbers, so neither key can hold an object there.
 Each prior is refused at startup unless it has n entries, all finite and > 0, summing to 1
-within prior.SUM_TOLERANCE; n is a decimal 2..16 without leading zeros.
+within prior.SUM_TOLERANCE; n is a decimal 2..16 without leading zeros. *Extension:* an entry
+may hold `"threshold": t`, orderings "adaptive"'s escalation threshold for that (workload, n),
+fitted with the prior (a new prior means a new threshold): a finite number in [0, 1], not a
+bool. A prior without one serves "prior", not "adaptive".
 
 Every T is a finite number, not a bool, in [T_MIN, T_MAX]. Temperature scaling
 divides every score of a decision by the same T > 0, which cannot reorder them,
@@ -46,8 +49,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import prior as position_prior
-from .averaging import MAX_OPTIONS
-from .methods import ORDERINGS, TABLE
+from .methods import BY_NAME, MAX_OPTIONS, Fit
 
 T_MIN, T_MAX = 0.05, 20.0
 VARIABLE = "SEMIF_CALIBRATION"
@@ -59,6 +61,13 @@ DEFAULT_DTYPE = (
 )
 BOUND_KEYS = frozenset({*BINDING_KEYS, "dtype", "fitted", "workloads", "priors"})
 PRIOR_KEYS = frozenset({"prior", "decisions"})
+THRESHOLD_KEY = (
+    "threshold"  # optional beside them: the escalation threshold of orderings "adaptive"
+)
+# The methods a temperature may be fitted for: a workload's method keys in the bound form.
+ORDERINGS: tuple[str, ...] = tuple(
+    name for name, method in BY_NAME.items() if method.rules.tempered
+)
 EMPTY: Mapping[str, float] = MappingProxyType({})
 
 
@@ -82,10 +91,12 @@ class Binding:
 
 @dataclass(frozen=True)
 class FittedPrior:
-    """One fitted (workload, n): the prior over n positions, and how many decisions it came from."""
+    """One fitted (workload, n): the prior over n positions, how many decisions it came from and
+    (extension) the escalation threshold fitted with it, if any."""
 
     prior: tuple[float, ...]
     decisions: int
+    threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -129,10 +140,25 @@ class Table(Mapping[str, Mapping[str, float]]):
         """workload -> the option counts it holds a prior for (what the request model checks)."""
         return {name: frozenset(counts) for name, counts in self.priors.items()}
 
-    def describe(self) -> dict[str, Any]:
-        """The /health view: every workload with its methods, the option counts with a prior,
-        and the file's binding."""
+    def threshold_counts(self) -> dict[str, frozenset[int]]:
+        """workload -> the option counts whose prior has a threshold (what the request model checks)."""
         return {
+            name: frozenset(n for n, entry in counts.items() if entry.threshold is not None)
+            for name, counts in self.priors.items()
+        }
+
+    def fit(self, workload: str) -> Fit:
+        """What the table holds for `workload` (one it holds), as a method checks it."""
+        return Fit(
+            frozenset(self[workload]),
+            frozenset(self.priors.get(workload, {})),
+            self.threshold_counts().get(workload, frozenset()),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The /health view: every workload with its methods, the option counts with a prior (and
+        where any is fitted, each (workload, n)'s escalation threshold), and the file's binding."""
+        described = {
             "binding": None if self.binding is None else asdict(self.binding),
             "fitted": None if self.fitted is None else dict(self.fitted),
             "workloads": {
@@ -140,6 +166,17 @@ class Table(Mapping[str, Mapping[str, float]]):
             },
             "priors": {name: sorted(counts) for name, counts in sorted(self.priors.items())},
         }
+        thresholds = {
+            name: {
+                str(n): entry.threshold
+                for n, entry in sorted(counts.items())
+                if entry.threshold is not None
+            }
+            for name, counts in sorted(self.priors.items())
+        }
+        fitted = {name: entries for name, entries in thresholds.items() if entries}
+        # Extension: only where the file holds a threshold, so a file without one shows as before.
+        return {**described, "thresholds": fitted} if fitted else described
 
 
 def _temperature(where: str, value: Any) -> float:
@@ -255,8 +292,10 @@ def _prior(name: str, key: str, value: Any) -> tuple[int, FittedPrior]:
     """One entry `"<n>": {prior, decisions}`, as (n, FittedPrior)."""
     n = _option_count(name, key)
     where = f"{VARIABLE}: priors {name!r} entry {key!r}"
-    if not isinstance(value, dict) or set(value) != PRIOR_KEYS:
-        raise ValueError(f"{where} must be an object with exactly the keys decisions, prior")
+    if not isinstance(value, dict) or not PRIOR_KEYS <= set(value) <= {*PRIOR_KEYS, THRESHOLD_KEY}:
+        raise ValueError(
+            f"{where} must be an object with the keys decisions, prior and optionally threshold"
+        )
     decisions = value["decisions"]
     if isinstance(decisions, bool) or not isinstance(decisions, int) or decisions < 1:
         raise ValueError(f"{where}: decisions must be an integer >= 1, got {decisions!r}")
@@ -264,7 +303,20 @@ def _prior(name: str, key: str, value: Any) -> tuple[int, FittedPrior]:
         prior = position_prior.checked(value["prior"], n)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
-    return n, FittedPrior(prior, decisions)
+    return n, FittedPrior(prior, decisions, _threshold(where, value))
+
+
+def _threshold(where: str, entry: Mapping[str, Any]) -> float | None:
+    """An entry's optional escalation threshold: a finite number in [0, 1], not a bool (a margin of
+    probabilities lies there; anything else was not fitted by `bench prior`). Absent: None."""
+    if THRESHOLD_KEY not in entry:
+        return None
+    value = entry[THRESHOLD_KEY]
+    # Range first, and for a number only: a JSON integer too big for a float fails it without
+    # math.isfinite's OverflowError, and NaN fails both comparisons.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{where}: threshold must be a number in [0, 1], got {value!r}")
+    return float(value)
 
 
 def _priors(document: Mapping[str, Any]) -> dict[str, dict[int, FittedPrior]]:
@@ -294,15 +346,15 @@ def bound(document: dict[str, Any]) -> Table:
             document, "workloads", "{workload: {method: temperature}}"
         ).items()
     }
-    priors = _priors(document)
+    table = Table(workloads, binding, _fitted(document.get("fitted")), _priors(document))
     for name, methods in workloads.items():
-        for method in methods:
-            if TABLE[method].needs_prior and name not in priors:
+        for method in map(BY_NAME.__getitem__, methods):
+            if method.lacks(table.fit(name), None) is not None:
                 raise ValueError(
                     f"{VARIABLE}: workload {name!r} has a temperature for method {method!r} "
                     "but no entry under 'priors'"
                 )
-    return Table(workloads, binding, _fitted(document.get("fitted")), priors)
+    return table
 
 
 def document(table: Table, binding: Binding) -> dict[str, Any]:

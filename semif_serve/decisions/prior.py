@@ -43,11 +43,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .methods import Method
 from .numerics import log_softmax, softmax
 
 METHOD = (
-    "prior"  # the orderings value, and the calibration method, of a decision debiased by the prior
-)
+    Method.PRIOR.value
+)  # the orderings value, and the calibration method, of a decision debiased by it
 MIN_DECISIONS = 8  # a (workload, n) fitted from fewer decisions is not fitted at all
 SUM_TOLERANCE = 1e-6  # a stored prior sums to 1 within this
 

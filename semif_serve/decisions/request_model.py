@@ -16,8 +16,7 @@ from typing import Any
 
 from ..errors import ApiError, excerpt
 from . import averaging
-from .averaging import MAX_OPTIONS
-from .methods import ORDERINGS, TABLE
+from .methods import BY_NAME, MAX_OPTIONS, ORDERINGS, Fit, Method, Need
 
 EXPANDED_ID = re.compile(r"#o\d+")
 DECIDE_KEYS = {"id", "state", "question", "options", "workload", "orderings"}
@@ -31,26 +30,40 @@ class Decision:
     """One SemIf row and its orderings method (the request's `orderings` value)."""
 
     row: dict[str, Any]
-    method: str
+    method: Method
 
     @property
     def averaged(self) -> bool:
-        return TABLE[self.method].averaged
+        return self.method.rules.averaged
 
     @property
     def row_count(self) -> int:
-        """The engine rows it expands to: one per ordering."""
+        """The engine rows it may expand to, one per ordering: an escalating method's worst case."""
         return averaging.row_count(len(self.row["options"]), self.method)
 
+    @property
+    def first_count(self) -> int:
+        """The rows it sends in the request's first engine call."""
+        return self.method.first_call(len(self.row["options"])) if self.averaged else 1
+
     def rows(self) -> list[dict[str, Any]]:
-        """The rows it sends: itself, or one per ordering."""
-        return averaging.expand(self.row, self.method) if self.averaged else [self.row]
+        """The rows it sends in the first engine call: itself, or one per ordering (an escalating
+        method: its first ordering)."""
+        if not self.averaged:
+            return [self.row]
+        return averaging.expand(self.row, self.method)[: self.first_count]
+
+    def rest(self) -> list[dict[str, Any]]:
+        """The rows an escalating method sends in the second engine call: its other orderings."""
+        return averaging.expand(self.row, self.method)[self.first_count :]
 
 
 @dataclass(frozen=True)
 class DecideRequest:
-    """A validated /decide or /decide/shared body, and the one engine call it makes: each decision
-    owns a slice of that call's rows, in order (`planned`)."""
+    """A validated /decide or /decide/shared body, and the engine call it makes: each decision owns
+    a slice of that call's rows, in order (`slices`). *Extension:* a decision of an escalating method
+    may add its other rows in a second call (decisions/adaptive.py); `planned` then gives each its
+    rows of both."""
 
     decisions: tuple[Decision, ...]
     workload: str | None
@@ -58,9 +71,9 @@ class DecideRequest:
     slices: tuple[slice, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        ends = list(itertools.accumulate(decision.row_count for decision in self.decisions))
-        starts = [0, *ends[:-1]]
-        object.__setattr__(self, "slices", tuple(map(slice, starts, ends)))
+        object.__setattr__(
+            self, "slices", _slices([decision.first_count for decision in self.decisions])
+        )
 
     @property
     def averaged(self) -> bool:
@@ -68,8 +81,9 @@ class DecideRequest:
 
     @property
     def row_count(self) -> int:
-        """Every row the engine call scores: what the row cap counts."""
-        return self.slices[-1].stop if self.slices else 0
+        """Every row the request may score, an escalating decision at its worst case: what the row
+        cap and the wait budget count."""
+        return sum(decision.row_count for decision in self.decisions)
 
     @property
     def kind(self) -> str:
@@ -77,14 +91,27 @@ class DecideRequest:
         return "shared" if self.shared or self.averaged else "direct"
 
     def rows(self) -> list[dict[str, Any]]:
-        """The engine call's rows, each decision's slice in turn."""
+        """The first engine call's rows, each decision's slice in turn."""
         return [row for decision in self.decisions for row in decision.rows()]
 
-    def planned(self, results: int) -> Iterator[tuple[Decision, slice]]:
-        """Each decision with its slice of the call's `results` (their count, checked against the rows)."""
-        if results != self.row_count:
-            raise RuntimeError(f"scorer returned {results} results for {self.row_count} rows")
-        return zip(self.decisions, self.slices)
+    def planned(
+        self, results: int, escalated: frozenset[int] = frozenset()
+    ) -> Iterator[tuple[Decision, slice]]:
+        """Each decision with its slice of `results` (their count, checked against the rows): its first
+        call's rows, and where it escalated (its index in `escalated`) all its rows, in order."""
+        counts = [
+            decision.row_count if index in escalated else decision.first_count
+            for index, decision in enumerate(self.decisions)
+        ]
+        if results != sum(counts):
+            raise RuntimeError(f"scorer returned {results} results for {sum(counts)} rows")
+        return zip(self.decisions, _slices(counts))
+
+
+def _slices(counts: list[int]) -> tuple[slice, ...]:
+    """Consecutive slices of these lengths."""
+    ends = list(itertools.accumulate(counts))
+    return tuple(map(slice, [0, *ends[:-1]], ends))
 
 
 @dataclass(frozen=True)
@@ -98,9 +125,16 @@ class Limits:
     methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # Extension: workload -> the option counts it has a position prior for.
     priors: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    # Extension: workload -> the option counts whose prior has an escalation threshold.
+    thresholds: Mapping[str, frozenset[int]] = field(default_factory=dict)
 
-    def methods_of(self, workload: str) -> frozenset[str]:
-        return self.methods.get(workload, frozenset({"none"}))
+    def fit(self, workload: str) -> Fit:
+        """What the calibration holds for `workload`, as a method checks it."""
+        return Fit(
+            self.methods.get(workload, frozenset({"none"})),
+            self.priors.get(workload, frozenset()),
+            self.thresholds.get(workload, frozenset()),
+        )
 
 
 def invalid(message: str, param: str | None = None) -> ApiError:
@@ -201,16 +235,17 @@ def _options(value: Any, where: str) -> list[dict[str, str]]:
 
 def checked_orderings(
     value: Any, options: list[dict[str, str]], field: str, param: str | None = None
-) -> str:
+) -> Method:
     """`value` as the orderings method for these options; `field` names where it came from in the message."""
-    if value not in ORDERINGS:
+    if not isinstance(value, str) or value not in BY_NAME:
         raise invalid(f"{field} must be one of {', '.join(ORDERINGS)}", param)
-    if value == "all" and len(options) > averaging.MAX_ALL_OPTIONS:
+    method = BY_NAME[value]
+    if len(options) > method.rules.max_options:
         raise invalid(
-            f'{field} "all" allows at most {averaging.MAX_ALL_OPTIONS} options, got {len(options)}',
+            f'{field} "{value}" allows at most {method.rules.max_options} options, got {len(options)}',
             param,
         )
-    return str(value)
+    return method
 
 
 def _decision(item: Mapping[str, Any], state: Any, where: str) -> Decision:
@@ -239,15 +274,14 @@ def checked_workload(value: Any, limits: Limits, param: str | None = None) -> st
 
 
 def check_request(request: DecideRequest, limits: Limits, param: str | None = None) -> None:
-    """Every expanded row counts toward the cap, and expanded ids must stay unambiguous."""
+    """Every expanded row counts toward the cap, each decision's method finds what it needs, and
+    expanded ids must stay unambiguous."""
     rows = request.row_count
     if rows > limits.max_decisions:
         raise invalid(
             f"the request expands to {rows} rows; at most {limits.max_decisions} are allowed", param
         )
-    if request.workload is not None:
-        check_methods(request.workload, request.decisions, limits, param)
-    check_priors(request.workload, request.decisions, limits, param)
+    check_fit(request.workload, request.decisions, limits, param)
     ids = [d.row["id"] for d in request.decisions]
     if len(set(ids)) != len(ids):
         raise invalid("decision ids must be unique", param)
@@ -260,45 +294,45 @@ def check_request(request: DecideRequest, limits: Limits, param: str | None = No
             )
 
 
-def check_methods(
-    workload: str, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None
-) -> None:
-    """A workload calibrates a decision only with a temperature fitted for its orderings method,
-    where the method requires one (under the prior the workload names the prior, and a temperature
-    is optional)."""
-    fitted = limits.methods_of(workload)
-    for decision in decisions:
-        if decision.method not in fitted and TABLE[decision.method].temperature_required:
-            raise invalid(
-                f"workload {excerpt(workload, 60)!r} has no temperature for method {decision.method!r} "
-                f"(decision {excerpt(decision.row['id'], 60)!r}); it has: {', '.join(sorted(fitted)) or 'none at all'}",
-                param,
-            )
-
-
-def check_priors(
+def check_fit(
     workload: str | None, decisions: tuple[Decision, ...], limits: Limits, param: str | None = None
 ) -> None:
-    """A decision whose method needs a prior needs the request's workload to hold one for its
-    option count: a prior is fitted per workload and per n, and a decision that cannot be
-    debiased is refused, never answered undebiased."""
+    """Each decision's method asked whether the workload holds what it needs for the decision's n.
+    A workload calibrates a decision only with a temperature fitted for its method, where the method
+    requires one; a method that debiases by the prior needs the workload to hold one for n: a prior
+    is fitted per workload and per n, and a decision that cannot be debiased is refused, never
+    answered undebiased."""
+    fit = limits.fit(workload) if workload is not None else None
     for decision in decisions:
-        if not TABLE[decision.method].needs_prior:
-            continue
-        n, name = len(decision.row["options"]), excerpt(decision.row["id"], 60)
-        if workload is None:
-            raise invalid(
-                f'decision {name!r} has orderings "{decision.method}" over {n} options, which needs a workload '
-                "naming the prior; the request names no workload",
-                param,
-            )
-        counts = limits.priors.get(workload, frozenset())
-        if n not in counts:
-            raise invalid(
-                f"workload {excerpt(workload, 60)!r} has no prior for {n} options (decision {name!r}); "
-                f"it has priors for: {', '.join(str(count) for count in sorted(counts)) or 'no option count'}",
-                param,
-            )
+        n = len(decision.row["options"])
+        lack = decision.method.lacks(fit, n)
+        if lack is not None:
+            raise invalid(_lacking(lack, workload, fit, decision, n), param)
+
+
+def _lacking(lack: Need, workload: str | None, fit: Fit | None, decision: Decision, n: int) -> str:
+    """The refusal naming what the decision's method lacks."""
+    name, method = excerpt(decision.row["id"], 60), decision.method
+    if workload is None or fit is None:
+        return (
+            f'decision {name!r} has orderings "{method}" over {n} options, which needs a workload '
+            "naming the prior; the request names no workload"
+        )
+    if lack is Need.THRESHOLD:
+        return (
+            f"workload {excerpt(workload, 60)!r} has no threshold for {n} options (decision {name!r}), "
+            f'which orderings "{method}" needs beside the prior; it has thresholds for: '
+            f"{', '.join(str(count) for count in sorted(fit.thresholds)) or 'no option count'}"
+        )
+    if lack is Need.TEMPERATURE:
+        return (
+            f"workload {excerpt(workload, 60)!r} has no temperature for method {method!r} "
+            f"(decision {name!r}); it has: {', '.join(sorted(fit.temperatures)) or 'none at all'}"
+        )
+    return (
+        f"workload {excerpt(workload, 60)!r} has no prior for {n} options (decision {name!r}); "
+        f"it has priors for: {', '.join(str(count) for count in sorted(fit.priors)) or 'no option count'}"
+    )
 
 
 def parse_decide(body: bytes, limits: Limits) -> DecideRequest:

@@ -1,7 +1,8 @@
 """Each decision's view of its slice of the engine's results: native, calibrated, or combined.
 
 The one place the server applies a decision's method and the calibration table, the position
-prior among them: the request model already refused what these lookups would not find.
+prior among them: the request model already refused what these lookups would not find. An
+adaptive decision's view is that of the method it reduced to (decisions/adaptive.py).
 """
 
 from __future__ import annotations
@@ -10,18 +11,23 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import averaging, calibration
-from .calibration_file import PLAIN_METHOD, Table
-from .methods import TABLE
+from . import adaptive, averaging, calibration
+from .calibration_file import Table
 from .request_model import DecideRequest, Decision
-from .views import Native, View
+from .views import Averaged, Native, View
 
 
-def views(request: DecideRequest, results: Sequence[Mapping[str, Any]], table: Table) -> list[View]:
-    """Every decision's view, in the request's order, from its own slice of `results`."""
+def views(
+    request: DecideRequest,
+    results: Sequence[Mapping[str, Any]],
+    table: Table,
+    escalated: frozenset[int] = frozenset(),
+) -> list[View]:
+    """Every decision's view, in the request's order, from its own slice of `results` (both engine
+    calls' where decisions `escalated`, as `adaptive.merged` orders them)."""
     return [
         view(decision, results[rows], request.workload, table)
-        for decision, rows in request.planned(len(results))
+        for decision, rows in request.planned(len(results), escalated)
     ]
 
 
@@ -35,22 +41,31 @@ def view(
         (result,) = results
         if workload is None:
             return Native(result)
-        plain = table[workload][PLAIN_METHOD]
+        plain = table[workload][decision.method]
         return Native(result, calibration.calibrated_view(result, workload, plain))
-    method, needs = decision.method, TABLE[decision.method]
+    if decision.method.rules.escalates:
+        reduced = adaptive.basis(decision, results)
+        return adaptive.labelled(
+            _averaged(reduced, results, workload, table), decision, workload, table
+        )
+    return _averaged(decision, results, workload, table)
+
+
+def _averaged(
+    decision: Decision, results: Sequence[Mapping[str, Any]], workload: str | None, table: Table
+) -> Averaged:
+    """The combined view over an averaged method's rows."""
+    method = decision.method
     if workload is None:
         return averaging.combine(decision.row, method, results)
-    temperatures = table[workload]
     # Where the method requires a temperature, the request model refused a workload without one.
-    temperature: float | None = (
-        temperatures[method] if needs.temperature_required else temperatures.get(method)
-    )
+    temperature = table[workload].get(method)
     temper = (
         None
         if temperature is None
         else functools.partial(calibration.combined_view, workload, method, temperature)
     )
-    if not needs.needs_prior:
+    if not method.needs_prior:
         return averaging.combine(decision.row, method, results, temper)
     prior = table.priors[workload][len(decision.row["options"])].prior
     return averaging.combine(decision.row, method, results, temper, prior)

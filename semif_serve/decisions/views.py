@@ -31,6 +31,15 @@ class DividedPrior:
 
 
 @dataclass(frozen=True)
+class Escalation:
+    """An adaptive decision's escalation (extension): whether its prior's margin fell below the
+    workload's threshold, so that every rotation was scored, and that threshold."""
+
+    escalated: bool
+    threshold: float
+
+
+@dataclass(frozen=True)
 class Combined:
     """One decision over its orderings: the combined distribution and how far the orderings agreed."""
 
@@ -42,6 +51,7 @@ class Combined:
     spread: dict[str, list[float]]
     prior: DividedPrior | None = None
     calibrated: CalibratedView | None = None
+    escalation: Escalation | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,10 @@ def _combined_json(view: Combined) -> dict[str, Any]:
     }
     if view.prior is not None:
         combined["prior"] = list(view.prior.probabilities)
+    if view.escalation is not None:
+        combined["rows"] = view.count
+        combined["escalated"] = view.escalation.escalated
+        combined["threshold"] = view.escalation.threshold
     if view.calibrated is not None:
         combined["calibrated"] = _calibrated_json(view.calibrated)
     return combined

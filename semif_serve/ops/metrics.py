@@ -4,7 +4,8 @@ Rules: the only module that imports prometheus_client. Names follow Prometheus
 conventions: `semif_` prefix, base units (seconds, bytes), `_total` on counters.
 Labels have bounded values only: a route is one of the known paths or `other`,
 never the raw target; a code is a row of errors.STATUS; a caller is a name of the
-tokens file (at most 64) or `-`, never a token. No request content, id,
+tokens file (at most 64) or `-`, never a token; a workload (extension) a name of the
+calibration file. No request content, id,
 peer or header ever becomes a label or a value.
 
 Every family is one row of FAMILIES, in exposition order: a gauge that shows state the server
@@ -152,7 +153,9 @@ FAMILIES = (
     Family("semif_rows_scored", "counter", "Rows the scorer was given (after order expansion)."),
     Family("semif_refusals", "counter", "Error responses, by error code and caller (- for none).", ("code", "caller")),
     Family("semif_out_of_memory_events", "counter", "Scorer calls that ran out of accelerator memory."),
-    Family("semif_decisions", "counter", "Decisions answered, by orderings method (none, rotations, all, prior) and caller.", ("method", "caller")),
+    Family("semif_decisions", "counter", "Decisions answered, by orderings method (none, rotations, all, prior, adaptive) and caller.", ("method", "caller")),
+    # Extension: by workload, a name of the calibration file (bounded like it).
+    Family("semif_escalations", "counter", 'Decisions of orderings "adaptive" that escalated to a second scorer call over their other rotations, by workload.', ("workload",)),
     Family("semif_requests_in_progress", "gauge", "POSTs holding an admission slot (queued or scoring).", reads="in_progress"),
     Family("semif_max_queue", "gauge", "SEMIF_MAX_QUEUE: the admission limit.", reads="max_queue"),
     Family("semif_open_connections", "gauge", "Client connections open now.", reads="open_connections"),
@@ -311,6 +314,11 @@ class Metrics:
                     method, caller
                 )
             child.inc()
+
+    def escalations(self, workloads: tuple[str, ...]) -> None:
+        """One answered request's escalated decisions, each under its workload (an empty tuple: none)."""
+        for workload in workloads:
+            self._family["semif_escalations"].labels(workload).inc()
 
     def scorer_call(
         self, kind: str, rows: int, queued: float, scoring: float, out_of_memory: bool

@@ -141,6 +141,7 @@ class Operations:
         if self.metrics is not None:
             self.metrics.request(route, reply.status, reply.code, total, exchange.caller)
             self.metrics.decisions(reply.decision_methods, exchange.caller)
+            self.metrics.escalations(reply.escalations)
         if self.access_log:
             timing = reply.timing
             access_log.write(

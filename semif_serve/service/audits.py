@@ -30,7 +30,6 @@ from typing import Any
 from ..config import Settings
 from ..decisions import averaging, live_prior
 from ..decisions.calibration_file import Table
-from ..decisions.methods import TABLE
 from ..decisions.request_model import DecideRequest, Decision
 from ..engine.scorer import Row, SharedResult
 from ..engine.worker import AUDIT, CallTiming, Engine
@@ -48,9 +47,9 @@ async def audit_call(engine: Engine, rows: list[Row]) -> SharedResult:
 
 
 def auditable(decision: Decision, results: Sequence[Mapping[str, Any]]) -> bool:
-    """Served from its one row with the prior divided out (orderings "prior"; a decision that scored
-    more rows than one, an escalated one, is not a uniform sample of the traffic)."""
-    return TABLE[decision.method].needs_prior and len(results) == 1
+    """Served from its one row with the prior divided out: orderings "prior", or "adaptive" not
+    escalated (an escalated decision scored every rotation already, and is no uniform sample)."""
+    return decision.method.needs_prior and len(results) == 1
 
 
 def _bytes(value: Any) -> int:
@@ -107,16 +106,21 @@ class Auditor:
     # -- offered by the body pipeline, once the reply is built ------------------------------------
 
     def offer(
-        self, request: DecideRequest, results: Sequence[Mapping[str, Any]], table: Table
+        self,
+        request: DecideRequest,
+        results: Sequence[Mapping[str, Any]],
+        table: Table,
+        escalated: frozenset[int] = frozenset(),
     ) -> None:
-        """Draw each auditable decision of an answered request; queue those drawn (Rule 1). A bug in here
-        is logged and the reply goes out as built."""
+        """Draw each auditable decision of an answered request (`results` of both its calls, the
+        decisions at `escalated` having escalated); queue those drawn (Rule 1). A bug in here is logged
+        and the reply goes out as built."""
         if not self.on or request.workload is None:
             return
         try:
             drawn = [
                 (decision, results[rows][0])
-                for decision, rows in request.planned(len(results))
+                for decision, rows in request.planned(len(results), escalated)
                 if auditable(decision, results[rows]) and self.draw() < self.rate
             ]
             state = _bytes(drawn[0][0].row["state"]) if drawn else 0  # one state for them all

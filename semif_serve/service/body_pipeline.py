@@ -2,9 +2,11 @@
 
 Rule 1: six steps, in this order, each called in turn by `Pipeline.run` and written below it in
 that order: `read` (the body as a
-request, under the one calibration current at the read), `expand` (the request's rows and its one
+request, under the one calibration current at the read), `expand` (the request's rows and its first
 engine call, direct or shared), `within_budget` (with SEMIF_MAX_WAIT_S, the wait estimate admits
-the call or refuses it 429 before it joins the queue), `score` (the engine call), the view
+the request at its worst case, every row it may score, or refuses it 429 before it joins the
+queue), `score` (the engine call; *extension:* where orderings "adaptive" decisions escalate, a
+second over their other rotations, service/escalation.py, each call through `score`), the view
 (decisions/viewing.py: SemIf's scores with the views beside them), `render` (the route's response
 and headers). A step refuses by raising ApiError; `run` makes that the reply, and no
 later step runs, so a refused body never reaches the scorer.
@@ -15,7 +17,8 @@ Rule 3: the scorer's failures (engine/scorer.py) become envelopes in one place, 
 bug in read, view or render is a 500 in the envelope (C3), never a dropped connection.
 
 Scores pass through untouched (INV-1): the only things added are `calibrated` and the
-order-averaged `combined` view (under orderings "prior", the debiased one).
+order-averaged `combined` view (under orderings "prior", the debiased one; under "adaptive",
+extension, that or the rotations' after a second engine call).
 
 *Extension:* once the reply's body is built, its decisions are offered for audit (service/audits.py),
 which may queue some for idle capacity and never changes or delays the reply.
@@ -38,7 +41,9 @@ from ..engine.worker import CallTiming, Engine
 from ..errors import ApiError, excerpt
 from ..http.exchange import Reply, retry_after
 from ..systemone import assemble, translate
+from . import escalation
 from .audits import Auditor
+from .escalation import Calls
 from .loaded_calibration import LoadedCalibration
 from .wait_budget import OverBudget, WaitBudget
 
@@ -115,22 +120,26 @@ class Pipeline:
         try:
             read = self.read(reader, current, body)
             call, rows = self.expand(read.request)
-            scored = await self.within_budget(rows, call)
+            calls = await self.within_budget(read, rows, call)
         except ApiError as error:
             return Reply.error(error, call)
         try:
-            views = viewing.views(read.request, scored.results, read.table)
-            payload, headers = self.render(read, scored, views, call.kind)
+            results = calls.results(read.request)
+            views = viewing.views(read.request, results, read.table, calls.escalated)
+            payload, headers = self.render(read, calls, views, call.kind)
             body = json_bytes(payload)
             if self.audits is not None:  # after this step: the reply goes out first, as built
                 loop = asyncio.get_running_loop()
-                loop.call_soon(self.audits.offer, read.request, scored.results, read.table)
+                loop.call_soon(
+                    self.audits.offer, read.request, results, read.table, calls.escalated
+                )
             return Reply(
                 200,
                 body,
                 headers,
-                timing=call,
+                timing=escalation.timing(call, calls),
                 decision_methods=tuple(decision.method for decision in read.request.decisions),
+                escalations=(read.request.workload or "-",) * len(calls.escalated),
             )
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
@@ -150,27 +159,30 @@ class Pipeline:
 
     @staticmethod
     def expand(request: DecideRequest) -> tuple[CallTiming, list[dict[str, Any]]]:
-        """Step 2: the rows a request scores and the one engine call it makes (request_model: direct
-        or shared)."""
+        """Step 2: the rows a request scores and the engine call it makes (request_model: direct
+        or shared); *extension:* for orderings "adaptive", its first call."""
         rows = request.rows()
         return CallTiming(request.kind, len(rows)), rows
 
-    async def within_budget(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
-        """Step 3: the engine call (step 4), once the wait budget (if any) admits the request: refused,
-        it never joins the queue."""
+    async def within_budget(
+        self, read: Read, rows: list[dict[str, Any]], call: CallTiming
+    ) -> Calls:
+        """Step 3: the engine calls (step 4), once the wait budget (if any) admits the request at its
+        worst case (every row it may score, `row_count`): refused, it never joins the queue."""
         if self.budget is None:
-            return await self.score(rows, call)
+            return await escalation.calls(read.request, read.table, rows, call, self.score)
         try:
-            admitted = self.budget.admit(call.kind, len(rows))
+            admitted = self.budget.admit(call.kind, read.request.row_count)
         except OverBudget as over:
             raise busy(over) from None
         try:
-            return await self.score(rows, call)
+            return await escalation.calls(read.request, read.table, rows, call, self.score)
         finally:
             self.budget.estimator.leave(admitted, call.started)
 
     async def score(self, rows: list[dict[str, Any]], call: CallTiming) -> Scored:
-        """Step 4: one engine call per request, timed in `call`; its failures as envelopes."""
+        """Step 4: one engine call, timed in `call`; its failures as envelopes. A request's first, and
+        (extension) an adaptive one's second: service/escalation.py makes both through this."""
         try:
             if call.kind == "direct":
                 return Scored([await self.engine.score(rows[0], call)], None)
@@ -187,13 +199,13 @@ class Pipeline:
             log.exception("scorer call failed")
             raise ApiError("scoring_failed", "scoring failed") from None
 
-    def render(self, read: Read, scored: Scored, views: list[View], kind: str) -> Built:
+    def render(self, read: Read, calls: Calls, views: list[View], kind: str) -> Built:
         """Step 6: a /decide or /decide/shared response from the views; a System One one from the same
         views, with SemIf's server's headers: the engine call made (direct or shared) and its backend."""
         if read.plan is None:
-            return decide_json(read.request, views, scored.semif_timing), ()
+            return decide_json(read.request, views, calls.timing), ()
         body = assemble.response(
-            read.plan, self.served_model, views, scored.results, kind, scored.semif_timing
+            read.plan, self.served_model, views, calls.first, kind, calls.timing, calls.second
         )
         return body, ((b"x-semif-mode", kind.encode()), (b"x-semif-backend", self.backend.encode()))
 

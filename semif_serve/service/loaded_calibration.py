@@ -32,7 +32,11 @@ def loaded(
 ) -> LoadedCalibration:
     """What `table` gives the routes under `settings`, System One accepting the `models` names."""
     limits = request_model.Limits(
-        settings.max_decisions, frozenset(table), table.methods(), table.prior_counts()
+        settings.max_decisions,
+        frozenset(table),
+        table.methods(),
+        table.prior_counts(),
+        table.threshold_counts(),
     )
     policy = translate.Policy(
         limits, frozenset(models), settings.systemone_orderings, settings.systemone_workload

@@ -35,7 +35,13 @@ def tokens(service: Service) -> str | None:
         log.error("SIGHUP: the callers are unchanged: %s", error)
         return INVALID
     service.callers = table
-    log.info("SIGHUP: %s reloaded: %d callers (%s)", path, len(table.names), ", ".join(table.names))
+    log.info(
+        "SIGHUP: %s reloaded: %d callers (%s), %d tokens",
+        path,
+        len(table.names),
+        ", ".join(table.names),
+        table.tokens,
+    )
     return OK
 
 

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..decisions import averaging, methods, request_model
+from ..decisions import methods, request_model
 from ..decisions.request_model import DecideRequest, Decision, Limits
 from ..errors import ApiError, excerpt
 
@@ -160,9 +160,9 @@ def _noul(criteria: Any, param: str) -> tuple[list[dict[str, str]], None]:
 
 
 def _choice(criteria: Any, param: str) -> tuple[list[dict[str, str]], None]:
-    if not isinstance(criteria, dict) or not 2 <= len(criteria) <= averaging.MAX_OPTIONS:
+    if not isinstance(criteria, dict) or not 2 <= len(criteria) <= methods.MAX_OPTIONS:
         raise refuse(
-            f"{param} must be an object of 2..{averaging.MAX_OPTIONS} options (SemIf's letters A..P), "
+            f"{param} must be an object of 2..{methods.MAX_OPTIONS} options (SemIf's letters A..P), "
             f"got {len(criteria) if isinstance(criteria, dict) else type(criteria).__name__}",
             param,
         )
@@ -244,7 +244,7 @@ def _extension(value: Any, policy: Policy) -> tuple[str, str | None, frozenset[s
             "semif",
         )
     method = value.get("orderings", policy.orderings)
-    if method not in methods.ORDERINGS:
+    if not isinstance(method, str) or method not in methods.BY_NAME:
         raise refuse(
             f"semif.orderings must be one of {', '.join(methods.ORDERINGS)}", "semif.orderings"
         )
@@ -288,8 +288,6 @@ def translate(body: bytes, policy: Policy) -> Plan:
     # prior missing for one option count is then the orderings' to answer for, as any method's limit).
     # No workload at all can only fail a method that needs a prior: the missing workload is to blame.
     blamed = "semif.workload" if "workload" in sent or workload is None else "semif.orderings"
-    if workload is not None:
-        request_model.check_methods(workload, request.decisions, policy.limits, blamed)
-    request_model.check_priors(workload, request.decisions, policy.limits, blamed)
+    request_model.check_fit(workload, request.decisions, policy.limits, blamed)
     request_model.check_request(request, policy.limits, "questions")
     return Plan(request, tuple(q for _, q in translated))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -121,11 +122,40 @@ def fitted(
 
 
 def rotations(server: procs.Running, row: dict[str, Any]) -> list[dict[str, Any]]:
+    return answer(server, row)["orderings"]
+
+
+def answer(server: procs.Running, row: dict[str, Any]) -> dict[str, Any]:
     response = asyncio.run(
         call(server.target, "POST", "/decide", labelled.request(row, "rotations"))
     )
     assert response.status == 200
-    return response.json()["orderings"]
+    return response.json()
+
+
+def lowest_threshold(server: procs.Running, rows: list[dict[str, Any]], target: float) -> float:
+    """The threshold by its definition, searched over every candidate: each decision debiased by
+    the mean prior of the OTHER decisions, escalated where its margin is below t; the lowest t
+    at which the escalated ones and those whose one-row top is the rotations' reach `target`."""
+    answers = [answer(server, row) for row in rows]
+    priors = [pride.decision_prior(a["orderings"]) for a in answers]
+    margins, same = [], []
+    for k, (row, served) in enumerate(zip(rows, answers)):
+        others = pride.workload_prior(priors[:k] + priors[k + 1 :])
+        logits = served["orderings"][0]["option_logits"]
+        shifted = pride.debias([v - max(logits) for v in logits], others)
+        weights = [math.exp(v - max(shifted)) for v in shifted]
+        probabilities = [w / sum(weights) for w in weights]
+        ranked = sorted(probabilities, reverse=True)
+        margins.append(ranked[0] - ranked[1])
+        ids = [option["id"] for option in row["options"]]
+        same.append(ids[probabilities.index(ranked[0])] == served["combined"]["top"])
+    candidates = sorted({0.0, *(math.nextafter(m, 1.0) for m in margins)})
+    return next(
+        t
+        for t in candidates
+        if sum(m < t or ok for m, ok in zip(margins, same)) >= target * len(rows) - 1e-9
+    )
 
 
 def test_each_group_is_the_mean_of_its_decisions_priors_from_the_servers_rotations(
@@ -136,9 +166,10 @@ def test_each_group_is_the_mean_of_its_decisions_priors_from_the_servers_rotatio
         labelled.load(decisions, labelled=False), DEFAULT
     ).items():
         if (workload, n) not in NOT_FITTED:
-            expected.setdefault(workload, {})[str(n)] = pride.entry(
-                [pride.decision_prior(rotations(server, r)) for r in rows]
-            )
+            expected.setdefault(workload, {})[str(n)] = {
+                **pride.entry([pride.decision_prior(rotations(server, r)) for r in rows]),
+                "threshold": lowest_threshold(server, rows, 0.97),
+            }
     assert fitted["file"]["priors"] == expected
     assert expected[DEFAULT]["2"]["decisions"] == 8 and expected["billing"]["3"]["decisions"] == 9
     assert all(
@@ -165,6 +196,61 @@ def test_a_new_file_is_bound_to_what_the_server_reports_and_holds_no_temperature
         "billing/4": "3 decision(s), fewer than the 8 a prior needs",
         f"{DEFAULT}/5": "3 decision(s), fewer than the 8 a prior needs",
     }
+    threshold = facts["threshold"]
+    assert {key: threshold[key] for key in ("signal", "fit", "target")} == {
+        "signal": "margin",
+        "fit": "leave-one-out",
+        "target": 0.97,
+    }
+    assert set(threshold["on_fit_decisions"]) == {"billing/3", f"{DEFAULT}/2"}
+    assert all(g["adaptive_same_top"] >= 0.97 for g in threshold["on_fit_decisions"].values())
+
+
+def without(document: dict[str, Any], *path: str) -> dict[str, Any]:
+    """`document` with the key at `path` removed (a copy)."""
+    copy = json.loads(json.dumps(document))
+    inner = copy
+    for key in path[:-1]:
+        inner = inner[key]
+    del inner[path[-1]]
+    return copy
+
+
+def test_the_threshold_fit_is_label_free_the_same_file_but_its_date_without_labels(
+    server: procs.Running, tmp_path: Path
+) -> None:
+    rows = chosen()
+    assert all("label" in row for row in rows)
+    files = []
+    for name, kept in (("labelled", rows), ("unlabelled", [without(r, "label") for r in rows])):
+        data = jsonl(tmp_path / f"{name}.jsonl", kept)
+        done = fit(server, data, tmp_path / f"{name}.json")
+        assert done.returncode == 0, done.stderr[-2000:]
+        files.append(json.loads((tmp_path / f"{name}.json").read_text()))
+    labelled_file, unlabelled_file = (
+        without(without(f, "fitted", "priors", "date"), "fitted", "priors", "data") for f in files
+    )
+    assert labelled_file == unlabelled_file
+    assert any(
+        e["threshold"] > 0 for entries in labelled_file["priors"].values() for e in entries.values()
+    ), "a threshold of 0 everywhere would prove nothing"
+
+
+def test_a_higher_target_escalates_more_and_target_one_matches_the_rotations_everywhere(
+    server: procs.Running, decisions: Path, tmp_path: Path
+) -> None:
+    found = {}
+    for target in ("0.5", "1"):
+        done = fit(server, decisions, tmp_path / f"{target}.json", "--target", target)
+        assert done.returncode == 0, done.stderr[-2000:]
+        found[target] = json.loads((tmp_path / f"{target}.json").read_text())
+    for workload, entries in found["1"]["priors"].items():
+        for n, entry in entries.items():
+            assert entry["threshold"] >= found["0.5"]["priors"][workload][n]["threshold"]
+    groups = found["1"]["fitted"]["priors"]["threshold"]["on_fit_decisions"]
+    assert all(g["adaptive_same_top"] == 1.0 for g in groups.values())
+    refused = fit(server, decisions, tmp_path / "bad.json", "--target", "0")
+    assert refused.returncode == 2 and "--target must be in (0, 1]" in refused.stderr
 
 
 def test_groups_under_eight_decisions_are_named_not_fitted_and_not_scored(

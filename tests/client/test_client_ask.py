@@ -245,6 +245,6 @@ def test_the_client_imports_neither_torch_nor_the_server() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     loaded = set(done.stdout.split())
-    assert loaded and all(
-        m == "semif_serve" or m.startswith("semif_serve.client") for m in loaded
-    ), loaded
+    # The orderings methods' names are the one list the client offers: their module is pure.
+    names = {"semif_serve", "semif_serve.decisions", "semif_serve.decisions.methods"}
+    assert loaded and all(m in names or m.startswith("semif_serve.client") for m in loaded), loaded

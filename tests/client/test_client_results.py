@@ -81,6 +81,34 @@ def test_a_prior_answer_reads_as_averaged_with_its_prior() -> None:
     assert typed.to_json() == answer
 
 
+def test_an_adaptive_answer_reads_its_rows_escalation_and_threshold() -> None:
+    second = {**OK, "id": "d#o1", "option_ids": ["b", "a"]}
+    answer = {
+        "id": "d",
+        "option_ids": ["a", "b"],
+        "orderings": [OK, second],
+        "combined": {
+            "method": "adaptive",
+            "orderings": 2,
+            "probabilities": [0.4, 0.6],
+            "top": "b",
+            "agreement": 0.5,
+            "spread": {"a": [0.25, 0.5], "b": [0.5, 0.75]},
+            "rows": 2,
+            "escalated": True,
+            "threshold": 0.19,
+        },
+    }
+    typed = decided(answer)
+    assert isinstance(typed, Averaged) and len(typed.orderings) == 2
+    assert (typed.combined.rows, typed.combined.escalated, typed.combined.threshold) == (
+        2,
+        True,
+        0.19,
+    )
+    assert typed.combined.extra == {} and typed.to_json() == answer
+
+
 @pytest.mark.parametrize("bad", [[], "text", {k: v for k, v in OK.items() if k != "probabilities"}])
 def test_an_answer_without_a_required_key_is_refused(bad) -> None:
     with pytest.raises(TypeError):

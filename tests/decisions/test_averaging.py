@@ -306,7 +306,7 @@ def test_each_refusal_says_exactly_what_it_cannot_compute() -> None:
     cases = [
         (
             lambda: permutations(3, "shuffle"),
-            "orderings must be one of ('none', 'rotations', 'all', 'prior'), got 'shuffle'",
+            "orderings must be one of ('none', 'rotations', 'all', 'prior', 'adaptive'), got 'shuffle'",
         ),
         (lambda: permutations(0, "none"), "a decision needs at least one option, got 0"),
         (lambda: permutations(5, "all"), "orderings 'all' allows at most 4 options, got 5"),
@@ -343,7 +343,7 @@ WORKED_PRIOR = [
 
 
 def test_prior_is_an_orderings_value_but_not_an_averaging_method() -> None:
-    assert ORDERINGS == (*METHODS, "prior")
+    assert ORDERINGS == (*METHODS, "prior", "adaptive")
     assert permutations(5, "prior") == [(0, 1, 2, 3, 4)]
     [row] = expand(make_row("abc"), "prior")
     assert row["id"] == "q1#o0" and row["options"] == make_row("abc")["options"]

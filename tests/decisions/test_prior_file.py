@@ -137,14 +137,17 @@ ENTRY = "SEMIF_CALIBRATION: priors 'w' entry '4'"
             {"w": {"٤": {"prior": FOUR, "decisions": 8}}},
             "SEMIF_CALIBRATION: priors 'w' entry '٤' must be an option count 2..16 written as a plain decimal",
         ),
-        ({"w": {"4": FOUR}}, f"{ENTRY} must be an object with exactly the keys decisions, prior"),
+        (
+            {"w": {"4": FOUR}},
+            f"{ENTRY} must be an object with the keys decisions, prior and optionally threshold",
+        ),
         (
             {"w": {"4": {"prior": FOUR}}},
-            f"{ENTRY} must be an object with exactly the keys decisions, prior",
+            f"{ENTRY} must be an object with the keys decisions, prior and optionally threshold",
         ),
         (
             {"w": {"4": {"prior": FOUR, "decisions": 8, "date": "x"}}},
-            f"{ENTRY} must be an object with exactly the keys decisions, prior",
+            f"{ENTRY} must be an object with the keys decisions, prior and optionally threshold",
         ),
         (
             {"w": {"4": {"prior": FOUR, "decisions": 0}}},

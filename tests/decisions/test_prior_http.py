@@ -295,7 +295,7 @@ TABLE = calibration_file.Table(
         (
             "/decide",
             {**ROW, "orderings": "pride", "workload": "triage"},
-            "body.orderings must be one of none, rotations, all, prior",
+            "body.orderings must be one of none, rotations, all, prior, adaptive",
         ),
     ],
     ids=[

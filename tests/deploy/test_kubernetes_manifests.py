@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from semif_serve import config
+from semif_serve.service import callers
 
 
 def required(name: str) -> ModuleType:
@@ -130,11 +131,31 @@ def test_non_root_read_only_root_and_the_image_user(
     assert re.search(rf"^USER {uid}(:\d+)?$", containerfile, re.M)
 
 
-def test_token_from_a_secret_and_model_cache_read_only(
-    kinds: dict[str, dict[str, Any]], container: dict[str, Any]
+def test_tokens_file_from_a_secret_volume_the_server_accepts(
+    kinds: dict[str, dict[str, Any]], container: dict[str, Any], tmp_path: Path
 ) -> None:
-    token = env_of(container)["SEMIF_API_TOKEN"]
-    assert set(token) == {"secretKeyRef"}
+    """The callers come from a Secret mounted as a folder (a subPath mount never sees an update,
+    an environment variable never changes in a running pod), in a mode the server's own reader
+    accepts and the server's group can read, and no token rides in an environment variable."""
+    env = env_of(container)
+    assert not env.keys() & {"SEMIF_API_TOKEN", "SEMIF_API_KEY"}
+    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True and "subPath" not in mount
+    (item,) = volume["secret"]["items"]
+    assert env["SEMIF_API_TOKENS_FILE"] == f"{mount['mountPath']}/{item['path']}"
+    mode = volume["secret"]["defaultMode"]
+    assert (
+        mode & 0o040 and pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    )
+    tokens = tmp_path / "callers"
+    tokens.write_text("ranker " + "r" * 32 + "\n")
+    tokens.chmod(mode)
+    assert callers.load(str(tokens)).identify(b"r" * 32) == "ranker"
+
+
+def test_model_cache_read_only(kinds: dict[str, dict[str, Any]], container: dict[str, Any]) -> None:
     pod = kinds["Deployment"]["spec"]["template"]["spec"]
     (models,) = [v for v in pod["volumes"] if v["name"] == "models"]
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "models"]

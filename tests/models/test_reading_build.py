@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,7 @@ def fake_model(**changes: object) -> reading.Model:
         sha256=hashlib.sha256(b"".join(BLOCKS)).hexdigest(),
         snapshot_bytes=1_000,
         peak_memory_bytes=1,
+        build_seconds=1,
     )
     return dataclasses.replace(model, **changes)
 
@@ -242,3 +245,25 @@ def test_the_committed_tables_add_up_to_the_pinned_files() -> None:
     for model in reading.MODELS.values():
         digests = [digest for _, digest in model.parts]
         assert len(set(digests)) == len(digests)
+
+
+def test_help_says_what_it_is_for_and_what_a_build_costs() -> None:
+    """Before minutes of work: the purpose, and for each size the time, the memory, the disk
+    and the wheels, as `semif-serve reading-model --help` prints them."""
+    done = subprocess.run(
+        [sys.executable, "-m", "semif_serve", "reading-model", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "judged on a CPU" in text and "not the contract's Qwen3.5-4B" in text
+    for model in reading.MODELS.values():
+        assert f"{model.size}: about {model.build_seconds} s" in text
+        assert f"{model.peak_memory_bytes / 1e9:.1f} GB of memory at peak" in text
+        disk = (model.gguf_bytes + model.snapshot_bytes) / 1e9
+        assert f"{disk:.1f} GB of free disk under DIR while building" in text
+        assert (
+            f"{model.gguf_bytes / 1e9:.2f} GB of wheels: pip install -e '.[{model.extra}]'" in text
+        )

@@ -10,12 +10,16 @@ path by the conftest's `tiny_scorer` over an overridden `tiny_built`.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from pathlib import Path
 
 import pytest
 
 from semif_serve.builders import reading
-from semif_serve.decisions import calibration_file
+from semif_serve.decisions import averaging, calibration, calibration_file
+from semif_serve.decisions.methods import Method
+from semif_serve.decisions.views import as_json
 from tests.reading_rows import ROWS, misread
 from tests.wire_client import request
 
@@ -67,3 +71,47 @@ async def test_the_committed_calibration_is_bound_to_it_and_serves_its_prior(
     combined = answer.json["combined"]
     assert combined["prior"] == list(table.priors["default"][3].prior)
     assert combined["calibrated"]["temperature"] == table["default"]["prior"]
+
+
+@pytest.mark.parametrize("threshold", [0.0, 1.0], ids=["never-escalates", "always-escalates"])
+async def test_adaptive_answers_as_the_prior_or_as_the_rotations_of_the_rows_it_scored(
+    start_server, tiny_scorer, threshold: float
+) -> None:
+    """Over the committed prior with a threshold beside it (0: no margin is below it; 1: every one
+    is), each adaptive answer is averaging's combination of the rows it scored: the prior's view
+    of its one row, or the rotations' of all n, each with that method's temperature."""
+    committed = calibration_file.load(str(EVIDENCE))
+    priors = {
+        workload: {
+            n: dataclasses.replace(entry, threshold=threshold) for n, entry in counts.items()
+        }
+        for workload, counts in committed.priors.items()
+    }
+    table = dataclasses.replace(committed, priors=priors)
+    server = await start_server(tiny_scorer, calibration=table)
+    for number, (state, question, descriptions) in enumerate(ROWS[:2]):
+        options = [{"id": f"o{i}", "description": text} for i, text in enumerate(descriptions)]
+        row = {"id": f"r{number}", "state": state, "question": question, "options": options}
+        answer = await request(
+            server.port,
+            "POST",
+            "/decide",
+            {**row, "workload": "default", "orderings": "adaptive"},
+            timeout=600,
+        )
+        assert answer.status == 200, answer.json
+        combined, scored = answer.json["combined"], answer.json["orderings"]
+        escalated = threshold == 1.0
+        basis = Method.ROTATIONS if escalated else Method.PRIOR
+        assert (combined["escalated"], combined["rows"], len(scored)) == (
+            escalated,
+            len(options) if escalated else 1,
+            len(options) if escalated else 1,
+        )
+        temper = functools.partial(
+            calibration.combined_view, "default", basis, table["default"][basis]
+        )
+        prior = None if escalated else table.priors["default"][len(options)].prior
+        expected = as_json(averaging.combine(row, basis, scored, temper, prior))["combined"]
+        extra = {"method": "adaptive", "rows": len(scored), "escalated": escalated}
+        assert combined == {**expected, **extra, "threshold": threshold}

@@ -191,3 +191,15 @@ def test_what_would_not_load_is_never_returned() -> None:
     broken["calibration"]["workloads"]["triage"]["prior"] = 99.0  # out of range
     with pytest.raises(ValueError, match="temperature"):
         audit_export.exported([broken], 0.97, "d")
+
+
+def test_a_served_threshold_is_refitted_and_the_file_loads() -> None:
+    """10 audits, 3 disagreeing at margin 0.3: at target 0.8 one may stand, so escalating below 0.31
+    is what keeps 80 %; the served 0.1 is raised to it."""
+    served = replica()
+    served["calibration"]["priors"]["triage"]["4"]["threshold"] = 0.1
+    served["audits"][0]["margins"]["disagreeing"][live_prior.margin_bin(0.3)] = 3
+    exported = audit_export.exported([served], 0.8, "d").document
+    assert exported["priors"]["triage"]["4"]["threshold"] == pytest.approx(0.31)
+    table = calibration_file.bound(exported)
+    assert table.priors["triage"][4].threshold == pytest.approx(0.31)

@@ -208,3 +208,19 @@ async def test_an_audit_waits_while_a_callers_call_is_queued(start_server: Any) 
     await settled(server)
     order = [kind for kind, _ in sorted(started, key=lambda pair: pair[1])]
     assert order == ["shared", "shared", "shared", "audit"]
+
+
+@pytest.mark.parametrize("threshold,audited", [(0.0, 3), (1.0, 0)], ids=["sure", "escalated"])
+async def test_adaptive_decisions_are_audited_only_where_they_did_not_escalate(
+    start_server: Any, threshold: float, audited: int
+) -> None:
+    """Threshold 0: no margin is below it, every adaptive decision is its one row, and audited.
+    Threshold 1: every decision escalated, was scored under every rotation, and is not."""
+    priors = {"triage": {"4": {**PRIORS["triage"]["4"], "threshold": threshold}}}
+    table = calibration_file.bound({**MATCHING, "priors": priors})
+    server = await start_server(
+        StubScorer(settings()), calibration=table, metrics=True, audit_rate=1.0
+    )
+    await post(server.port, shared(decisions(3, "adaptive")))
+    await settled(server)
+    assert server.audits.outcomes[("triage", 4, "done")] == audited

@@ -4,12 +4,13 @@ whichever token matches, or none."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pickle
 from pathlib import Path
 
 import pytest
 
-from semif_serve.config import TOKEN_RULE
 from semif_serve.service import callers
 from semif_serve.service.callers import MAX_CALLERS, Callers
 
@@ -61,76 +62,114 @@ def test_each_of_several_tokens_is_its_callers_and_near_misses_are_no_one(tmp_pa
         assert loaded.identify(wrong.encode()) is None, wrong
 
 
-def test_every_check_compares_every_slot_whichever_token_matches(
+def test_every_check_makes_one_compare_whichever_token_it_is(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """No exit that depends on the match, nor on how many tokens there are: always MAX_CALLERS compares."""
-    compared: list[int] = []
+    """No exit that depends on the match, nor on how many tokens there are: a hit, a miss and an empty
+    token each cost one digest and one `compare_digest` (a miss compares with the decoy)."""
+    calls: list[tuple[int, int]] = []
     real = callers.hmac.compare_digest
 
     def counting(a: bytes, b: bytes) -> bool:
-        compared.append(1)
+        calls.append((len(a), len(b)))
         return real(a, b)
 
     monkeypatch.setattr(callers.hmac, "compare_digest", counting)
     few = Callers.of([("alice", ALICE)])
-    many = Callers.of([("alice", ALICE), ("bob", BOB), ("carol", CAROL)])
-    counts = []
+    many = Callers.of([("alice", ALICE), ("bob", BOB), ("carol", CAROL), ("alice", "z" * 40)])
+    made = []
     for table, token in ((few, ALICE), (few, "x" * 32), (many, ALICE), (many, CAROL), (many, "")):
-        compared.clear()
+        calls.clear()
         table.identify(token.encode())
-        counts.append(len(compared))
-    assert counts == [MAX_CALLERS] * 5
+        made.append(list(calls))
+    assert made == [[(32, 32)]] * 5
+
+
+class Untouchable(bytes):
+    """A presented token that fails the test if it is ever hashed as a key or compared as itself:
+    a table keyed by raw tokens (`table.get(token)`, `token == stored`) must touch one of these."""
+
+    def __hash__(self) -> int:
+        raise AssertionError("the raw token was used as a dict key")
+
+    def __eq__(self, other: object) -> bool:
+        raise AssertionError("the raw token was compared as itself")
+
+
+def test_the_lookup_is_made_on_the_digest_never_on_the_raw_token() -> None:
+    table = Callers.of([("alice", ALICE), ("bob", BOB), ("bob", CAROL)])
+    for token, name in ((ALICE, "alice"), (CAROL, "bob"), ("x" * 40, None)):
+        assert table.identify(Untouchable(token.encode())) == name
+    # Nothing the table holds is a token, in any form: not a key, not a value, not a field.
+    kept = pickle.dumps(table)
+    for token in (ALICE, BOB, CAROL):
+        assert token.encode() not in kept and token.encode("utf-16-le") not in kept
+    assert set(table._by_digest) == {
+        hashlib.sha256(t.encode()).digest() for t in (ALICE, BOB, CAROL)
+    }
+
+
+NAME_RULE = (
+    " line 1: the name must match [A-Za-z0-9._-]{1,31} and not be '-' alone (a token, longer, never "
+    "passes as a name: are the columns swapped?)"
+)
+SHORT = (
+    "the token is shorter than 32 characters; it must be at least 32 characters of visible ASCII "
+    "(33-126)"
+)
+NOT_ASCII = (
+    "the token holds a character outside visible ASCII (33-126); it must be at least 32 "
+    "characters of visible ASCII (33-126)"
+)
+TWICE = "the token is line 1's too; a token belongs to one name only"
 
 
 @pytest.mark.parametrize(
     "text,message",
     [
-        (f"alice {ALICE} extra\n", " line 1: 3 field(s); each line is one `name token` pair"),
+        (f"alice {ALICE} extra\n", " line 1: 3 fields; each line is one `name token` pair"),
+        (f"# x\nalice {ALICE}\nbob\n", " line 3: one field; each line is one `name token` pair"),
+        (f"{ALICE}\n", " line 1: one field; each line is one `name token` pair"),
+        (f"- {ALICE}\n", NAME_RULE),
+        (f"{'n' * 32} {ALICE}\n", NAME_RULE),
+        (f"al/ice {ALICE}\n", NAME_RULE),
+        (f"{ALICE} alice\n", NAME_RULE),  # the columns swapped
+        (f"{ALICE} {BOB}\n", NAME_RULE),  # a line of two tokens
+        (f"alice {ALICE}\n\nbob {ALICE}\n", f" line 3: {TWICE}"),
+        (f"alice {ALICE}\nalice {ALICE}\n", f" line 2: {TWICE}"),
         (
-            f"# x\nalice {ALICE}\nbob\n",
-            " line 3: a name without a token; each line is one `name token` pair",
+            f"alice {ALICE}\nbob {BOB}\nalice {CAROL}\nalice {'d' * 32}\n",
+            " line 4: the name already holds 2 tokens (lines 1, 3), the most one name may hold",
         ),
-        (
-            f"- {ALICE}\n",
-            " line 1: a caller's name must match [A-Za-z0-9._-]{1,64} and not be '-' alone",
-        ),
-        (
-            f"{'n' * 65} {ALICE}\n",
-            " line 1: a caller's name must match [A-Za-z0-9._-]{1,64} and not be '-' alone",
-        ),
-        (
-            f"al/ice {ALICE}\n",
-            " line 1: a caller's name must match [A-Za-z0-9._-]{1,64} and not be '-' alone",
-        ),
-        (
-            f"alice {ALICE}\nalice {BOB}\n",
-            " line 2: caller 'alice' is named twice (first on line 1)",
-        ),
-        (f"alice {ALICE}\n\nbob {ALICE}\n", " line 3: caller 'bob' has the same token as line 1"),
-        (
-            "alice " + "s" * 31 + "\n",
-            " line 1: caller 'alice''s token must be at least 32 characters of visible ASCII (33-126)",
-        ),
-        (
-            "alice " + "é" * 40 + "\n",
-            " line 1: caller 'alice''s token must be at least 32 characters of visible ASCII (33-126)",
-        ),
+        ("alice " + "s" * 31 + "\n", f" line 1: {SHORT}"),
+        ("alice " + "é" * 40 + "\n", f" line 1: {NOT_ASCII}"),
+        ("alice " + "t" * 34 + "é\n", f" line 1: {NOT_ASCII}"),  # 36 bytes: no length problem
         ("", " holds no caller (only blank lines and # comments)"),
         ("# only a comment\n\n  \n", " holds no caller (only blank lines and # comments)"),
         (
             "".join(f"c{k} {k:040d}\n" for k in range(MAX_CALLERS + 1)),
-            f" holds more than {MAX_CALLERS} callers",
+            f" holds more than {MAX_CALLERS} callers (names)",
         ),
     ],
 )
-def test_a_bad_file_is_refused_naming_the_line(tmp_path: Path, text: str, message: str) -> None:
+def test_a_bad_file_is_refused_naming_the_line_and_the_rule_never_a_field(
+    tmp_path: Path, text: str, message: str
+) -> None:
     assert refusal(tmp_path, text) == message
+    lines = [line.split() for line in text.splitlines() if not line.lstrip().startswith("#")]
+    for field in (field for fields in lines for field in fields if len(field) > 1):
+        assert field not in message, field  # neither a name nor a token (Rule 1)
 
 
-def test_exactly_max_callers_are_accepted(tmp_path: Path) -> None:
-    text = "".join(f"c{k} {k:040d}\n" for k in range(MAX_CALLERS))
-    assert len(callers.load(written(tmp_path, text)).names) == MAX_CALLERS
+def test_a_name_holds_two_tokens_and_at_most_max_callers_names(tmp_path: Path) -> None:
+    """MAX_CALLERS bounds the names (the `caller` label); a name holds at most 2 tokens, so a file
+    holds at most 2 x MAX_CALLERS tokens, each its one name's."""
+    text = "".join(f"c{k} {k:040d}\nc{k} {k:041d}\n" for k in range(MAX_CALLERS))
+    loaded = callers.load(written(tmp_path, text))
+    assert loaded.names == tuple(f"c{k}" for k in range(MAX_CALLERS))
+    assert loaded.tokens == 2 * MAX_CALLERS
+    found = [loaded.identify(f"{k:0{width}d}".encode()) for k in (0, 63) for width in (40, 41)]
+    assert found == ["c0", "c0", "c63", "c63"]
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o604, 0o602, 0o666])
@@ -171,6 +210,4 @@ def test_bytes_that_are_not_utf_8_are_refused_naming_the_line_not_a_codec(tmp_pa
     path.chmod(0o600)
     with pytest.raises(callers.TokensFileError) as refused:
         callers.load(str(path))
-    assert str(refused.value) == (
-        f"SEMIF_API_TOKENS_FILE {path} line 2: caller 'bob''s token must be {TOKEN_RULE}"
-    )
+    assert str(refused.value) == f"SEMIF_API_TOKENS_FILE {path} line 2: {NOT_ASCII}"

@@ -23,7 +23,7 @@ from semif_serve.service.callers import DEFAULT
 from tests.bodies import ROW
 from tests.fake_scorer import FakeScorer
 from tests.metrics_samples import sample, scrape, value
-from tests.served_process import Process
+from tests.served_process import Process, replace
 from tests.wire_client import (
     TOKEN,
     Connection,
@@ -222,8 +222,8 @@ def start(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     [
         (FILE, 0o644, " is readable or writable by other users (mode 0644)"),
         ("", 0o600, " holds no caller (only blank lines and # comments)"),
-        (f"alice {ALICE}\nalice {BOB}\n", 0o600, " line 2: caller 'alice' is named twice"),
-        (f"alice {ALICE} x\n", 0o600, " line 1: 3 field(s)"),
+        (f"alice {ALICE}\nbob {ALICE}\n", 0o600, " line 2: the token is line 1's too"),
+        (f"alice {ALICE} x\n", 0o600, " line 1: 3 fields"),
     ],
 )
 def test_a_tokens_file_that_cannot_be_used_stops_the_process(
@@ -236,6 +236,59 @@ def test_a_tokens_file_that_cannot_be_used_stops_the_process(
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
+# Files whose every long field is a token: none of them may reach stderr, the log or /metrics.
+DAVE, ERIN = "dave-" + "d" * 32, "erin-" + "e" * 32
+LEAKY = {
+    "columns swapped": f"{DAVE} dave\n",
+    "a line of two tokens": f"{DAVE} {ERIN}\n",
+    "a token twice": f"dave {DAVE}\nerin {DAVE}\n",
+}
+
+
+def long_fields(text: str) -> set[str]:
+    """The fields of 32 characters or more: where a token may be, whatever column it is in."""
+    return {field for field in text.split() if len(field) >= 32}
+
+
+@pytest.mark.parametrize("case", sorted(LEAKY))
+def test_a_file_refused_at_startup_shows_no_token(tmp_path: Path, case: str) -> None:
+    done = start({"SEMIF_API_TOKENS_FILE": tokens_file(tmp_path, LEAKY[case])})
+    assert done.returncode == 2, done.stderr
+    assert "line 1: the name must match" in done.stderr or "the token is line 1's" in done.stderr
+    shown = done.stderr + done.stdout
+    assert [field for field in long_fields(LEAKY[case]) if field in shown] == []
+
+
+async def test_a_file_refused_on_reload_shows_no_token_in_the_log_or_the_metrics(
+    tmp_path: Path,
+) -> None:
+    path = Path(tokens_file(tmp_path))
+    process = await Process.start(
+        without=("SEMIF_API_TOKEN",), SEMIF_API_TOKENS_FILE=str(path), SEMIF_LOG_FLUSH_S="0"
+    )
+    shown = []
+    try:
+        for text in LEAKY.values():
+            replace(path, text)
+            line = await process.reload(str(path))  # the reload's outcome, either way
+            assert "the callers are unchanged" in line, line
+            for token in long_fields(
+                text
+            ):  # had a token become a name, its requests would carry it
+                refused = await request(process.port, "POST", "/decide", ROW, bearer(token))
+                assert refused.status == 401
+        shown.append((await request(process.port, "GET", "/metrics", headers=[])).body.decode())
+    finally:
+        process.proc.send_signal(signal.SIGTERM)
+        assert await process.exit_code(10) == 0
+    shown.append("".join(process.stderr))
+    leaked = [
+        field for text in LEAKY.values() for field in long_fields(text) if field in "".join(shown)
+    ]
+    assert leaked == []
+    assert shown[0].count("semif_reloads_total") > 0 and "Traceback" not in shown[1]
+
+
 def test_both_bearer_forms_stop_the_process(tmp_path: Path) -> None:
     done = start({"SEMIF_API_TOKEN": TOKEN, "SEMIF_API_TOKENS_FILE": tokens_file(tmp_path)})
     assert done.returncode == 2
@@ -243,3 +296,19 @@ def test_both_bearer_forms_stop_the_process(tmp_path: Path) -> None:
         "semif-serve: SEMIF_API_TOKEN and SEMIF_API_TOKENS_FILE are both set; set one "
         "(the file's callers replace the one token)\n"
     )
+
+
+async def test_startup_logs_how_many_callers_it_loaded_as_a_reload_does(tmp_path: Path) -> None:
+    """Before the model loads, so an operator sees which file's callers a replica serves (their
+    names, never a token) without waiting for a request or a reload."""
+    named = await Process.start(
+        without=("SEMIF_API_TOKEN",), SEMIF_API_TOKENS_FILE=tokens_file(tmp_path)
+    )
+    one = await Process.start()
+    for process in (named, one):
+        process.proc.send_signal(signal.SIGTERM)
+        assert await process.exit_code(10) == 0
+    before = ["".join(p.stderr).split("listening")[0] for p in (named, one)]
+    assert "callers loaded: 3 (alice, bob, carol)" in before[0]
+    assert f"callers loaded: 1 ({DEFAULT})" in before[1]
+    assert not any(token in "".join(named.stderr) for token in (ALICE, BOB, CAROL))

@@ -108,10 +108,21 @@ def test_the_metrics_port_is_off_unless_set_and_needs_metrics() -> None:
     [
         (
             {"SEMIF_API_TOKEN": "x"},
-            "SEMIF_API_TOKEN must be at least 32 characters of visible ASCII (33-126) "
-            "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)",
+            "SEMIF_API_TOKEN is shorter than 32 characters; it must be at least 32 characters of "
+            "visible ASCII (33-126) (python3 -c 'import secrets; print(secrets.token_urlsafe(32))' "
+            "makes one)",
+        ),
+        (  # 36 bytes, 35 characters: long enough; the message must not read as a length problem
+            {"SEMIF_API_TOKEN": "t" * 34 + "é"},
+            "SEMIF_API_TOKEN holds a character outside visible ASCII (33-126); it must be at least "
+            "32 characters of visible ASCII (33-126) (python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))' makes one)",
         ),
         ({"SEMIF_MODEL": ""}, "SEMIF_MODEL must not be empty"),
+        (
+            {"SEMIF_PID_FILE": ""},
+            "SEMIF_PID_FILE is set but empty: set it to a file's path, or unset it",
+        ),
         ({"SEMIF_DEVICE": "cuda:x"}, "SEMIF_DEVICE must be cuda, cuda:N or cpu, got 'cuda:x'"),
         (
             {"SEMIF_SCORER": "torch"},

@@ -8,11 +8,14 @@ configuration and fail only at load, with exit status 1.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
+from semif_serve import cli, config
+from semif_serve.ops import hangup
 from tests.wire_client import TOKEN
 
 
@@ -60,3 +63,21 @@ def test_without_a_token_the_process_says_what_a_valid_one_is() -> None:
         "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one), "
         "or SEMIF_API_TOKENS_FILE for named callers\n"
     )
+
+
+def test_serve_holds_sighup_before_it_reads_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry point's first line: a SIGHUP from then on is counted, never the default action
+    (terminate), before anything else is read or imported (ops/hangup.py, Rule 1)."""
+    seen = []
+
+    def load() -> config.Settings:
+        seen.append(signal.getsignal(signal.SIGHUP))
+        raise ValueError("SEMIF_TEST stops here")
+
+    monkeypatch.setattr(config, "load", load)
+    previous = signal.getsignal(signal.SIGHUP)
+    try:
+        assert cli.main(["serve"]) == 2
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert seen == [hangup._count]

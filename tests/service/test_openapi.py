@@ -127,8 +127,23 @@ def test_the_document_parses_and_names_every_error_code() -> None:
                 ],
             },
         ),
+        ("POST /decide", {**ROW, "orderings": "adaptive", "workload": "triage"}),
+        (
+            "POST /decide/shared",
+            {
+                **SHARED,
+                "workload": "triage",
+                "decisions": [
+                    {**decision, "orderings": "adaptive"} for decision in SHARED["decisions"]
+                ],
+            },
+        ),
         ("GET /health", None),
         ("POST /v1/systemone", SYSTEMONE),
+        (
+            "POST /v1/systemone",
+            {**SYSTEMONE, "semif": {"orderings": "adaptive", "workload": "triage"}},
+        ),
         (
             "POST /v1/systemone",
             {**SYSTEMONE, "semif": {"orderings": "prior", "workload": "triage"}},

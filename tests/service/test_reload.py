@@ -31,7 +31,11 @@ async def stop(process: Process) -> None:
     assert await process.exit_code(10) == 0
 
 
-async def test_a_token_is_rotated_with_no_failed_request(tmp_path: Path) -> None:
+async def test_a_token_is_rotated_under_the_same_name_with_no_failed_request(
+    tmp_path: Path,
+) -> None:
+    """The recipe in docs/operating.md: the new token beside the old under the same name, reload,
+    the client moves, the old line removed, reload; the caller's label never changes."""
     tokens = tmp_path / "tokens"
     replace(tokens, f"svc {OLD}\nother {OTHER}\n")
     process = await Process.start(without=("SEMIF_API_TOKEN",), SEMIF_API_TOKENS_FILE=str(tokens))
@@ -48,12 +52,12 @@ async def test_a_token_is_rotated_with_no_failed_request(tmp_path: Path) -> None
     try:
         load = asyncio.ensure_future(caller())
         await asyncio.sleep(0.3)
-        replace(tokens, f"svc {OLD}\nother {OTHER}\nsvc.next {NEW}\n")  # add the new token
-        assert "3 callers (svc, other, svc.next)" in await process.reload("reloaded")
+        replace(tokens, f"svc {OLD}\nother {OTHER}\nsvc {NEW}\n")  # add the new token
+        assert "2 callers (svc, other), 3 tokens" in await process.reload("reloaded")
         current[0] = NEW  # the caller moves to it
         await asyncio.sleep(0.3)
-        replace(tokens, f"other {OTHER}\nsvc.next {NEW}\n")  # remove the old one
-        assert "2 callers (other, svc.next)" in await process.reload("reloaded")
+        replace(tokens, f"other {OTHER}\nsvc {NEW}\n")  # remove the old one
+        assert "2 callers (other, svc), 2 tokens" in await process.reload("reloaded")
         await asyncio.sleep(0.3)
         running = False
         await load
@@ -69,7 +73,14 @@ async def test_a_token_is_rotated_with_no_failed_request(tmp_path: Path) -> None
         metrics = await scrape(process.port)
         assert sample(metrics, "semif_reloads_total", file="tokens", outcome="ok") == 2
         assert sample(metrics, "semif_reloads_total", file="tokens", outcome="invalid") == 0
-        assert sample(metrics, "semif_http_requests_total", caller="svc.next", status="200") > 0
+        served = sample(metrics, "semif_http_requests_total", caller="svc", status="200")
+        assert served == len(statuses)  # every request of the rotation, old token or new, as svc
+        named = {
+            dict(labels)["caller"]
+            for name, labels in metrics
+            if name == "semif_http_requests_total"
+        }
+        assert named == {"svc", "other", "-"}  # no label for the new token: it is svc's
     finally:
         running = False
         await stop(process)
@@ -152,13 +163,13 @@ async def test_a_file_that_fails_a_check_leaves_the_old_one_serving(tmp_path: Pa
                 f"SEMIF_API_TOKENS_FILE {tokens} is readable or writable by other",
             ),
             (
-                f"svc {OLD}\nsvc {NEW}\n",
+                f"svc {OLD}\nsvc {NEW}\nsvc {OTHER}\n",
                 0o600,
-                "line 2: caller 'svc' is named twice (first on line 1)",
+                "line 3: the name already holds 2 tokens (lines 1, 2)",
             ),
-            (f"svc {OLD}\nnew {OLD}\n", 0o600, "line 2: caller 'new' has the same token as line 1"),
-            (f"svc {OLD} extra\n", 0o600, "line 1: 3 field(s)"),
-            (f"svc {OLD}\nnew short\n", 0o600, "line 2: caller 'new''s token must be at least 32"),
+            (f"svc {OLD}\nnew {OLD}\n", 0o600, "line 2: the token is line 1's too"),
+            (f"svc {OLD} extra\n", 0o600, "line 1: 3 fields"),
+            (f"svc {OLD}\nnew short\n", 0o600, "line 2: the token is shorter than 32"),
             ("# nobody\n", 0o600, "holds no caller"),
             (
                 None,
@@ -245,3 +256,15 @@ async def test_with_the_one_token_sighup_reloads_the_calibration_only(tmp_path: 
         assert sample(metrics, "semif_reloads_total", file="tokens", outcome="ok") == 0
     finally:
         await stop(process)
+
+
+async def test_a_sighup_while_draining_is_ignored_and_kills_nothing() -> None:
+    process = await Process.start(SEMIF_STUB_DELAY_MS="1500", SEMIF_LOG_FLUSH_S="0")
+    held = asyncio.ensure_future(request(process.port, "POST", "/decide", ROW))
+    await asyncio.wait_for(process.in_flight(), 10)
+    process.proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(process.wait_for_line("shutting down"), 10)
+    process.proc.send_signal(signal.SIGHUP)
+    await asyncio.wait_for(process.wait_for_line("SIGHUP while shutting down: ignored"), 10)
+    assert (await held).status == 200  # the drain went on
+    assert await process.exit_code(10) == 0

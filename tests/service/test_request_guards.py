@@ -184,7 +184,7 @@ LONG = "w" * 100  # echoed as a 60-character excerpt
         (
             LIMITS,
             {**ROW, "orderings": "some"},
-            "body.orderings must be one of none, rotations, all, prior",
+            "body.orderings must be one of none, rotations, all, prior, adaptive",
         ),
         (
             WITH_WORKLOADS,

@@ -25,14 +25,15 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def serving() -> Iterator[str]:
     """A stub server on its own event loop in a thread: schemathesis calls block."""
     # "triage": the plain table's none temperature, plus (extension) priors over 2 and 3 options
-    # and a temperature for "prior", so every result shape can be asked for.
+    # and a temperature for "prior", so every result shape can be asked for; "adaptive" escalates
+    # always over 2 options (threshold 1) and never over 3 (threshold 0), with a temperature either way.
     priors = {
-        2: calibration_file.FittedPrior((0.6, 0.4), 8),
-        3: calibration_file.FittedPrior((0.5, 0.3, 0.2), 8),
+        2: calibration_file.FittedPrior((0.6, 0.4), 8, 1.0),
+        3: calibration_file.FittedPrior((0.5, 0.3, 0.2), 8, 0.0),
     }
     settings = server_settings()
     table = calibration_file.Table(
-        {"triage": {"none": 1.5, "prior": 1.2}}, priors={"triage": priors}
+        {"triage": {"none": 1.5, "prior": 1.2, "rotations": 1.1}}, priors={"triage": priors}
     )
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)

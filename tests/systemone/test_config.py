@@ -205,12 +205,14 @@ def test_semifs_name_for_one_of_our_settings_is_read_as_ours(
     [
         (
             {"SEMIF_API_KEY": "short"},
-            "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126) "
+            "SEMIF_API_KEY is shorter than 32 characters; it must be at least 32 characters of "
+            "visible ASCII (33-126) "
             "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)",
         ),
         (
             {"SEMIF_API_KEY": ""},
-            "SEMIF_API_KEY must be at least 32 characters of visible ASCII (33-126) "
+            "SEMIF_API_KEY is shorter than 32 characters; it must be at least 32 characters of "
+            "visible ASCII (33-126) "
             "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)",
         ),
         (
@@ -321,3 +323,27 @@ def test_a_workload_with_priors_only_has_no_temperature_for_another_default(tmp_
         "SEMIF_SYSTEMONE_WORKLOAD 'sorting' has no temperature for "
         "SEMIF_SYSTEMONE_ORDERINGS='none'; it has: none at all"
     )
+
+
+# -- SEMIF_SYSTEMONE_ORDERINGS=adaptive: the default workload needs a threshold beside its priors ----------
+
+
+def test_adaptive_by_default_needs_a_workload_with_a_threshold(tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as caught:
+        with_priors(
+            tmp_path, SEMIF_SYSTEMONE_ORDERINGS="adaptive", SEMIF_SYSTEMONE_WORKLOAD="triage"
+        )
+    assert str(caught.value) == (
+        "SEMIF_SYSTEMONE_WORKLOAD 'triage' has no threshold beside its priors for "
+        "SEMIF_SYSTEMONE_ORDERINGS='adaptive'; fit one with `bench prior`"
+    )
+    priors = {"triage": {"4": {**PRIORS["triage"]["4"], "threshold": 0.2}}}
+    settings = started(
+        {
+            "SEMIF_API_TOKEN": TOKEN,
+            "SEMIF_CALIBRATION": prior_path(tmp_path, priors=priors),
+            "SEMIF_SYSTEMONE_ORDERINGS": "adaptive",
+            "SEMIF_SYSTEMONE_WORKLOAD": "triage",
+        }
+    )
+    assert (settings.systemone_orderings, settings.systemone_workload) == ("adaptive", "triage")

@@ -453,5 +453,5 @@ def test_orderings_lists_the_prior_among_its_values() -> None:
     )
     assert (error.param, error.message) == (
         "semif.orderings",
-        "semif.orderings must be one of none, rotations, all, prior",
+        "semif.orderings must be one of none, rotations, all, prior, adaptive",
     )

@@ -1,0 +1,263 @@
+"""Orderings "adaptive" on a real socket: one row per decision first, a second call over the unsure
+decisions' other rotations only, and the answers those rows give under "prior" and "rotations".
+
+The scripted scorer's logits are each option's description (a number) plus log prior by position,
+so the workload's prior divides the position out exactly and each decision's margin is set by its
+descriptions: "sure" far above the threshold, "unsure" below it. The scorer records every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import threading
+from typing import Any
+
+import pytest
+
+from semif_serve.decisions import calibration_file
+from semif_serve.engine.scorer import ScoringFailed
+from tests.metrics_samples import scrape, value
+from tests.wire_client import Connection, eventually, request
+
+PRIOR3 = (0.5, 0.3, 0.2)
+THRESHOLD = 0.2
+TABLE = calibration_file.Table(
+    {"triage": {"prior": 2.0, "rotations": 1.5}},
+    calibration_file.Binding("semif-serve/fake", "f" * 40, "direct-options-v1"),
+    None,
+    {
+        "triage": {
+            3: calibration_file.FittedPrior(PRIOR3, 8, THRESHOLD),
+            2: calibration_file.FittedPrior((0.6, 0.4), 8),  # a prior without a threshold
+        }
+    },
+)
+
+
+def logits(row: dict[str, Any]) -> list[float]:
+    return [float(o["description"]) + math.log(PRIOR3[i]) for i, o in enumerate(row["options"])]
+
+
+def decision(name: str, values: tuple[float, ...], orderings: str = "adaptive") -> dict[str, Any]:
+    options = [{"id": f"{name}{i}", "description": str(v)} for i, v in enumerate(values)]
+    return {"id": name, "question": f"{name}?", "options": options, "orderings": orderings}
+
+
+SURE = decision("sure", (0.0, 0.0, 4.0))
+UNSURE = decision("unsure", (1.0, 1.2, 0.0))
+AGAIN = decision("again", (0.3, 0.0, 0.1))
+
+
+def shared(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"state": "s", "workload": "triage", "decisions": list(items)}
+
+
+def ids(fake: Any) -> list[list[str]]:
+    """The row ids of each scorer call, in order."""
+    return [[row["id"] for row in payload] for _, payload in fake.calls]
+
+
+async def served(start_server: Any, fake: Any, **settings: Any) -> Any:
+    fake.logits = logits
+    return await start_server(fake, calibration=TABLE, **settings)
+
+
+async def test_the_second_call_carries_exactly_the_escalated_decisions_other_rotations(
+    start_server, fake
+) -> None:
+    server = await served(start_server, fake)
+    answered = await request(server.port, "POST", "/decide/shared", shared(UNSURE, SURE, AGAIN))
+    assert answered.status == 200
+    assert ids(fake) == [
+        ["unsure#o0", "sure#o0", "again#o0"],
+        ["unsure#o1", "unsure#o2", "again#o1", "again#o2"],
+    ]
+    unsure, sure, again = (result["combined"] for result in answered.json["results"])
+    assert [
+        (c["method"], c["rows"], c["orderings"], c["escalated"]) for c in (unsure, sure, again)
+    ] == [
+        ("adaptive", 3, 3, True),
+        ("adaptive", 1, 1, False),
+        ("adaptive", 3, 3, True),
+    ]
+    assert {c["threshold"] for c in (unsure, sure, again)} == {THRESHOLD}
+
+
+async def test_no_decision_unsure_makes_one_call(start_server, fake) -> None:
+    server = await served(start_server, fake)
+    answered = await request(
+        server.port, "POST", "/decide", {**SURE, "state": "s", "workload": "triage"}
+    )
+    assert answered.status == 200 and answered.json["combined"]["escalated"] is False
+    assert ids(fake) == [["sure#o0"]]
+
+
+async def test_the_answers_are_the_priors_where_sure_and_the_rotations_where_not(
+    start_server, fake
+) -> None:
+    """Each adaptive answer against the same server's answer under the method it reduced to."""
+    server = await served(start_server, fake)
+    adaptive = (await request(server.port, "POST", "/decide/shared", shared(SURE, UNSURE))).json
+    reference = (
+        await request(
+            server.port,
+            "POST",
+            "/decide/shared",
+            shared({**SURE, "orderings": "prior"}, {**UNSURE, "orderings": "rotations"}),
+        )
+    ).json
+    for got, want, rows, escalated in zip(
+        adaptive["results"], reference["results"], (1, 3), (False, True)
+    ):
+        extra = {"method": "adaptive", "rows": rows, "escalated": escalated, "threshold": THRESHOLD}
+        assert got["combined"] == {**want["combined"], **extra}
+        assert got["orderings"] == want["orderings"]  # the SemIf results, untouched
+    sure, unsure = (result["combined"]["calibrated"] for result in adaptive["results"])
+    assert (sure["method"], sure["temperature"]) == ("prior", 2.0)
+    assert (unsure["method"], unsure["temperature"]) == ("rotations", 1.5)
+
+
+async def test_a_failing_second_call_fails_the_request(start_server, fake) -> None:
+    server = await served(start_server, fake)
+
+    def failing(row: dict[str, Any]) -> list[float]:
+        if not row["id"].endswith("#o0"):
+            raise ScoringFailed("the second call failed")
+        return logits(row)
+
+    fake.logits = failing
+    refused = await request(server.port, "POST", "/decide/shared", shared(SURE, UNSURE))
+    assert refused.status == 500 and refused.json["error"]["code"] == "scoring_failed"
+    assert ids(fake) == [["sure#o0", "unsure#o0"], ["unsure#o1", "unsure#o2"]]
+
+
+async def test_a_client_that_left_during_the_first_call_gets_no_second(start_server, fake) -> None:
+    server = await served(start_server, fake)
+    fake.gate = threading.Event()
+    leaving = await Connection.open(server.port)
+    leaving.send_request("POST", "/decide/shared", json.dumps(shared(UNSURE)).encode())
+    await fake.wait_entered()
+    (task,) = server.connections
+    await leaving.close()
+    await asyncio.sleep(0.05)  # the wire notices the close while the first call still runs
+    fake.gate.set()
+    await asyncio.wait({task}, timeout=5)
+    await eventually(lambda: server.service.admission.in_progress == 0)
+    assert ids(fake) == [["unsure#o0"]]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            shared(decision("two", (0.0, 1.0))),
+            "workload 'triage' has no threshold for 2 options (decision 'two'), which orderings "
+            '"adaptive" needs beside the prior; it has thresholds for: 3',
+        ),
+        (
+            {**shared(UNSURE), "workload": None},
+            "decision 'unsure' has orderings \"adaptive\" over 3 options, which needs a workload "
+            "naming the prior; the request names no workload",
+        ),
+        (
+            shared(*[{**UNSURE, "id": f"u{k}"} for k in range(6)]),
+            "the request expands to 18 rows; at most 16 are allowed",
+        ),
+    ],
+    ids=["prior-without-threshold", "no-workload", "worst-case-over-the-cap"],
+)
+async def test_a_refused_adaptive_request_never_reaches_the_scorer(
+    start_server, fake, body: dict[str, Any], message: str
+) -> None:
+    server = await served(start_server, fake, max_decisions=16)
+    refused = await request(server.port, "POST", "/decide/shared", body)
+    assert refused.status == 422 and refused.json["error"]["message"] == message
+    assert fake.calls == []
+
+
+async def test_metrics_and_the_access_log_count_the_rows_scored(start_server, fake, caplog) -> None:
+    caplog.set_level(logging.INFO, "semif_serve.access")
+    server = await served(start_server, fake, metrics=True, access_log=True)
+    before = await scrape(server.port)
+    assert (
+        await request(server.port, "POST", "/decide/shared", shared(UNSURE, SURE, AGAIN))
+    ).status == 200
+    after = await scrape(server.port)
+    scored = 3 + 4  # one row each, then the two unsure decisions' other two rotations
+    assert (
+        value(after, "semif_rows_scored_total") - value(before, "semif_rows_scored_total") == scored
+    )
+    assert value(after, "semif_escalations_total", workload="triage") == 2
+    assert value(after, "semif_decisions_total", method="adaptive") == 3
+    (line,) = [
+        r.fields
+        for r in caplog.records
+        if r.name.endswith("access") and r.fields["path"] == "/decide/shared"
+    ]
+    assert line["rows"] == scored
+
+
+async def test_the_wait_budget_counts_an_adaptive_decision_at_its_worst_case(
+    start_server, fake
+) -> None:
+    server = await served(start_server, fake, max_wait_s=60.0)
+    fake.gate = threading.Event()
+    pending = asyncio.ensure_future(
+        request(server.port, "POST", "/decide/shared", shared(SURE, UNSURE))
+    )
+    await fake.wait_entered()
+    assert server.service.budget.estimator.rows_ahead() == 6  # two decisions of three rows each
+    fake.gate.set()
+    assert (await pending).status == 200
+    assert server.service.budget.estimator.rows_ahead() == 0
+
+
+def choice(values: tuple[float, ...]) -> dict[str, Any]:
+    return {
+        "type": "choice",
+        "instructions": "Which?",
+        "criteria": {f"c{i}": str(v) for i, v in enumerate(values)},
+    }
+
+
+async def test_system_one_answers_from_the_adaptive_view(start_server, fake) -> None:
+    server = await served(start_server, fake)
+    body = {
+        "model": "jev-latest",
+        "state": "s",
+        "questions": {"sure": choice((0.0, 0.0, 4.0)), "unsure": choice((1.0, 1.2, 0.0))},
+        "semif": {"orderings": "adaptive", "workload": "triage"},
+    }
+    answered = await request(server.port, "POST", "/v1/systemone", body)
+    assert answered.status == 200
+    assert ids(fake) == [["sure#o0", "unsure#o0"], ["unsure#o1", "unsure#o2"]]
+    answers = answered.json["answers"]
+    for key, escalated, method in (("sure", False, "prior"), ("unsure", True, "rotations")):
+        combined = answers[key]["semif"]["combined"]
+        assert (combined["escalated"], combined["calibrated"]["method"]) == (escalated, method)
+        calibrated = combined["calibrated"]["probabilities"]
+        assert list(answers[key]["probabilities"].values()) == calibrated
+    assert answered.json["usage"] == {"input_tokens": (2 + 2) * 17, "output_tokens": 0}
+
+
+@pytest.mark.parametrize(
+    "mangle", [lambda results: results[:-1], lambda results: [None] * len(results)]
+)
+async def test_a_broken_first_answer_is_the_logged_500_and_no_second_call(
+    start_server, fake, caplog, mangle: Any
+) -> None:
+    server = await served(start_server, fake)
+    original = fake.score_shared
+    fake.score_shared = lambda rows: (mangle(original(rows)[0]), {})
+    refused = await request(server.port, "POST", "/decide/shared", shared(UNSURE, SURE))
+    assert refused.status == 500 and refused.json["error"] == {
+        "code": "scoring_failed",
+        "message": "failed to build the response",
+        "type": "api_error",
+    }
+    assert ids(fake) == [["unsure#o0", "sure#o0"]]
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.getMessage() == "failed to build a response from a scorer result"
