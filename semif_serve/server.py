@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import time
@@ -47,6 +48,7 @@ from .ops.operations import Operations
 from .ops.retry_after import RetryAfter
 from .service import callers, reload
 from .service.admission import Admission
+from .service.audits import Auditor, audit_call
 from .service.head_policy import METRICS_ROUTES, ROUTES, Endpoint, Service
 from .service.wait_budget import WaitBudget, WaitEstimator
 from .systemone import defaults
@@ -108,6 +110,8 @@ class Server:
             else WaitBudget(settings.max_wait_s, WaitEstimator(engine.ahead, recent=recent))
         )
         busy = _busy_reasons(admission, budget, settings)
+        # Extension: audits, offered by the service, read by ops, stopped by the drain.
+        self.audits = audits = Auditor(settings, functools.partial(audit_call, engine))
         self.ops = ops = Operations(
             settings,
             ROUTES,
@@ -118,6 +122,7 @@ class Server:
             busy,
             recent=recent,
             dispatcher=engine.dispatcher,
+            audits=audits.samples if audits.on else None,
         )
         # /metrics is a route like any other; its answer lives in ops.
         self.service = Service(
@@ -128,6 +133,7 @@ class Server:
             budget=budget,
             known=known_callers,
             calibration=calibration,
+            audits=audits,
         )
         # Every observer is wired here: the engine's scorer calls to the window of recent calls first (what
         # the others read), then (with a budget) the service and ops; the estimate's error and the kinds
@@ -226,6 +232,7 @@ class Server:
         """Drain: refuse new work, let in-flight requests finish within the grace period; the
         metrics listener closes last, once nothing is left to watch."""
         self.drain.begin()
+        self.audits.drain()
         self.engine.drain()
         if self._listener is not None:
             self._listener.close()

@@ -31,6 +31,16 @@ VARIABLES = {
 }
 PROMETHEUS_OWN = {"up"}  # written by Prometheus for every target, not by the server
 CUDA_ONLY = {name for name, _ in CUDA_MEMORY.values()}
+# What /metrics exposes only with audits on (SEMIF_AUDIT_RATE above 0): a server without them has none.
+AUDIT_ONLY = {
+    "semif_audits_total",
+    "semif_audit_agreements_total",
+    "semif_prior_drift",
+    "semif_prior_drift_threshold",
+    "semif_audits_pending",
+    "semif_audit_last_seconds",
+    "semif_audit_rows_scored_total",
+}
 
 _KEYWORDS = {
     "by",
@@ -138,7 +148,24 @@ def exposed() -> set[str]:
         busy_refusals=lambda: {"queue": 0, "wait": 0},
         queued_by_caller=lambda: {"-": 0},
         background_queued=lambda: 0,
+        # audits on (SEMIF_AUDIT_RATE): one audited (workload, n), each family with a sample
+        audits=lambda: {
+            key: {
+                ("w", "4", "done")
+                if key == "outcomes"
+                else ("w" if by_workload else ("w", "4")): 1.0
+            }
+            for key, by_workload in (
+                ("outcomes", False),
+                ("agreements", False),
+                ("drift", False),
+                ("drift_threshold", False),
+                ("pending", True),
+                ("last", True),
+            )
+        },
     )
+    metrics.scorer_call("audit", 3, 0.0, 0.1, False)  # an audit's rows, counted apart
     metrics.request("/decide", 200, None, 0.001)
     metrics.wait_error(1.0, 1.2)  # the budget's series (SEMIF_MAX_WAIT_S) exist once it is set
     text = metrics.render().decode()

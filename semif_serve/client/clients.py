@@ -67,6 +67,13 @@ def _refused(error: BaseException) -> bool:
     return seen is not None
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON object as it came (a body of another shape is a bad response)."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 class _Base:
     """The endpoints as `Call`s and the settings both clients share."""
 
@@ -149,6 +156,11 @@ class _Base:
         )
 
     @staticmethod
+    def _audit(deadline: float | None, request_id: str | None) -> Call[dict[str, Any]]:
+        # Extension: what audits counted, as the server's JSON (the export reads it whole).
+        return Call("GET", "/v1/audit", None, _object, deadline=deadline, request_id=request_id)
+
+    @staticmethod
     def _request(
         http: httpx.Client | httpx.AsyncClient, call: Call[Any], attempts: Attempts, timeout: float
     ) -> httpx.Request:
@@ -223,6 +235,12 @@ class Client(_Base):
     ) -> results.Health:
         """GET /health, one attempt; `status` is "draining" while the server shuts down."""
         return self._run(self._health(deadline, request_id))
+
+    def audit(
+        self, *, deadline: float | None = None, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """GET /v1/audit (extension): what audits counted per (workload, n), and the calibration served."""
+        return self._run(self._audit(deadline, request_id))
 
     def _run(self, call: Call[R]) -> R:
         attempts = self._begin(call)
@@ -313,6 +331,12 @@ class AsyncClient(_Base):
     ) -> results.Health:
         """GET /health, one attempt; `status` is "draining" while the server shuts down."""
         return await self._run(self._health(deadline, request_id))
+
+    async def audit(
+        self, *, deadline: float | None = None, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """GET /v1/audit (extension): what audits counted per (workload, n), and the calibration served."""
+        return await self._run(self._audit(deadline, request_id))
 
     async def _run(self, call: Call[R]) -> R:
         attempts = self._begin(call)

@@ -101,6 +101,17 @@ def positive_float(name: str, raw: str) -> float:
     return value
 
 
+def fraction(name: str, raw: str) -> float:
+    """A share of something, 0..1 inclusive (0: none, 1: all)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+    if not 0.0 <= value <= 1.0:  # NaN fails both comparisons
+        raise ValueError(f"{name} must be between 0 and 1, got {raw!r}")
+    return value
+
+
 def optional_positive_float(name: str, raw: str) -> float | None:
     """As `positive_float`, for a setting that may be absent: empty means unset."""
     return None if raw == "" else positive_float(name, raw)

@@ -268,6 +268,42 @@ class Settings:
             "(empty: none)",
         ),
     )
+    # Extension: audits, a sampled share of the decisions served with the prior scored under their other
+    # rotations on idle capacity (service/audits.py): a label-free check of the prior against traffic.
+    audit_rate: float = field(
+        default=0.0,
+        metadata=env(
+            "SEMIF_AUDIT_RATE",
+            parsers.fraction,
+            "extension: the share of decisions served from one row with the prior (prior, or adaptive "
+            "not escalated) audited under their other rotations when the engine is idle, 0..1 (0: off)",
+        ),
+    )
+    audit_max_pending: int = field(
+        default=64,
+        metadata=env(
+            "SEMIF_AUDIT_MAX_PENDING",
+            parsers.positive_int,
+            "extension: audits waiting for idle capacity; beyond it the oldest is dropped",
+        ),
+    )
+    audit_max_pending_bytes: int = field(
+        default=8 << 20,
+        metadata=env(
+            "SEMIF_AUDIT_MAX_PENDING_BYTES",
+            parsers.positive_int,
+            "extension: the bytes of the rows those audits hold in memory; beyond it the oldest "
+            "is dropped",
+        ),
+    )
+    audit_max_options: int = field(
+        default=8,
+        metadata=env(
+            "SEMIF_AUDIT_MAX_OPTIONS",
+            parsers.positive_int,
+            "extension: a decision over more options is not audited (its n-1 rows cost too much)",
+        ),
+    )
     pid_file: str | None = field(
         default=None,
         metadata=env(

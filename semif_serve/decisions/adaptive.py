@@ -22,14 +22,9 @@ from typing import Any
 from . import averaging
 from .calibration_file import FittedPrior, Table
 from .methods import Method
+from .numerics import margin as margin  # the one-row answer's sureness, shared with audits
 from .request_model import DecideRequest, Decision
 from .views import Averaged, Escalation
-
-
-def margin(probabilities: Sequence[float]) -> float:
-    """The top probability minus the runner-up's."""
-    top, runner_up = sorted(probabilities, reverse=True)[:2]
-    return top - runner_up
 
 
 def _entry(decision: Decision, workload: str | None, table: Table) -> tuple[FittedPrior, float]:

@@ -357,6 +357,31 @@ def bound(document: dict[str, Any]) -> Table:
     return table
 
 
+def document(table: Table, binding: Binding) -> dict[str, Any]:
+    """`table` as the bound form `bound` reads back, bound to `binding` (the dtype written only where it
+    is not the default, so a file without one reads as it did): what an export starts from."""
+    written: dict[str, Any] = {
+        key: value
+        for key, value in asdict(binding).items()
+        if key != "dtype" or value != DEFAULT_DTYPE
+    }
+    if table.fitted is not None:
+        written["fitted"] = dict(table.fitted)
+    written["workloads"] = {name: dict(methods) for name, methods in table.temperatures.items()}
+    written["priors"] = {
+        name: {
+            str(n): {
+                key: list(value) if isinstance(value, tuple) else value
+                for key, value in asdict(entry).items()
+                if value is not None
+            }
+            for n, entry in counts.items()
+        }
+        for name, counts in table.priors.items()
+    }
+    return written
+
+
 def plain(temperatures: Mapping[str, float]) -> Table:
     """The plain form as a table: each T is its workload's `none` temperature."""
     return Table(

@@ -22,3 +22,9 @@ def log_softmax(values: Sequence[float]) -> list[float]:
     top = max(values)
     lse = top + math.log(math.fsum(math.exp(value - top) for value in values))
     return [value - lse for value in values]
+
+
+def margin(probabilities: Sequence[float]) -> float:
+    """The top probability minus the runner-up's: how sure a one-row answer is."""
+    top, runner_up = sorted(probabilities, reverse=True)[:2]
+    return top - runner_up

@@ -1,12 +1,13 @@
 """The recent scorer time of requests' calls: one window, read by both the Retry-After estimate (ops)
-and the wait budget's estimate (service/wait_budget.py), fed once per call by the server's wiring."""
+and the wait budget's estimate (service/wait_budget.py), fed once per call by the server's wiring.
+*Extension:* audits' calls have a window of their own (kind AUDIT), apart from requests' kinds."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
 
-from .worker import KINDS, CallTiming
+from .worker import AUDIT, KINDS, CallTiming
 
 WINDOW = 64  # recent scorer calls of each kind the figures average over
 
@@ -16,7 +17,7 @@ class RecentCalls:
 
     def __init__(self, window: int = WINDOW) -> None:
         self._calls: dict[str, deque[tuple[int, float]]] = {
-            kind: deque(maxlen=window) for kind in KINDS
+            kind: deque(maxlen=window) for kind in (*KINDS, AUDIT)
         }
 
     def scorer_call(self, call: CallTiming) -> None:

@@ -29,6 +29,8 @@ SCORER_LOCK = threading.Lock()
 # The kinds of scorer call a request makes (CallTiming.kind; the engine's own load is not one).
 KINDS = ("direct", "shared")
 BACKGROUND = "background"  # the kind and queue of background work, which is no caller's
+# Extension: an audit's call (service/audits.py), no request's: timed, windowed and counted apart.
+AUDIT = "audit"
 T = TypeVar("T")
 
 
@@ -36,7 +38,7 @@ T = TypeVar("T")
 class CallTiming:
     """One scorer call: its kind, rows, when it was submitted, began and ended (perf_counter)."""
 
-    kind: str  # one of KINDS, or "load"
+    kind: str  # one of KINDS, AUDIT, or "load"
     rows: int
     submitted: float = 0.0
     started: float | None = None

@@ -40,7 +40,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..decisions.methods import ORDERINGS
-from ..engine.worker import KINDS
+from ..engine.worker import AUDIT, KINDS
 from ..errors import STATUS
 
 # Sub-millisecond HTTP answers up to multi-second scorer calls on a loaded card.
@@ -139,6 +139,9 @@ class Family:
     buckets: tuple[float, ...] = ()
     reads: str | None = None
     only_with: str | None = None
+    key: str | None = (
+        None  # read at scrape from one reading's mapping of families: this family's key
+    )
 
 
 # Every family, in exposition order; the methods of Metrics move the instruments among them.
@@ -170,9 +173,22 @@ FAMILIES = (
     # Only with SEMIF_MAX_WAIT_S: without it, the exposition is as before.
     Family("semif_busy_refusals", "counter read at scrape", "429 busy by reason: queue (SEMIF_MAX_QUEUE, before the body), caller (SEMIF_MAX_QUEUE_PER_CALLER, before the body) or wait (SEMIF_MAX_WAIT_S, after it).", ("reason",), reads="busy_refusals"),
     Family("semif_wait_estimate_error_seconds", "histogram", "Actual wait (admitted to its scorer call begun) minus the SEMIF_MAX_WAIT_S estimate; positive: the estimate was low.", buckets=ERROR_BUCKETS, only_with="busy_refusals"),
+    # Only with SEMIF_AUDIT_RATE above 0 (service/audits.py, decisions/live_prior.py): without it, as before.
+    Family("semif_audits", "counter read at scrape", "Decisions drawn for audit, by workload, option count and outcome: done, dropped (the pending bound or a drain), skipped (over SEMIF_AUDIT_MAX_OPTIONS, or drawn during a drain), failed (the audit call failed).", ("workload", "n", "outcome"), reads="audits", key="outcomes"),
+    Family("semif_audit_agreements", "counter read at scrape", "Audits whose served one-row top was the rotations' top.", ("workload", "n"), reads="audits", key="agreements"),
+    Family("semif_prior_drift", "gauge read at scrape", "Largest |live - served| / SE of the prior over positions, over the last audits (decisions/live_prior.py); only once the window holds a prior's minimum of decisions.", ("workload", "n"), reads="audits", key="drift"),
+    Family("semif_prior_drift_threshold", "gauge read at scrape", "The drift above which the live prior differs from the served one (Bonferroni over n positions at 1%).", ("workload", "n"), reads="audits", key="drift_threshold"),
+    Family("semif_audits_pending", "gauge read at scrape", "Audits waiting for idle capacity, by workload.", ("workload",), reads="audits", key="pending"),
+    Family("semif_audit_last_seconds", "gauge read at scrape", "When the workload's last audit was done (unix seconds).", ("workload",), reads="audits", key="last"),
+    Family("semif_audit_rows_scored", "counter", "Rows scored by audit calls (kind audit), apart from semif_rows_scored.", only_with="audits"),
 )  # fmt: skip
 # Declared by Metrics.calls_over_budget, once the server has built its wait budget.
 CALL_OVER_BUDGET = Family("semif_wait_budget_call_over", "gauge read at scrape", "1 while one scorer call of this kind (its recent mean) takes longer than the SEMIF_MAX_WAIT_S budget: any request behind one is refused busy; raise the budget.", ("kind",))  # fmt: skip
+
+
+def _keyed(reading: Callable[[], Mapping[str, Any]], key: str) -> Callable[[], Mapping[Any, float]]:
+    """One family's samples out of a reading that holds several families' (the audits')."""
+    return lambda: reading()[key]
 
 
 class _CudaMemory(Collector):
@@ -189,24 +205,25 @@ class _CudaMemory(Collector):
 
 
 class _ReadAtScrape(Collector):
-    """One family with one label, its samples read at scrape time from a callable: the counts
-    admission keeps (429 `busy` by reason), the wait budget's per-kind flags (extensions)."""
+    """One family, its samples read at scrape time from a callable, keyed by their label values (one
+    label: the value itself): the counts admission keeps (429 `busy` by reason), the wait budget's
+    per-kind flags, what audits counted (extensions)."""
 
     def __init__(
         self,
         family: type[CounterMetricFamily | GaugeMetricFamily],
         name: str,
         documentation: str,
-        label: str,
-        samples: Callable[[], Mapping[str, float]],
+        labels: tuple[str, ...],
+        samples: Callable[[], Mapping[Any, float]],
     ) -> None:
         self._family, self._name, self._documentation = family, name, documentation
-        self._label, self._samples = label, samples
+        self._labels, self._samples = labels, samples
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        family = self._family(self._name, self._documentation, labels=(self._label,))
-        for value, sample in self._samples().items():
-            family.add_metric((value,), sample)
+        family = self._family(self._name, self._documentation, labels=self._labels)
+        for values, sample in self._samples().items():
+            family.add_metric((values,) if isinstance(values, str) else values, sample)
         yield family
 
 
@@ -253,7 +270,8 @@ class Metrics:
             self.registry.register(_CudaMemory(reading))
         elif family.kind in READ_AT_SCRAPE:
             scraped = READ_AT_SCRAPE[family.kind]
-            collector = _ReadAtScrape(scraped, family.name, family.help, family.labels[0], reading)
+            samples = reading if family.key is None else _keyed(reading, family.key)
+            collector = _ReadAtScrape(scraped, family.name, family.help, family.labels, samples)
             self.registry.register(collector)
         else:
             metric = INSTRUMENTS[family.kind](
@@ -311,7 +329,8 @@ class Metrics:
         children = self._per_call.get(kind) or self._bind_call(kind)
         children[0].observe(queued)
         children[1].observe(scoring)
-        self._family["semif_rows_scored"].inc(rows)
+        # An audit's rows are no request's: counted apart (a family that exists only with audits on).
+        self._family["semif_audit_rows_scored" if kind == AUDIT else "semif_rows_scored"].inc(rows)
         if out_of_memory:
             self._family["semif_out_of_memory_events"].inc()
 

@@ -56,6 +56,7 @@ class Operations:
         *,
         recent: RecentCalls,
         dispatcher: Dispatcher,
+        audits: Callable[[], Mapping[str, Mapping[Any, float]]] | None = None,
     ) -> None:
         """`routes` is the application's table: its paths are the route labels (a reply carries the
         route that answered; one refused before any was found is labelled by its target's path, or
@@ -65,7 +66,8 @@ class Operations:
         `busy_refusals` (only with SEMIF_MAX_WAIT_S) counts 429 busy by reason, read at scrape time.
         `recent` is the window of recent scorer calls and `dispatcher` holds the engine's queues: the
         busy Retry-After prices the rows that run before a caller's new call with the one, read from
-        the other; the queues' depths are gauges."""
+        the other; the queues' depths are gauges. `audits` (extension, only with SEMIF_AUDIT_RATE above
+        0) is what audits counted, read at scrape."""
         self.labels = {path: path.decode() for path in routes}
         # Extension: System One's SDK reads a response's request id from its own header name: on its
         # routes (SemIf's probe among them) and on every 404, so a wrong base URL still gives it an id.
@@ -83,6 +85,7 @@ class Operations:
                 drain_seconds,
                 busy_refusals,
                 dispatcher,
+                audits,
             )
             if settings.metrics
             else None
@@ -199,6 +202,7 @@ def _metrics(
     drain_seconds: Callable[[], float],
     busy_refusals: Callable[[], dict[str, int]] | None,
     dispatcher: Dispatcher,
+    audits: Callable[[], Mapping[str, Mapping[Any, float]]] | None,
 ) -> Any:
     """The metrics, or None (logged once) where prometheus_client is not installed."""
     try:
@@ -218,4 +222,5 @@ def _metrics(
         busy_refusals=busy_refusals,
         queued_by_caller=dispatcher.depths,
         background_queued=dispatcher.background_depth,
+        audits=audits,
     )

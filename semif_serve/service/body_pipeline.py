@@ -19,10 +19,14 @@ bug in read, view or render is a 500 in the envelope (C3), never a dropped conne
 Scores pass through untouched (INV-1): the only things added are `calibrated` and the
 order-averaged `combined` view (under orderings "prior", the debiased one; under "adaptive",
 extension, that or the rotations' after a second engine call).
+
+*Extension:* once the reply's body is built, its decisions are offered for audit (service/audits.py),
+which may queue some for idle capacity and never changes or delays the reply.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -39,6 +43,7 @@ from ..errors import ApiError, excerpt
 from ..http.exchange import Reply, retry_after
 from ..systemone import assemble, translate
 from . import escalation
+from .audits import Auditor
 from .escalation import Calls
 from .loaded_calibration import LoadedCalibration
 from .wait_budget import OverBudget, WaitBudget
@@ -94,14 +99,21 @@ class Pipeline:
     """The body pipeline over one engine: `run` calls the steps in order."""
 
     def __init__(
-        self, engine: Engine, budget: WaitBudget | None, served_model: str, backend: str
+        self,
+        engine: Engine,
+        budget: WaitBudget | None,
+        served_model: str,
+        backend: str,
+        audits: Auditor | None = None,
     ) -> None:
         """`budget`: SEMIF_MAX_WAIT_S's, built by the server beside admission (None: by count alone);
-        `served_model` and `backend`: how System One's answers name the weights and their backend."""
+        `served_model` and `backend`: how System One's answers name the weights and their backend;
+        `audits`: where answered decisions are offered for audit (None: never)."""
         self.engine = engine
         self.budget = budget
         self.served_model = served_model
         self.backend = backend
+        self.audits = audits
 
     async def run(
         self, reader: Reader, current: LoadedCalibration, body: bytes, caller: str = "-"
@@ -119,9 +131,15 @@ class Pipeline:
             results = calls.results(read.request)
             views = viewing.views(read.request, results, read.table, calls.escalated)
             payload, headers = self.render(read, calls, views, call.kind)
+            body = json_bytes(payload)
+            if self.audits is not None:  # after this step: the reply goes out first, as built
+                loop = asyncio.get_running_loop()
+                loop.call_soon(
+                    self.audits.offer, read.request, results, read.table, calls.escalated
+                )
             return Reply(
                 200,
-                json_bytes(payload),
+                body,
                 headers,
                 timing=escalation.timing(call, calls),
                 decision_methods=tuple(decision.method for decision in read.request.decisions),

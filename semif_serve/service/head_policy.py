@@ -18,6 +18,9 @@ itself; its answer is decided here (or, for /metrics, by the ops handler the ser
 over). Every Reply and Ticket made once the route is found carries it (ops labels by it);
 the wire names no route.
 
+*Extension:* GET /v1/audit (behind the bearer) shows what audits counted per (workload, n), with the
+served calibration and its binding, which `semif-serve audit export` refits from (service/audits.py).
+
 *Extension:* /v1/systemone and /v1/models speak TypeSafe's System One API through
 the pure `systemone` package; its requests take the same request model, engine call
 and views as /decide and /decide/shared. Like SemIf's own server they name the weights
@@ -28,6 +31,7 @@ SemIf's probe.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -39,6 +43,7 @@ from ..http.exchange import Exchange, Handler, Head, Reply, Route, Ticket, body_
 from ..systemone import catalogue, defaults
 from . import callers
 from .admission import Admission
+from .audits import Auditor, audit_call
 from .body_pipeline import (
     Pipeline,
     Reader,
@@ -114,6 +119,8 @@ ROUTES = {
             typesafe=True,
             get=lambda s, head: s.models(),
         ),
+        # Extension: what audits counted, and the calibration they were counted against. Bearer, no slot.
+        Endpoint(b"/v1/audit", "audit", b"GET", protected=True, get=lambda s, head: s.audit()),
         # Extension: SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
         Endpoint(
             b"/healthz",
@@ -165,11 +172,13 @@ class Service:
         budget: WaitBudget | None = None,
         known: callers.Callers | None = None,
         calibration: calibration_file.Loaded | None = None,
+        audits: Auditor | None = None,
     ) -> None:
         """`admission` and `budget` are shared with whoever reports them (ops); `metrics` answers
         /metrics, whose answer lives in ops (the server hands it over);
         `known` is the callers and `calibration` the calibration (None: read from the settings),
-        each replaced whole on reload."""
+        each replaced whole on reload; `audits` (extension) is shared with ops and the drain (None:
+        one of its own, over this engine)."""
         self.settings = settings
         self.engine = engine
         self.admission = (
@@ -190,7 +199,12 @@ class Service:
         # What a reloaded calibration must be bound to, as at startup (service/reload.py).
         self.dtype = facts.get("dtype")
         self.aliases = (facts["model"], *settings.model_aliases)
-        self.pipeline = Pipeline(engine, budget, self.served_model, self.backend)
+        self.audits = (
+            audits
+            if audits is not None
+            else Auditor(settings, functools.partial(audit_call, engine))
+        )
+        self.pipeline = Pipeline(engine, budget, self.served_model, self.backend, self.audits)
         read = (
             calibration
             if calibration is not None
@@ -287,6 +301,22 @@ class Service:
             "calibration_sha256": self.calibration.sha256,
         }
         return Reply(503 if draining else 200, json_bytes(payload))
+
+    def audit(self) -> Reply:
+        """GET /v1/audit (extension): the audits per (workload, n), and the calibration they were counted
+        against as the bound file it would be, bound to what is loaded (what an export refits)."""
+        binding = calibration_file.Binding(
+            self.settings.model,
+            self.settings.revision,
+            self.prompt_version or "",
+            self.dtype or calibration_file.DEFAULT_DTYPE,
+        )
+        payload = {
+            **self.audits.as_json(),
+            "calibration_sha256": self.calibration.sha256,
+            "calibration": calibration_file.document(self.calibration.table, binding),
+        }
+        return Reply(200, json_bytes(payload))
 
     def models(self) -> Reply:
         """GET /v1/models (extension): the System One id, then every other name `model` accepts."""

@@ -237,6 +237,10 @@ async def test_the_second_call_is_its_callers_follow_up(start_server, fake, tmp_
     await eventually(lambda: turns.depths().get("alice") == 1)
     other = send("bob", decision("other", (0.0, 0.0, 4.0)))
     await eventually(lambda: turns.depths().get("bob") == 1)
+    # Each call now takes 1 s, so bob's turn outlasts the loop's reading of alice's first answer: the
+    # follow-up is queued while alice's later request still waits, the case this test is about (the
+    # worker takes its next call as one returns, so a follow-up not yet queued cannot be waited for).
+    fake.delay = 1.0
     fake.gate.set()
     assert [r.status for r in await asyncio.gather(first, later, other)] == [200] * 3
     assert ids(fake) == [["unsure#o0"], ["other#o0"], ["unsure#o1", "unsure#o2"], ["later#o0"]]

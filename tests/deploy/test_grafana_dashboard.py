@@ -18,6 +18,7 @@ QUESTIONS = [
     "How long do decisions take?",
     "Is the card's memory safe?",
     "What is it serving?",
+    "Is the prior still right?",
 ]
 
 

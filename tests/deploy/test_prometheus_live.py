@@ -28,6 +28,7 @@ import pytest
 from bench.common import procs, prometheus
 from tests import promql
 from tests.bodies import ROW, SHARED
+from tests.calibration_file import prior_path
 
 TOKEN = "monitoring-token-" + "0123456789abcdef" * 2
 DELAY_S = 0.8
@@ -296,13 +297,18 @@ def test_every_dashboard_expression_parses_and_returns_data(observed, panel: str
     for target in found["targets"]:
         expr = promql.substitute(target["expr"])
         result = observed["prom"].query(expr)  # a PromQL error raises here
-        if promql.metric_names(expr) <= promql.CUDA_ONLY:
+        names = promql.metric_names(expr)
+        if names <= promql.CUDA_ONLY or names <= promql.AUDIT_ONLY:  # audits: `audited` below
             assert result == [], expr
         else:
             assert result, f"no data: {expr}"
 
 
-@pytest.mark.parametrize("alert", sorted(promql.alerts()))
+def audit_alert(name: str) -> bool:
+    return promql.metric_names(promql.alerts()[name]["expr"]) <= promql.AUDIT_ONLY
+
+
+@pytest.mark.parametrize("alert", sorted(name for name in promql.alerts() if not audit_alert(name)))
 def test_every_series_an_alert_reads_has_data(observed, alert: str) -> None:
     """An alert is silent here, so each series it selects (labels included) is asked on its own."""
     for selector in promql.selectors(promql.alerts()[alert]["expr"]):
@@ -343,3 +349,108 @@ def test_prometheus_watches_a_drain_through_the_metrics_port() -> None:
         assert values(prom.query("semif_shutdown_grace_seconds" + SELECT)) == {"": 20.0}
         assert values(prom.query("up" + SELECT)) == {"": 1.0}  # scraped all along
         assert in_flight.result(timeout=30) == 200
+
+
+# -- audits (SEMIF_AUDIT_RATE): a served prior the traffic does not fit ---------------------------
+
+AUDIT_ALERTS = ("SemifPriorDrift", "SemifDebiasDisagreement")
+# The stub's decisions prefer no position; this prior says position 0 wins 85% of the time, so the
+# live prior drifts far from it (about 21 SE over 61 audits) and dividing it out turns about half
+# the one-row answers away from the rotations' top (agreement about 0.54).
+SKEWED = {"triage": {"4": {"prior": [0.85, 0.05, 0.05, 0.05], "decisions": 12}}}
+AUDITS = 60
+
+
+def prior_decisions(first: int, count: int) -> dict[str, Any]:
+    words = ["kettle", "ice", "granite", "fog", "ember", "dune", "cedar", "brook", "amber"]
+    return {
+        "state": "s",
+        "workload": "triage",
+        "decisions": [
+            {
+                "id": f"d{k}",
+                "question": f"Which ({k})?",
+                "orderings": "prior",
+                "options": [
+                    {"id": f"o{i}", "description": f"{words[(k + 3 * i) % 9]} {k}"}
+                    for i in range(4)
+                ],
+            }
+            for k in range(first, first + count)
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A stub server serving SKEWED with every prior decision audited: one audit before Prometheus
+    (every audit series exists, so the counts are increases), AUDITS more under it, then both audit
+    alerts waited for (their `for:` cut to 1 s)."""
+    promql.require("prometheus")
+    path = prior_path(tmp_path_factory.mktemp("audits"), workloads=None, priors=SKEWED)
+    env = {**ENV, "SEMIF_STUB_DELAY_MS": "0", "SEMIF_CALIBRATION": path, "SEMIF_AUDIT_RATE": "1"}
+    with procs.semif_serve(env, TOKEN) as server:
+        traffic = Traffic(server.url)
+
+        def done(count: int) -> bool:
+            answer = httpx.get(
+                f"{server.url}/v1/audit", headers={"authorization": f"Bearer {TOKEN}"}
+            ).json()
+            return sum(entry["outcomes"]["done"] for entry in answer["audits"]) == count
+
+        assert traffic.send("POST", "/decide/shared", prior_decisions(0, 1)) == 200
+        until(lambda: done(1), 10.0, "the first audit never ran")
+        overrides = dict.fromkeys(AUDIT_ALERTS, "1s")
+        with prometheus.running(
+            [f"{procs.HOST}:{server.target.port}"], interval="1s", for_overrides=overrides
+        ) as prom:
+            prom.wait_scraped(1)
+            time.sleep(1.5)  # one more scrape: the baseline of every audit series is in
+            for first in range(1, AUDITS + 1, 20):
+                assert traffic.send("POST", "/decide/shared", prior_decisions(first, 20)) == 200
+            until(lambda: done(AUDITS + 1), 20.0, "the audits never finished")
+
+            def firing() -> set[str]:
+                return {
+                    alert["labels"]["alertname"]
+                    for alert in prom.alerts()
+                    if alert["state"] == "firing"
+                }
+
+            fired = until(lambda: set(AUDIT_ALERTS) <= firing() and firing(), 30.0, "never fired")
+            yield {"prom": prom, "fired": fired}
+
+
+def test_a_prior_that_does_not_fit_fires_both_audit_alerts(audited) -> None:
+    assert set(AUDIT_ALERTS) <= audited["fired"]
+    assert "SemifAuditStarved" not in audited["fired"]  # every audit ran
+
+
+def test_the_audit_counts_are_what_was_audited(audited) -> None:
+    prom = audited["prom"]
+    (done,) = values(prom.query('semif_audits_total{job="semif-serve", outcome="done"}')).values()
+    assert done == AUDITS + 1
+    (drift,) = values(prom.query("semif_prior_drift" + SELECT)).values()
+    (threshold,) = values(prom.query("semif_prior_drift_threshold" + SELECT)).values()
+    assert drift > threshold == pytest.approx(3.023, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "panel",
+    [
+        panel["title"]
+        for panel in promql.panels()
+        if any(promql.metric_names(t["expr"]) <= promql.AUDIT_ONLY for t in panel["targets"])
+    ],
+)
+def test_every_audit_panel_returns_data(audited, panel: str) -> None:
+    (found,) = [p for p in promql.panels() if p["title"] == panel]
+    for target in found["targets"]:
+        expr = promql.substitute(target["expr"])
+        assert audited["prom"].query(expr), f"no data: {expr}"
+
+
+@pytest.mark.parametrize("alert", sorted(name for name in promql.alerts() if audit_alert(name)))
+def test_every_series_an_audit_alert_reads_has_data(audited, alert: str) -> None:
+    for selector in promql.selectors(promql.alerts()[alert]["expr"]):
+        assert audited["prom"].query(f"count({selector})"), f"{alert} reads {selector}: no data"

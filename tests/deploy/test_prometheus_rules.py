@@ -190,6 +190,7 @@ def histogram(name: str, instance: str, counts: dict[str, str]) -> list[dict[str
     ]
 
 
+AUDITED = {"workload": "triage", "n": "4"}  # one audited (workload, n)
 # Each alert: input series (15 s apart), the evaluation time, and the instances it must fire
 # for. Instance `fires` should fire it; `quiet` must not.
 CASES: dict[str, tuple[list[dict[str, str]], str, list[dict[str, str]]]] = {
@@ -307,6 +308,49 @@ CASES: dict[str, tuple[list[dict[str, str]], str, list[dict[str, str]]]] = {
         ],
         "2m",
         [{"instance": "fires"}],
+    ),
+    # Audits (SEMIF_AUDIT_RATE): drift over its threshold with enough audits; under it; over it
+    # with too few audits behind it
+    "SemifPriorDrift": (
+        [
+            series("semif_prior_drift", "9x150", **AUDITED, instance="fires"),
+            series("semif_prior_drift_threshold", "3x150", **AUDITED, instance="fires"),
+            series("semif_audits_total", "40x150", **AUDITED, instance="fires", outcome="done"),
+            series("semif_prior_drift", "2.9x150", **AUDITED, instance="quiet"),
+            series("semif_prior_drift_threshold", "3x150", **AUDITED, instance="quiet"),
+            series("semif_audits_total", "40x150", **AUDITED, instance="quiet", outcome="done"),
+            series("semif_prior_drift", "9x150", **AUDITED, instance="few"),
+            series("semif_prior_drift_threshold", "3x150", **AUDITED, instance="few"),
+            series("semif_audits_total", "20x150", **AUDITED, instance="few", outcome="done"),
+        ],
+        "32m",
+        [{"instance": "fires", **AUDITED}],
+    ),
+    # half the audited answers agree; all agree; half agree, but too few audits to judge
+    "SemifDebiasDisagreement": (
+        [
+            series("semif_audit_agreements_total", "0+1x200", **AUDITED, instance="fires"),
+            series("semif_audits_total", "0+2x200", **AUDITED, instance="fires", outcome="done"),
+            series("semif_audit_agreements_total", "0+2x200", **AUDITED, instance="quiet"),
+            series("semif_audits_total", "0+2x200", **AUDITED, instance="quiet", outcome="done"),
+            series("semif_audit_agreements_total", "0+0.02x200", **AUDITED, instance="few"),
+            series("semif_audits_total", "0+0.04x200", **AUDITED, instance="few", outcome="done"),
+        ],
+        "46m",
+        [{"instance": "fires", **AUDITED}],
+    ),
+    # audits waiting and none done; waiting and being done; none waiting
+    "SemifAuditStarved": (
+        [
+            series("semif_audits_pending", "3x200", instance="fires", workload="triage"),
+            series("semif_audits_total", "5x200", **AUDITED, instance="fires", outcome="done"),
+            series("semif_audits_pending", "3x200", instance="quiet", workload="triage"),
+            series("semif_audits_total", "5+1x200", **AUDITED, instance="quiet", outcome="done"),
+            series("semif_audits_pending", "0x200", instance="idle", workload="triage"),
+            series("semif_audits_total", "5x200", **AUDITED, instance="idle", outcome="done"),
+        ],
+        "46m",
+        [{"instance": "fires", "workload": "triage"}],
     ),
 }
 

@@ -17,6 +17,14 @@ READINGS = {
     "busy_refusals": lambda: {"queue": 0},
     "queued_by_caller": lambda: {"-": 0},
     "background_queued": lambda: 0,
+    "audits": lambda: {
+        "outcomes": {("triage", "4", "done"): 3},
+        "agreements": {("triage", "4"): 2},
+        "drift": {("triage", "4"): 1.5},
+        "drift_threshold": {("triage", "4"): 3.0},
+        "pending": {"triage": 0},
+        "last": {"triage": 1.0},
+    },
 }
 
 
@@ -28,10 +36,16 @@ def test_every_row_of_the_table_is_in_the_exposition() -> None:
 
 
 def test_a_family_whose_reading_is_none_is_off() -> None:
-    text = Metrics(lambda: FACTS, **(READINGS | {"busy_refusals": None})).render().decode()
-    assert "semif_busy_refusals" not in text
-    assert "semif_wait_estimate_error_seconds" not in text
-    assert "semif_max_queue 2.0" in text
+    text = Metrics(lambda: FACTS, **(READINGS | {"busy_refusals": None, "audits": None})).render()
+    assert b"semif_busy_refusals" not in text and b"semif_audit" not in text
+    assert b"semif_wait_estimate_error_seconds" not in text
+    assert b"semif_max_queue 2.0" in text
+
+
+def test_a_family_read_from_several_labels_shows_each() -> None:
+    text = Metrics(lambda: FACTS, **READINGS).render().decode()
+    assert 'semif_audits_total{n="4",outcome="done",workload="triage"} 3.0' in text
+    assert 'semif_prior_drift{n="4",workload="triage"} 1.5' in text
 
 
 def test_a_reading_no_family_reads_is_refused() -> None:

@@ -10,7 +10,7 @@ import pytest
 from semif_serve.engine.dispatcher import Call, Turns
 from semif_serve.engine.recent import RecentCalls
 from semif_serve.engine.scorer import OutOfMemory
-from semif_serve.engine.worker import CallTiming
+from semif_serve.engine.worker import AUDIT, BACKGROUND, CallTiming
 from semif_serve.http.exchange import MAX_RETRY_AFTER
 from semif_serve.ops.retry_after import RetryAfter
 from tests.bodies import ROW
@@ -191,6 +191,21 @@ def test_busy_estimate_prices_the_rows_before_the_callers_next_call() -> None:
         turns.put(Call("bulk", "direct", 1))
     assert estimate.busy("bulk") == MAX_RETRY_AFTER
     assert RetryAfter.unavailable() == 1
+
+
+def test_an_audit_call_has_its_own_window_and_a_running_one_is_priced_as_a_shared_call() -> None:
+    """Audits (extension) are timed apart, as kind "audit"; while one runs it is background work
+    priced at the shared rate, so a caller's Retry-After errs high, never low."""
+    recent = RecentCalls()
+    turns = Turns()
+    estimate = RetryAfter(recent, turns.ahead)
+    recent.scorer_call(CallTiming("shared", 4, 0.0, 0.0, 4.0))  # 1 s a row
+    recent.scorer_call(CallTiming(AUDIT, 3, 0.0, 0.0, 30.0))  # 10 s a row, its own window
+    assert recent.per_row(AUDIT) == 10.0 and recent.per_row("shared") == 1.0
+    assert estimate.busy("-") == 1  # nothing running: the floor
+    turns.put(Call(BACKGROUND, "shared", 3, background=True))
+    assert turns.take() is not None  # the audit runs
+    assert estimate.busy("-") == 3  # its 3 rows at the shared rate
 
 
 def test_the_busy_estimate_reads_only_requests_successful_calls() -> None:

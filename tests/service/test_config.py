@@ -30,6 +30,9 @@ POSITIVE_INTS = (
     "SEMIF_MAX_QUEUE",
     "SEMIF_MAX_CONNECTIONS",
     "SEMIF_PORT",
+    "SEMIF_AUDIT_MAX_PENDING",
+    "SEMIF_AUDIT_MAX_PENDING_BYTES",
+    "SEMIF_AUDIT_MAX_OPTIONS",
 )
 POSITIVE_FLOATS = (
     "SEMIF_VRAM_CAP_GIB",
@@ -71,6 +74,7 @@ BAD: dict[str, list[str]] = {
     "SEMIF_VRAM_CAP_GIB": NOT_POSITIVE,  # "" means uncapped for the one setting whose default is absent
     "SEMIF_MAX_WAIT_S": NOT_POSITIVE,  # likewise: "" means no wait budget
     "SEMIF_API_TOKENS_FILE": [""],
+    "SEMIF_AUDIT_RATE": ["-0.1", "1.01", "nan", "inf", "x", "", "10%"],
 }
 CASES = [(name, value) for name, values in BAD.items() for value in values]
 
@@ -328,6 +332,11 @@ def test_the_boundary_values_are_accepted(tmp_path: Path) -> None:
         ({"SEMIF_MAX_WAIT_S": "2.5"}, "max_wait_s", 2.5),
         ({"SEMIF_PORT": "1"}, "port", 1),
         ({"SEMIF_STUB_DELAY_MS": "250"}, "stub_delay_ms", 250),
+        ({}, "audit_rate", 0.0),
+        ({"SEMIF_AUDIT_RATE": "0"}, "audit_rate", 0.0),
+        ({"SEMIF_AUDIT_RATE": "0.05"}, "audit_rate", 0.05),
+        ({"SEMIF_AUDIT_RATE": "1"}, "audit_rate", 1.0),
+        ({}, "audit_max_options", 8),
     ],
 )
 def test_each_allowed_form_is_accepted(env: dict[str, str], field: str, value: Any) -> None:

@@ -495,7 +495,7 @@ def test_routing_refusals_are_exact() -> None:
     assert (missing.value.code, missing.value.message) == (
         "not_found",
         "no endpoint at /" + "n" * 59 + "…; the endpoints: GET /health, POST /decide, "
-        "POST /decide/shared, GET /metrics, POST /v1/systemone, GET /v1/models, GET /healthz",
+        "POST /decide/shared, GET /metrics, POST /v1/systemone, GET /v1/models, GET /v1/audit, GET /healthz",
     )
     with pytest.raises(ApiError) as scrape_only:
         route(b"GET", b"/health", None, head_policy.METRICS_ROUTES)

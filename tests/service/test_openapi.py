@@ -60,6 +60,8 @@ def test_the_document_parses_and_names_every_error_code() -> None:
         "POST /v1/systemone",
         "GET /v1/models",
         "HEAD /v1/models",
+        "GET /v1/audit",
+        "HEAD /v1/audit",
         "GET /healthz",
         "HEAD /healthz",
     }
@@ -153,6 +155,7 @@ def test_the_document_parses_and_names_every_error_code() -> None:
         ("POST /v1/systemone", {**SYSTEMONE, "semif": {"orderings": "rotations"}}),
         ("POST /v1/systemone", {**SYSTEMONE, "semif": {"workload": "triage"}}),
         ("GET /v1/models", None),
+        ("GET /v1/audit", None),
     ],
 )
 def test_every_result_shape_matches_the_document(url: str, label: str, body: Any) -> None:
@@ -178,6 +181,7 @@ def test_every_result_shape_matches_the_document(url: str, label: str, body: Any
         ("POST /v1/systemone", {**SYSTEMONE, "model": "other"}, AUTH, 422),
         ("POST /v1/systemone", SYSTEMONE, {}, 401),
         ("GET /v1/models", None, {}, 401),
+        ("GET /v1/audit", None, {}, 401),
     ],
 )
 def test_error_envelopes_match_the_document(

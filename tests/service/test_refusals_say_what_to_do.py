@@ -10,7 +10,7 @@ from tests.wire_client import AUTH, AUTH_LINE, parse_responses, raw_responses, r
 
 ENDPOINTS = (
     "GET /health, POST /decide, POST /decide/shared, GET /metrics, POST /v1/systemone, "
-    "GET /v1/models, GET /healthz"
+    "GET /v1/models, GET /v1/audit, GET /healthz"
 )
 
 
