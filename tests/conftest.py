@@ -18,9 +18,9 @@ from semif_serve.http.connection import Drain
 from semif_serve.server import Server
 from tests.fake_scorer import FakeScorer
 from tests.fakes import calibration, settings
+from tests.http.memory import FakeClock, Memory
 from tests.reading_wheels import require_parts
 from tests.smollm2_wheel import require_gguf
-from tests.wire.memory import FakeClock, Memory
 
 Start = Callable[..., Awaitable[Server]]
 
@@ -52,7 +52,7 @@ def fake() -> FakeScorer:
 @pytest.fixture
 async def memory_server(fake: FakeScorer) -> Any:
     """memory_server(**settings) -> Memory: the fake scorer behind a Server that does not listen, its
-    connections in memory on a fake clock (tests/wire/memory.py)."""
+    connections in memory on a fake clock (tests/http/memory.py)."""
     engines: list[Engine] = []
 
     async def start(**overrides: object) -> Memory:

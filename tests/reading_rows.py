@@ -7,7 +7,7 @@ that does not (SmolLM2, whose rotation-averaged top is close to a coin flip) mis
 Chosen from 16 easy rows tried on each model (float32, fastjev's prompt): Qwen2.5-Coder-1.5B
 read 15 of them both ways, these four with a rotation-averaged top of 0.69 to 0.99;
 Qwen2.5-Coder-0.5B read 3 of 16, about what chance gives (1/9 a row), so it cannot carry this
-check; SmolLM2 read 1 of 16 and none of these four. tests/models/test_smollm2_model.py runs
+check; SmolLM2 read 1 of 16 and none of these four. tests/real_models/test_smollm2_model.py runs
 the check on SmolLM2 and requires it to fail.
 """
 

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-# The tiny model's parity request (tests/models/test_tiny_served.py asks the same row).
+# The tiny model's parity request (tests/real_models/test_tiny_served.py asks the same row).
 ROW = {
     "id": "t1",
     "state": {"ticket": "printer on fire", "floor": 3},

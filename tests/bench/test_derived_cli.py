@@ -25,7 +25,7 @@ from bench.common.loadgen import call
 from bench.labelled import derived, escalation
 from bench.labelled import rows as labelled
 from semif_serve.decisions import prior as pride
-from tests.calibration_file import MATCHING
+from tests.calibration_files import MATCHING
 
 TOKEN = "derived-token-" + "0123456789abcdef" * 2
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "labelled.jsonl"

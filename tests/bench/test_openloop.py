@@ -34,7 +34,7 @@ from bench.common.loadgen import (
     poisson_arrivals,
 )
 from bench.load import openloop, servers
-from tests.bodies import ROW
+from tests.request_bodies import ROW
 from tests.wire_client import TOKEN as SERVER_TOKEN
 
 TOKEN = "openloop-token-" + "0123456789abcdef" * 2

@@ -26,7 +26,7 @@ from bench.labelled import metrics, scoring
 from bench.labelled import prior as fitting
 from bench.labelled import rows as labelled
 from semif_serve.decisions import prior as pride
-from tests.calibration_file import MATCHING
+from tests.calibration_files import MATCHING
 
 TOKEN = "prior-token-" + "0123456789abcdef" * 2
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "labelled.jsonl"

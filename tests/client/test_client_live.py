@@ -33,8 +33,8 @@ from semif_serve.client import (
 from semif_serve.decisions import calibration_file
 from semif_serve.engine.stub import StubScorer
 from semif_serve.errors import ApiError as ServerApiError
-from tests.bodies import ROW, SHARED
 from tests.fakes import settings as server_settings
+from tests.request_bodies import ROW, SHARED
 from tests.timing import timeless
 from tests.wire_client import TOKEN, eventually, request
 

@@ -15,7 +15,7 @@ from semif_serve.decisions.calibration_file import FittedPrior, Table
 from semif_serve.decisions.methods import Method
 from semif_serve.decisions.views import as_json
 from semif_serve.errors import ApiError
-from tests.calibration_file import MATCHING
+from tests.calibration_files import MATCHING
 from tests.fake_scorer import semif_like
 
 PRIOR3 = (0.5, 0.3, 0.2)

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from tests.bodies import FOUR, ROW
 from tests.fake_scorer import biased, semif_like
 from tests.reference import softmax
+from tests.request_bodies import FOUR, ROW
 from tests.wire_client import request
 
 

@@ -20,9 +20,9 @@ import pytest
 from bench.common import procs
 from bench.common.loadgen import call
 from semif_serve.decisions import calibration_file
-from tests.bodies import FOUR, ROW
-from tests.calibration_file import MATCHING, bound_path
+from tests.calibration_files import MATCHING, bound_path
 from tests.fake_scorer import biased
+from tests.request_bodies import FOUR, ROW
 from tests.wire_client import TOKEN, request
 
 BINDING = calibration_file.Binding("semif-serve/fake", "f" * 40, "direct-options-v1")

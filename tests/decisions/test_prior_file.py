@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from semif_serve.decisions import calibration_file
-from tests.calibration_file import PRIORS, WITH_PRIORS, prior_path
+from tests.calibration_files import PRIORS, WITH_PRIORS, prior_path
 
 BINDING = {"model": "m", "revision": "r", "prompt_version": "p"}
 FOUR = [0.4, 0.3, 0.2, 0.1]

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from semif_serve.decisions import calibration_file, prior
-from tests.bodies import FOUR, ROW
-from tests.calibration_file import MATCHING, prior_path
+from tests.calibration_files import MATCHING, prior_path
 from tests.fake_scorer import BIAS, biased
 from tests.reference import softmax
+from tests.request_bodies import FOUR, ROW
 from tests.timing import timeless
 from tests.wire_client import TOKEN, request
 

@@ -27,8 +27,8 @@ import pytest
 
 from bench.common import procs, prometheus
 from tests import promql
-from tests.bodies import ROW, SHARED
-from tests.calibration_file import prior_path
+from tests.calibration_files import prior_path
+from tests.request_bodies import ROW, SHARED
 
 TOKEN = "monitoring-token-" + "0123456789abcdef" * 2
 DELAY_S = 0.8

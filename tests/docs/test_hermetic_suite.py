@@ -19,7 +19,7 @@ from tests.hermetic import clear
 SLICE = (
     "tests/decisions/test_calibration_http.py",
     "tests/bench/test_prior_cli.py::test_a_new_file_is_bound_to_what_the_server_reports_and_holds_no_temperatures",
-    "tests/service/test_entry_point.py",
+    "tests/cli/test_entry_point.py",
     "tests/ops/test_access_log.py",
     "tests/client/test_client_ask.py",
     "tests/systemone/test_sdk_stub.py",

@@ -12,7 +12,7 @@ import pytest
 
 from semif_serve.engine.dispatcher import Call, Turns
 from semif_serve.engine.worker import Engine
-from tests.bodies import ROW
+from tests.request_bodies import ROW
 
 
 def named(turns: Turns, *calls: Call) -> None:

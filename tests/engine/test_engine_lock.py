@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from semif_serve.engine.worker import SCORER_LOCK, Engine
-from tests.bodies import ROW
+from tests.request_bodies import ROW
 
 
 class OverlapProbe:

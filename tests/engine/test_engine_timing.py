@@ -13,7 +13,7 @@ import pytest
 
 from semif_serve.engine.scorer import OutOfMemory
 from semif_serve.engine.worker import CallTiming, Engine
-from tests.bodies import ROW
+from tests.request_bodies import ROW
 
 
 async def observed(fake: Any, call: str, *args: Any) -> CallTiming:

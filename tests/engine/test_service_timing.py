@@ -17,8 +17,8 @@ from semif_serve.engine.scorer import OutOfMemory
 from semif_serve.engine.worker import Engine
 from semif_serve.http.exchange import Reply
 from semif_serve.service.head_policy import ROUTES, Service
-from tests.bodies import BODY, SHARED
 from tests.fakes import settings
+from tests.request_bodies import BODY, SHARED
 
 SHARED_BODY = json.dumps(SHARED).encode()
 

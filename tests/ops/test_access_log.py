@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.bodies import ROW
+from tests.request_bodies import ROW
 from tests.served_process import Process
 from tests.wire_client import HEALTH, TOKEN, Connection, raw_exchange, request
 
@@ -242,7 +242,7 @@ async def test_a_startup_refusal_is_one_json_line_in_json_mode(tmp_path) -> None
     import os
     import sys
 
-    from tests.calibration_file import bound_path
+    from tests.calibration_files import bound_path
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEMIF_")}
     env.update(

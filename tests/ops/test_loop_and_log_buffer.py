@@ -20,7 +20,7 @@ import pytest
 
 from semif_serve import config
 from semif_serve.ops.logs import ACCESS_LOGGER, BufferedStreamHandler
-from tests.bodies import ROW
+from tests.request_bodies import ROW
 from tests.served_process import Process
 from tests.wire_client import TOKEN, request
 

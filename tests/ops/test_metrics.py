@@ -20,10 +20,10 @@ from semif_serve.engine.scorer import OutOfMemory
 from semif_serve.engine.worker import Engine
 from semif_serve.http.exchange import Exchange, Head, Reply
 from semif_serve.service.head_policy import ROUTES, Service
-from tests.bodies import ROW, SHARED
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
 from tests.metrics_samples import Samples, scrape, value
+from tests.request_bodies import ROW, SHARED
 from tests.wire_client import TOKEN, Connection, eventually, request
 
 

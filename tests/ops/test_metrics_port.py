@@ -16,8 +16,8 @@ import pytest
 
 from bench.common.procs import free_port
 from semif_serve.server import MAX_SCRAPERS
-from tests.bodies import POST, ROW
 from tests.metrics_samples import sample, scrape
+from tests.request_bodies import POST, ROW
 from tests.served_process import Process
 from tests.wire_client import Connection, eventually, no_error_logs, request  # noqa: F401 - fixture
 

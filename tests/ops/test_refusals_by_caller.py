@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.bodies import BODY, ROW
 from tests.metrics_samples import Samples, parse, sample, scrape, value
+from tests.request_bodies import BODY, ROW
 from tests.wire_client import Connection, raw_request
 
 NAME = "ranker"

@@ -13,7 +13,7 @@ from semif_serve.engine.scorer import OutOfMemory
 from semif_serve.engine.worker import AUDIT, BACKGROUND, CallTiming
 from semif_serve.http.exchange import MAX_RETRY_AFTER
 from semif_serve.ops.retry_after import RetryAfter
-from tests.bodies import ROW
+from tests.request_bodies import ROW
 from tests.wire_client import (
     AUTH,
     GENERATED,

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from semif_serve.http.exchange import Reply
 from semif_serve.service.head_policy import ROUTES
-from tests.wire.memory import Memory
+from tests.http.memory import Memory
 from tests.wire_client import Response, raw_request
 
 SYSTEMONE = ROUTES[b"/v1/systemone"]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.bodies import ROW, SHARED
+from tests.request_bodies import ROW, SHARED
 from tests.wire_client import (
     AUTH_LINE,
     TOKEN,

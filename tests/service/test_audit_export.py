@@ -20,7 +20,7 @@ import pytest
 from semif_serve.config import DEFAULT_MODEL, DEFAULT_REVISION
 from semif_serve.decisions import audit_export, calibration_file, live_prior, prior
 from semif_serve.engine.stub import PROMPT_VERSION
-from tests.calibration_file import prior_path
+from tests.calibration_files import prior_path
 from tests.served_process import Process
 from tests.wire_client import TOKEN, request
 

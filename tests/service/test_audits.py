@@ -16,7 +16,7 @@ from semif_serve.decisions import calibration_file, request_model
 from semif_serve.engine.scorer import Row, SharedResult
 from semif_serve.engine.stub import StubScorer
 from semif_serve.service.audits import Auditor
-from tests.calibration_file import MATCHING, PRIORS, WITH_PRIORS
+from tests.calibration_files import MATCHING, PRIORS, WITH_PRIORS
 from tests.fakes import settings
 
 TABLE = calibration_file.bound({**MATCHING, "priors": PRIORS, "workloads": WITH_PRIORS})

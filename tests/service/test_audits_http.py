@@ -18,7 +18,7 @@ import pytest
 from semif_serve.decisions import calibration_file, prior
 from semif_serve.engine.stub import StubScorer
 from semif_serve.engine.worker import CallTiming
-from tests.calibration_file import MATCHING, PRIORS, WITH_PRIORS
+from tests.calibration_files import MATCHING, PRIORS, WITH_PRIORS
 from tests.fakes import settings
 from tests.metrics_samples import scrape, value
 from tests.timing import timeless

@@ -17,9 +17,9 @@ import pytest
 from semif_serve.engine.worker import Engine
 from semif_serve.errors import ApiError
 from semif_serve.service.head_policy import Service
-from tests.bodies import BODY, ROW
 from tests.fake_scorer import FakeScorer
 from tests.fakes import settings
+from tests.request_bodies import BODY, ROW
 from tests.wire_client import TOKEN, parse_responses, raw_responses, request
 
 T = TOKEN.encode()

@@ -20,9 +20,9 @@ import pytest
 
 from bench.common.procs import free_port
 from semif_serve.service.callers import DEFAULT
-from tests.bodies import ROW
 from tests.fake_scorer import FakeScorer
 from tests.metrics_samples import sample, scrape, value
+from tests.request_bodies import ROW
 from tests.served_process import Process, replace
 from tests.wire_client import (
     TOKEN,

@@ -26,9 +26,9 @@ from semif_serve.service import body_pipeline, head_policy
 from semif_serve.service.admission import Admission
 from semif_serve.service.body_pipeline import json_bytes
 from semif_serve.service.head_policy import Service
-from tests.bodies import BODY, ROW, SHARED
 from tests.fake_scorer import FakeScorer
 from tests.fakes import calibration, settings
+from tests.request_bodies import BODY, ROW, SHARED
 from tests.wire_client import (
     HEALTH,
     TOKEN,

@@ -5,7 +5,7 @@ startup is test_entry_point.py's; the client's own refusals are tests/client's."
 
 from __future__ import annotations
 
-from tests.bodies import BODY
+from tests.request_bodies import BODY
 from tests.wire_client import AUTH, AUTH_LINE, parse_responses, raw_responses, request
 
 ENDPOINTS = (

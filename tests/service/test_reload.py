@@ -11,9 +11,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tests.bodies import ROW
-from tests.calibration_file import MATCHING
+from tests.calibration_files import MATCHING
 from tests.metrics_samples import sample, scrape
+from tests.request_bodies import ROW
 from tests.served_process import Process, replace
 from tests.wire_client import TOKEN, request
 

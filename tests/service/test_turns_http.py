@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from semif_serve.engine.stub import StubScorer
-from tests.bodies import ROW, SHARED
 from tests.fakes import settings
 from tests.metrics_samples import sample, scrape
+from tests.request_bodies import ROW, SHARED
 from tests.timing import timeless
 from tests.wire_client import Connection, eventually, request
 

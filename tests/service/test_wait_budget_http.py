@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from semif_serve.engine.stub import StubScorer
-from tests.bodies import ROW, SHARED
 from tests.fakes import settings
 from tests.metrics_samples import sample, scrape
+from tests.request_bodies import ROW, SHARED
 from tests.served_process import Process
 from tests.wire_client import eventually, parse_responses, raw_request, raw_responses, request
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from semif_serve import cli, config, server
-from tests.calibration_file import MATCHING, PRIORS, prior_path
+from tests.calibration_files import MATCHING, PRIORS, prior_path
 from tests.wire_client import TOKEN
 
 

@@ -3,7 +3,7 @@
 One server start (the model loads in about ten seconds): every type through both
 clients, each answer equal to what the same rows give through /decide/shared, and
 one averaged request equal to the combined view. The model comes from the wheel
-exactly as in tests/models/test_smollm2_model.py, through tests/conftest.py's
+exactly as in tests/real_models/test_smollm2_model.py, through tests/conftest.py's
 `smollm2_settings` (skipped without the wheel, a failure under CI=true).
 """
 

@@ -18,7 +18,7 @@ import pytest
 from semif_serve.config import DEFAULT_MODEL, DEFAULT_REVISION
 from semif_serve.decisions import calibration_file
 from semif_serve.engine.torch_scorer import TorchScorer
-from tests.calibration_file import bound_path
+from tests.calibration_files import bound_path
 from tests.served_process import Process
 from tests.systemone_cases import semif_id
 from tests.wire_client import Connection, request

@@ -11,8 +11,8 @@ import schemathesis
 from schemathesis import checks
 
 from bench.acceptance.schemathesis_run import document
-from tests.bodies import ROW
-from tests.service.threaded_server import AUTH, serving
+from tests.request_bodies import ROW
+from tests.server.threaded_server import AUTH, serving
 
 HEADER_CHECKS = [
     checks.response_schema_conformance,

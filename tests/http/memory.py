@@ -4,7 +4,7 @@ runs unchanged between them, asking a real Server's service and ops (not listeni
 
 A read's timeout is a timer on the fake clock, so a deadline fires exactly when the test
 advances past it, never early and never late on a loaded machine. The real channel and the
-real socket keep their own tests (tests/wire/both_loops/test_channel.py, one real-socket
+real socket keep their own tests (tests/http/both_loops/test_channel.py, one real-socket
 test per deadline in test_deadlines.py).
 """
 

@@ -7,7 +7,7 @@ the first byte of its next request under the idle timeout; from that byte the he
 the header timeout. The body has the body timeout from the end of its head. A head cut
 off gets a 408 envelope and a close; a connection that never began a request is just closed.
 
-The timing logic runs on a fake clock over an in-memory channel (tests/wire/memory.py): a
+The timing logic runs on a fake clock over an in-memory channel (tests/http/memory.py): a
 deadline must not fire a tick before its moment and must fire a tick after it. One test per
 deadline (header, idle, body) runs on a real socket and the wall clock, with slack for a
 loaded machine.
@@ -21,8 +21,8 @@ import threading
 import pytest
 
 from semif_serve.http.connection import LINGER_S
-from tests.bodies import BODY, POST
-from tests.wire.memory import Memory, Wire
+from tests.http.memory import Memory, Wire
+from tests.request_bodies import BODY, POST
 from tests.wire_client import (
     HEALTH,
     Connection,

@@ -9,9 +9,9 @@ import pytest
 
 from semif_serve import config
 from semif_serve.engine.scorer import OutOfMemory, ScoringFailed
-from tests.bodies import BODY, ROW, SHARED
 from tests.fake_scorer import semif_like
 from tests.reference import softmax
+from tests.request_bodies import BODY, ROW, SHARED
 from tests.wire_client import (
     AUTH,
     HEALTH,

@@ -14,7 +14,7 @@ import pytest
 
 from semif_serve.decisions import request_model
 from semif_serve.errors import ApiError
-from tests.bodies import ROW
+from tests.request_bodies import ROW
 
 WORKLOAD = "w" * 70
 LIMITS = request_model.Limits(5, frozenset({WORKLOAD}), {WORKLOAD: frozenset({"none", "all"})})

@@ -7,7 +7,7 @@ past it the server stops reading (the sender is pushed back), and the request in
 progress is finished, not cancelled. Bytes that arrive are reported once to the wire
 that asked (`on_next_bytes`), before it reads them. Plus: a
 connection that fails on a bug is logged, and the server keeps serving. Each runs on both loops the server runs on: they
-deliver EOF differently (tests/wire/both_loops/conftest.py).
+deliver EOF differently (tests/http/both_loops/conftest.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import threading
 
 from semif_serve.http.channel import Channel
 from semif_serve.http.connection import MAX_BUFFERED
-from tests.bodies import BODY, ROW
+from tests.request_bodies import BODY, ROW
 from tests.wire_client import (
     HEALTH,
     assert_serving,

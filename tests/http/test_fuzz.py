@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from semif_serve.decisions import averaging, request_model
 from semif_serve.engine.stub import StubScorer
 from semif_serve.errors import ApiError
-from tests.bodies import BODY, POST, ROW, SHARED
 from tests.fakes import settings as server_settings
+from tests.request_bodies import BODY, POST, ROW, SHARED
 from tests.wire_client import (
     HEALTH,
     Connection,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from semif_serve.builders import smollm2, snapshot
-from tests.bodies import ROW
+from tests.request_bodies import ROW
 
 # tokenizer_config.json of builder version 1 (revision 42c91864842f40b183d5dd301aa314c0936bb981).
 OLD_CONFIG_BLOB = "5a11e2db4c036074e5db0596ca53f73761d4ebc4"

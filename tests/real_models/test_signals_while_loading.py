@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bodies import ROW
+from tests.request_bodies import ROW
 from tests.served_process import Process, replace
 from tests.wire_client import request
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bodies import BODY
+from tests.request_bodies import BODY
 from tests.wire_client import AUTH_LINE, Response, no_error_logs, parse_responses, raw_responses  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("no_error_logs")

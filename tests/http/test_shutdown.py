@@ -13,9 +13,9 @@ import threading
 import pytest
 
 from semif_serve.http.connection import LINGER_S
-from tests.bodies import POST, ROW
+from tests.http.memory import settle
+from tests.request_bodies import POST, ROW
 from tests.served_process import Process
-from tests.wire.memory import settle
 from tests.wire_client import (
     HEALTH,
     TOKEN,

@@ -5,7 +5,7 @@ when that one is gone.
 At SIGTERM the listener closes and every idle keep-alive connection is closed at once, without a
 response: the balancer's kept connection reads EOF, and its next connection is refused. Only
 requests already under way are answered: an in-flight POST its 200 (with `Connection: close`),
-a request whose head had begun its 503 (tests/wire/test_shutdown.py). First in process against the
+a request whose head had begun its 503 (tests/http/test_shutdown.py). First in process against the
 shutdown path, then the real process on a real SIGTERM.
 """
 
@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from tests.bodies import POST, ROW
+from tests.request_bodies import POST, ROW
 from tests.served_process import Process
 from tests.wire_client import Connection, no_error_logs, request  # noqa: F401 - fixture
 

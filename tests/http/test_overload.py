@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from tests.bodies import BODY, POST, ROW
+from tests.request_bodies import BODY, POST, ROW
 from tests.wire_client import (
     HEALTH,
     Connection,

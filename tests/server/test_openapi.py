@@ -17,8 +17,8 @@ from schemathesis import checks
 
 from bench.acceptance.schemathesis_run import document, fuzz
 from semif_serve.errors import CODES, STATUS
-from tests.bodies import ROW, SHARED
-from tests.service.threaded_server import AUTH, serving
+from tests.request_bodies import ROW, SHARED
+from tests.server.threaded_server import AUTH, serving
 from tests.wire_client import TOKEN
 
 SYSTEMONE = {

@@ -17,7 +17,7 @@ import pytest
 
 from semif_serve.decisions import request_model
 from semif_serve.errors import ApiError
-from tests.bodies import ROW, SHARED
+from tests.request_bodies import ROW, SHARED
 from tests.wire_client import request
 
 LIMITS = request_model.Limits(max_decisions=8, workloads=frozenset())

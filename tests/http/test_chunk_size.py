@@ -1,5 +1,5 @@
 """A chunk whose declared size alone is over SEMIF_MAX_BODY_BYTES: in memory on the fake clock
-(tests/wire/memory.py) where the point is when the answer comes, on a raw socket for h11's 400.
+(tests/http/memory.py) where the point is when the answer comes, on a raw socket for h11's 400.
 
 h11 0.16 reads a chunk-size line (up to 20 hex digits) into its private reader and emits
 nothing until the chunk's data arrives: no public event or attribute carries the declared

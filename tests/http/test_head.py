@@ -13,7 +13,7 @@ import h11
 import pytest
 
 from semif_serve.service.head_policy import ROUTES
-from tests.bodies import POST
+from tests.request_bodies import POST
 from tests.wire_client import AUTH, Connection, eventually, no_error_logs, raw_session  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("no_error_logs")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bodies import BODY
+from tests.request_bodies import BODY
 from tests.wire_client import (
     HEALTH,
     TOKEN,

@@ -12,7 +12,7 @@ import pytest
 
 from semif_serve.http.connection import MAX_HEAD, Fields, head_refusal
 from semif_serve.http.exchange import body_refusal
-from tests.bodies import BODY
+from tests.request_bodies import BODY
 from tests.wire_client import raw_request
 
 LIMIT = 100
