@@ -138,7 +138,8 @@ class Pipeline:
             views = viewing.views(read.request, results, read.table, calls.escalated)
             payload, headers = self.render(read, calls, views, call.kind)
             body = json_bytes(payload)
-            if self.audits is not None:  # after this step: the reply goes out first, as built
+            # After this step: the reply goes out first, as built. Audits off: nothing is scheduled.
+            if self.audits is not None and self.audits.on:
                 loop = asyncio.get_running_loop()
                 loop.call_soon(
                     self.audits.offer, read.request, results, read.table, calls.escalated
