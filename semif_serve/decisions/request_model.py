@@ -6,6 +6,7 @@ Everything the scorer would refuse for its shape is refused here first with a
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -27,21 +28,22 @@ OPTION_KEYS = {"id", "description"}
 
 @dataclass(frozen=True)
 class Decision:
-    """One SemIf row and its orderings method (the request's `orderings` value)."""
+    """One SemIf row and its orderings method (the request's `orderings` value). Its counts are
+    worked out once, on first use, and kept: the row cap, the plan and the views each read them."""
 
     row: dict[str, Any]
     method: Method
 
-    @property
+    @functools.cached_property
     def averaged(self) -> bool:
         return self.method.rules.averaged
 
-    @property
+    @functools.cached_property
     def row_count(self) -> int:
         """The engine rows it may expand to, one per ordering: an escalating method's worst case."""
         return averaging.row_count(len(self.row["options"]), self.method)
 
-    @property
+    @functools.cached_property
     def first_count(self) -> int:
         """The rows it sends in the request's first engine call."""
         return self.method.first_call(len(self.row["options"])) if self.averaged else 1

@@ -311,8 +311,9 @@ class Metrics:
     def decisions(self, methods: tuple[str, ...], caller: str = "-") -> None:
         """One answered request's decisions, each under its orderings method (an empty tuple: none)."""
         for method in methods:
-            child = self._per_method.get((method, caller))
-            if child is None:
+            try:  # indexed, not .get: one call fewer per decision, and a miss happens once per label
+                child = self._per_method[(method, caller)]
+            except KeyError:
                 child = self._per_method[(method, caller)] = self._family["semif_decisions"].labels(
                     method, caller
                 )

@@ -144,8 +144,10 @@ class Operations:
             path, route = self._unrouted(exchange)
         if self.metrics is not None:
             self.metrics.request(route, reply.status, reply.code, total, exchange.caller)
-            self.metrics.decisions(reply.decision_methods, exchange.caller)
-            self.metrics.escalations(reply.escalations)
+            if reply.decision_methods:  # none on a GET or a refusal: no call for nothing to count
+                self.metrics.decisions(reply.decision_methods, exchange.caller)
+            if reply.escalations:  # none unless a decision escalated (extension)
+                self.metrics.escalations(reply.escalations)
         if self.access_log:
             timing = reply.timing
             access_log.write(

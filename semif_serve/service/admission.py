@@ -3,8 +3,6 @@ POSTs in progress, shared by the service (which takes and frees slots) and ops (
 
 from __future__ import annotations
 
-from collections import Counter
-
 from ..errors import ApiError
 
 
@@ -16,7 +14,8 @@ class Admission:
         self.limit = limit
         self.share = limit if share is None else share
         self.in_progress = 0
-        self.by_caller: Counter[str] = Counter()
+        # A plain dict, not a Counter: Counter's missing-key and delete hooks are Python calls on every POST.
+        self.by_caller: dict[str, int] = {}
         self.refused = 0  # read at scrape time: semif_busy_refusals_total{reason="queue"}
         self.refused_share = 0  # semif_busy_refusals_total{reason="caller"}
 
@@ -24,7 +23,8 @@ class Admission:
         if self.in_progress >= self.limit:
             self.refused += 1
             raise ApiError("busy", f"{self.limit} requests already in progress; retry later")
-        if self.by_caller[caller] >= self.share:
+        held = self.by_caller.get(caller, 0)
+        if held >= self.share:
             self.refused_share += 1
             raise ApiError(
                 "busy",
@@ -32,10 +32,12 @@ class Admission:
                 "(SEMIF_MAX_QUEUE_PER_CALLER); retry later",
             )
         self.in_progress += 1
-        self.by_caller[caller] += 1
+        self.by_caller[caller] = held + 1
 
     def leave(self, caller: str) -> None:
         self.in_progress -= 1
-        self.by_caller[caller] -= 1
-        if not self.by_caller[caller]:
+        held = self.by_caller[caller] - 1
+        if held:
+            self.by_caller[caller] = held
+        else:
             del self.by_caller[caller]  # a caller removed by a reload leaves no entry behind

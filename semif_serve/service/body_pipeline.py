@@ -40,7 +40,7 @@ from ..decisions.views import View, as_json
 from ..engine.scorer import OutOfMemory, ScoringFailed
 from ..engine.worker import CallTiming, Engine
 from ..errors import ApiError, excerpt
-from ..http.exchange import Reply, retry_after
+from ..http.exchange import Reply, Route, retry_after
 from ..systemone import assemble, translate
 from . import escalation
 from .audits import Auditor
@@ -116,23 +116,30 @@ class Pipeline:
         self.audits = audits
 
     async def run(
-        self, reader: Reader, current: LoadedCalibration, body: bytes, caller: str = "-"
+        self,
+        reader: Reader,
+        current: LoadedCalibration,
+        body: bytes,
+        caller: str = "-",
+        route: Route | None = None,
     ) -> Reply:
         """A POST body through every step, its engine calls in `caller`'s turn; the first refusal is
-        the reply."""
+        the reply. Every reply is built with `route` (ops' label) where it is made: never copied to
+        add it, which would cost a dozen calls on every request."""
         call = None
         try:
             read = self.read(reader, current, body)
             call, rows = self.expand(read.request)
             calls = await self.within_budget(read, rows, call, caller)
         except ApiError as error:
-            return Reply.error(error, call)
+            return Reply.error(error, call, route=route)
         try:
             results = calls.results(read.request)
             views = viewing.views(read.request, results, read.table, calls.escalated)
             payload, headers = self.render(read, calls, views, call.kind)
             body = json_bytes(payload)
-            if self.audits is not None:  # after this step: the reply goes out first, as built
+            # After this step: the reply goes out first, as built. Audits off: nothing is scheduled.
+            if self.audits is not None and self.audits.on:
                 loop = asyncio.get_running_loop()
                 loop.call_soon(
                     self.audits.offer, read.request, results, read.table, calls.escalated
@@ -144,10 +151,13 @@ class Pipeline:
                 timing=escalation.timing(call, calls),
                 decision_methods=tuple(decision.method for decision in read.request.decisions),
                 escalations=(read.request.workload or "-",) * len(calls.escalated),
+                route=route,
             )
         except Exception:  # noqa: BLE001 - any failure here must still be the envelope (C3)
             log.exception("failed to build a response from a scorer result")
-            return Reply.error(ApiError("scoring_failed", "failed to build the response"), call)
+            return Reply.error(
+                ApiError("scoring_failed", "failed to build the response"), call, route=route
+            )
 
     @staticmethod
     def read(reader: Reader, current: LoadedCalibration, body: bytes) -> Read:

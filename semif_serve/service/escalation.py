@@ -19,7 +19,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,7 +56,8 @@ class Calls:
     first: list[dict[str, Any]]
     timing: dict[str, Any] | None
     escalated: frozenset[int] = frozenset()  # indices of the request's escalated decisions
-    second: Call = field(default_factory=lambda: ([], None))
+    # No second call: an empty, immutable default, so a request that does not escalate allocates none.
+    second: tuple[Sequence[Mapping[str, Any]], Mapping[str, Any] | None] = ((), None)
     second_call: CallTiming | None = field(default=None, compare=False)
 
     def results(self, request: DecideRequest) -> list[Mapping[str, Any]]:

@@ -75,10 +75,11 @@ def text_only(content_type: bytes | None) -> None:
 
 @dataclass(frozen=True)
 class Endpoint(Route):
-    """A route and what it does: a GET's handler (its whole reply from the head), or a POST's reader
-    (the body pipeline's first step) and content rule."""
+    """A route and what it does: a GET's handler (its whole reply from the head, built with the route
+    it is handed, so that no reply is copied to add it), or a POST's reader (the body pipeline's first
+    step) and content rule."""
 
-    get: Callable[[Service, Head], Reply] | None = None
+    get: Callable[[Service, Head, Route], Reply] | None = None
     read: Reader | None = None
     content: Callable[[bytes | None], None] = any_content
 
@@ -93,13 +94,18 @@ ROUTES = {
             "health",
             b"GET",
             protected=False,
-            get=lambda s, head: s.health(head.draining),
+            get=lambda s, head, route: s.health(head.draining, route),
         ),
         Endpoint(b"/decide", "decide", b"POST", protected=True, read=read_decide),
         Endpoint(b"/decide/shared", "shared", b"POST", protected=True, read=read_shared),
         # Extension: Prometheus metrics, answered by ops (the server hands its handler over). No token, no slot.
+        # Ops builds its reply without a route, so this scrape alone is copied to add it.
         Endpoint(
-            b"/metrics", "metrics", b"GET", protected=False, get=lambda s, head: s.metrics(head)
+            b"/metrics",
+            "metrics",
+            b"GET",
+            protected=False,
+            get=lambda s, head, route: dataclasses.replace(s.metrics(head), route=route),
         ),
         # Extension: TypeSafe's System One API (semif_serve/systemone). Bearer on both, as the API and its SDK do.
         Endpoint(
@@ -117,10 +123,12 @@ ROUTES = {
             b"GET",
             protected=True,
             typesafe=True,
-            get=lambda s, head: s.models(),
+            get=lambda s, head, route: s.models(route),
         ),
         # Extension: what audits counted, and the calibration they were counted against. Bearer, no slot.
-        Endpoint(b"/v1/audit", "audit", b"GET", protected=True, get=lambda s, head: s.audit()),
+        Endpoint(
+            b"/v1/audit", "audit", b"GET", protected=True, get=lambda s, head, route: s.audit(route)
+        ),
         # Extension: SemIf's own server's probe, so a probe pointed at it keeps working. Like /health.
         Endpoint(
             b"/healthz",
@@ -128,7 +136,7 @@ ROUTES = {
             b"GET",
             protected=False,
             typesafe=True,
-            get=lambda s, head: s.healthz(head.draining),
+            get=lambda s, head, route: s.healthz(head.draining, route),
         ),
     )
 }
@@ -153,8 +161,7 @@ class SlotTicket:
         self._caller = caller
 
     async def take(self, body: bytes) -> Reply:
-        reply = await self._service.post(self.route, body, self._caller)
-        return dataclasses.replace(reply, route=self.route)
+        return await self._service.post(self.route, body, self._caller)
 
     def release(self) -> None:
         self._service.admission.leave(self._caller)
@@ -237,7 +244,7 @@ class Service:
         except ApiError as error:
             return Reply.error(error, route=found)
         if found.get is not None:
-            return dataclasses.replace(found.get(self, head), route=found)
+            return found.get(self, head, found)
         return self._admit(head, found, exchange.caller)
 
     def _admit(self, head: Head, endpoint: Endpoint, caller: str) -> Reply | Ticket:
@@ -277,12 +284,12 @@ class Service:
         self, endpoint: Endpoint, body: bytes, caller: str = callers.UNAUTHENTICATED
     ) -> Reply:
         """A POST route's body through the body pipeline, under the calibration current now, its engine
-        calls in `caller`'s turn."""
+        calls in `caller`'s turn; its reply carries `endpoint` as its route."""
         if endpoint.read is None:
             raise RuntimeError(f"{endpoint.name} is not a POST route")
-        return await self.pipeline.run(endpoint.read, self.calibration, body, caller)
+        return await self.pipeline.run(endpoint.read, self.calibration, body, caller, endpoint)
 
-    def health(self, draining: bool = False) -> Reply:
+    def health(self, draining: bool = False, route: Route | None = None) -> Reply:
         """The engine's facts and the limits; 503 `draining` once shutdown began, so a
         load balancer or readiness probe stops sending while in-flight work finishes."""
         facts = self.engine.health()
@@ -300,9 +307,9 @@ class Service:
             "calibration": self.calibration.table.describe(),
             "calibration_sha256": self.calibration.sha256,
         }
-        return Reply(503 if draining else 200, json_bytes(payload))
+        return Reply(503 if draining else 200, json_bytes(payload), route=route)
 
-    def audit(self) -> Reply:
+    def audit(self, route: Route | None = None) -> Reply:
         """GET /v1/audit (extension): the audits per (workload, n), and the calibration they were counted
         against as the bound file it would be, bound to what is loaded (what an export refits)."""
         binding = calibration_file.Binding(
@@ -316,13 +323,15 @@ class Service:
             "calibration_sha256": self.calibration.sha256,
             "calibration": calibration_file.document(self.calibration.table, binding),
         }
-        return Reply(200, json_bytes(payload))
+        return Reply(200, json_bytes(payload), route=route)
 
-    def models(self) -> Reply:
+    def models(self, route: Route | None = None) -> Reply:
         """GET /v1/models (extension): the System One id, then every other name `model` accepts."""
-        return Reply(200, json_bytes(catalogue.listing(self.served_model, self.aliases)))
+        return Reply(
+            200, json_bytes(catalogue.listing(self.served_model, self.aliases)), route=route
+        )
 
-    def healthz(self, draining: bool = False) -> Reply:
+    def healthz(self, draining: bool = False, route: Route | None = None) -> Reply:
         """GET /healthz (extension): SemIf's server's probe, its fields with its meanings, and our
         queue beside them; 503 `draining` once shutdown began, as /health. Never the scorer, never a slot."""
         payload = {
@@ -335,7 +344,7 @@ class Service:
             "in_progress": self.admission.in_progress,
             "max_queue": self.settings.max_queue,
         }
-        return Reply(503 if draining else 200, json_bytes(payload))
+        return Reply(503 if draining else 200, json_bytes(payload), route=route)
 
 
 def check_encoding(content_encoding: bytes | None) -> None:

@@ -133,7 +133,7 @@ async def test_a_connection_that_fails_on_a_bug_is_logged_and_the_server_keeps_s
     server = await start_server(fake)
     real_health = server.service.health
 
-    def broken(draining: bool = False) -> None:
+    def broken(draining: bool = False, route: object = None) -> None:
         raise RuntimeError("a bug in the health handler")
 
     server.service.health = broken  # type: ignore[method-assign]
