@@ -93,7 +93,9 @@ def test_a_prior_entry_may_carry_its_fitted_threshold_and_nothing_else(tmp_path:
     table = load(tmp_path, with_priors({"triage": {"4": entry}}))
     assert table.priors["triage"][4] == calibration_file.FittedPrior(tuple(FOUR), 12, 0.05)
     refused = refusal(tmp_path, with_priors({"triage": {"4": {**entry, "thresholds": 0.05}}}))
-    assert refused.endswith("must be an object with the keys decisions, prior and optionally threshold")
+    assert refused.endswith(
+        "must be an object with the keys decisions, prior and optionally threshold"
+    )
 
 
 def test_a_table_holds_read_only_copies_of_what_it_was_built_from() -> None:
