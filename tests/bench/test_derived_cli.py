@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from bench.common.loadgen import call
 from bench.labelled import derived, escalation
 from bench.labelled import rows as labelled
 from semif_serve.decisions import prior as pride
+from tests.bench import bench_cli
 from tests.calibration_files import MATCHING
 
 TOKEN = "derived-token-" + "0123456789abcdef" * 2
@@ -33,15 +32,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
-        cwd=procs.ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "SEMIF_API_TOKEN": TOKEN},
-        timeout=300,
-        check=False,
-    )
+    return bench_cli.run(TOKEN, *args, timeout=300)
 
 
 @pytest.fixture(scope="module")

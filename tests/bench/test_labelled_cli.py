@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from bench.common.loadgen import call
 from bench.labelled import fit, metrics
 from bench.labelled import rows as labelled
 from semif_serve.decisions.calibration_file import T_MAX, T_MIN
+from tests.bench import bench_cli
 
 TOKEN = "labelled-token-" + "0123456789abcdef" * 2
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "labelled.jsonl"
@@ -49,15 +48,7 @@ def subset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
-        cwd=procs.ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "SEMIF_API_TOKEN": TOKEN},
-        timeout=120,
-        check=False,
-    )
+    return bench_cli.run(TOKEN, *args)
 
 
 @pytest.fixture(scope="module")

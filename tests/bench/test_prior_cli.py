@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from bench.labelled import metrics, scoring
 from bench.labelled import prior as fitting
 from bench.labelled import rows as labelled
 from semif_serve.decisions import prior as pride
+from tests.bench import bench_cli
 from tests.calibration_files import MATCHING
 
 TOKEN = "prior-token-" + "0123456789abcdef" * 2
@@ -73,15 +72,7 @@ def decisions(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
-        cwd=procs.ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "SEMIF_API_TOKEN": TOKEN},
-        timeout=120,
-        check=False,
-    )
+    return bench_cli.run(TOKEN, *args)
 
 
 def fit(
