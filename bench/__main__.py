@@ -112,6 +112,18 @@ COMMANDS: dict[str, Command] = {
         "bench.labelled.signals",
         "labelled: which escalation signal reaches the rotations' answer with the fewest rows (offline, on a derived run)",
     ),
+    "replay": Command(
+        "bench.labelled.replay",
+        "labelled: benchmark decisions replayed as traffic (paced or one by one), latency per method, audits as they land",
+    ),
+    "audit-check": Command(
+        "bench.labelled.audit_check",
+        "labelled: what audits would learn (live prior, agreement, audits to settle), offline, on a derived run",
+    ),
+    "served-check": Command(
+        "bench.labelled.served_check",
+        "labelled: the served prior and adaptive against the ones derived offline, on the same decisions",
+    ),
     # scale/: replicas behind nginx
     "scale": Command(
         "bench.scale.scale",

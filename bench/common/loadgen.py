@@ -392,24 +392,27 @@ async def _send(target: Target, raw: bytes, due: float, started: float, timeout:
 
 async def open_loop(
     target: Target,
-    raw: bytes,
+    raw: bytes | Sequence[bytes],
     arrivals: Sequence[float],
     duration: float,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> OpenLoopRun:
     """Send `raw` at each arrival time (within `duration` s) whatever the completions (open loop), then
-    wait for every answer.
+    wait for every answer. A sequence of requests sends its k-th at the k-th arrival (one each).
 
     Each request leaves on its own connection at its scheduled time; how late it left
     (`lag`) is recorded, so a load generator that cannot keep up shows in its own figures.
     """
     cpu, started = time.process_time(), time.perf_counter()
+    each = [raw] * len(arrivals) if isinstance(raw, bytes) else list(raw)
+    if len(each) < len(arrivals):
+        raise ValueError(f"{len(arrivals)} arrivals, only {len(each)} requests")
     tasks = []
-    for due in arrivals:
+    for due, request in zip(arrivals, each):
         delay = started + due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(_send(target, raw, due, started, timeout)))
+        tasks.append(asyncio.ensure_future(_send(target, request, due, started, timeout)))
     fates = list(await asyncio.gather(*tasks))
     return OpenLoopRun(
         len(arrivals), duration, fates, time.process_time() - cpu, time.perf_counter() - started

@@ -20,9 +20,10 @@ scorer reported (a calibration file is bound to it).
 refuses it with a 422; `--all-max-options` lowers the cap, since n! rows per decision
 cost more than they tell on a slow model), nor "prior" for a row whose (workload, option count) has
 no prior on the server (/health's `calibration.priors`, where the server would
-answer 422); those rows are listed under `skipped`. "prior" is the only method
-that sends a `workload` (the row's own, else --workload): it selects the prior,
-while on the other methods it would ask for a temperature the file may not hold.
+answer 422), nor "adaptive" likewise; those rows are listed under `skipped`. The
+methods that read the prior ("prior", "adaptive") are the only ones that send a
+`workload` (the row's own, else --workload): it selects the prior, while on the
+other methods it would ask for a temperature the file may not hold.
 
 `derive=True` saves forward passes on a slow machine: each row is asked once,
 under the largest method it needs, and the smaller methods are derived from
@@ -58,6 +59,7 @@ from semif_serve.decisions.averaging import (
     combine,
     permutations,
 )
+from semif_serve.decisions.methods import named
 from semif_serve.decisions.prior import METHOD as PRIOR
 from semif_serve.decisions.views import as_json
 
@@ -70,7 +72,11 @@ DEFAULT_TIMEOUT = (
 )
 DEFAULT_WORKLOAD = "default"
 ROTATIONS = "rotations"
-NOT_ASKED = {PRIOR: "no prior on the server for its (workload, option count)"}
+NOT_ASKED = {
+    method: "no prior on the server for its (workload, option count)"
+    for method in ORDERINGS
+    if named(method).needs_prior
+}
 
 
 def all_not_asked(max_options: int) -> str:
@@ -110,12 +116,13 @@ class Served:
     def applicable(self, row: labelled.Row, method: str) -> bool:
         if method == "all":
             return len(row["options"]) <= self.all_max_options
-        if method == PRIOR:
+        if named(method).needs_prior:
             return (self.workload_of(row), len(row["options"])) in self.priors
         return True
 
     def body(self, row: labelled.Row, method: str) -> dict[str, Any]:
-        return labelled.request(row, method, self.workload_of(row) if method == PRIOR else None)
+        reads_prior = named(method).needs_prior
+        return labelled.request(row, method, self.workload_of(row) if reads_prior else None)
 
 
 def _option_ids(row: labelled.Row) -> list[str]:
@@ -141,8 +148,10 @@ def record(row: labelled.Row, method: str, answer: dict[str, Any]) -> Record:
             combined["orderings"],
         )
         prompt_version = answer["orderings"][0].get("prompt_version")
-        if "prior" in combined:  # method "prior": the prior divided out, as served
+        if "prior" in combined:  # methods that read the prior: the prior divided out, as served
             extra = {"prior": list(combined["prior"])}
+        if "escalated" in combined:  # adaptive: the rows it scored and whether it escalated
+            extra |= {key: combined[key] for key in ("rows", "escalated", "threshold")}
     else:
         probabilities, scores = list(answer["probabilities"]), list(answer["option_logits"])
         top = max(range(len(ids)), key=probabilities.__getitem__)

@@ -39,15 +39,8 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
 def calibration(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Priors and thresholds fitted on the fit side, bound to what a stub server checks."""
     out = tmp_path_factory.mktemp("fit")
-    with procs.semif_serve(procs.stub_env(), TOKEN, log_dir=out) as fitting:
-        done = bench(
-            "prior", "--url", fitting.url, "--data", str(DATA), "--split", "fit",
-            "--out", str(out / "fitted.json"),
-        )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
     path = out / "calibration.json"
-    fitted = json.loads((out / "fitted.json").read_text())
-    path.write_text(json.dumps({**MATCHING, "priors": fitted["priors"]}))
+    path.write_text(json.dumps({**MATCHING, "priors": bench_cli.fitted_priors(TOKEN, out)}))
     return path
 
 
