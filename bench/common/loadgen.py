@@ -80,9 +80,15 @@ class Response:
 
 
 def encode(
-    target: Target, method: str, path: str, payload: Any = None, bearer: bool = False
+    target: Target,
+    method: str,
+    path: str,
+    payload: Any = None,
+    bearer: bool = False,
+    request_id: str | None = None,
 ) -> bytes:
-    """A complete request, rendered once so the load loop only writes bytes (a GET carries the bearer if asked)."""
+    """A complete request, rendered once so the load loop only writes bytes (a GET carries the bearer
+    if asked; `request_id` goes out as X-Request-Id, which the server's access log keeps)."""
     body = (
         b""
         if payload is None
@@ -93,6 +99,8 @@ def encode(
     head = [f"{method} {path} HTTP/1.1", f"host: {target.host}:{target.port}"]
     if method != "GET" or bearer:
         head.append(f"authorization: Bearer {target.token}")
+    if request_id is not None:
+        head.append(f"x-request-id: {request_id}")
     if method != "GET":
         head += ["content-type: application/json", f"content-length: {len(body)}"]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body

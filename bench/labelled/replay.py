@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ Record = dict[str, Any]
 AUDIT_SETTLE_S = 1.0  # an empty audit queue this long after an answer: nothing was sampled
 AUDIT_WAIT_S = 120.0  # one audit of a large decision on a loaded CPU, with room
 POLL_S = 0.1
+LOG_WAIT_S = 10.0  # the access log's flush interval (0.5 s by default), with room
 
 
 def stream(
@@ -107,7 +109,10 @@ async def paced(
         arrivals = poisson_arrivals(rate, horizon, seed)[: len(rows)]
         horizon *= 1.5
     plan = [(row, methods[k % len(methods)]) for k, row in enumerate(rows)]
-    raws = [encode(target, "POST", "/decide", body(row, method)) for row, method in plan]
+    raws = [
+        encode(target, "POST", "/decide", body(row, method), request_id=f"{seed}-{k}")
+        for k, (row, method) in enumerate(plan)
+    ]
     run = await open_loop(target, raws, arrivals, arrivals[-1] + 1e-9, timeout)
     return [
         {
@@ -116,8 +121,9 @@ async def paced(
             "lag": fate.lag,
             "latency": fate.latency,
             "outcome": fate.outcome,
+            "request_id": f"{seed}-{k}",
         }
-        for (row, method), fate in zip(plan, run.fates)
+        for k, ((row, method), fate) in enumerate(zip(plan, run.fates))
     ]
 
 
@@ -173,6 +179,7 @@ async def one_by_one(
     rows: Sequence[labelled.Row],
     methods: Sequence[str],
     audits: bool,
+    seed: str,
     timeout: float,
 ) -> list[Record]:
     """Each row after the last one's answer (and, with `audits`, after its audit)."""
@@ -186,12 +193,12 @@ async def one_by_one(
                 _finished((await audit_entry(target, connection, workload, n))[1]) if audits else 0
             )
             started = time.perf_counter()
-            response = await connection.request(
-                target, "POST", "/decide", body(row, method), timeout=timeout
-            )
+            raw = encode(target, "POST", "/decide", body(row, method), request_id=f"{seed}-{k}")
+            response = await connection.exchange(raw, timeout)
             record = {
                 **answered(row, method, response.status, _json(response.body)),
                 "latency": time.perf_counter() - started,
+                "request_id": f"{seed}-{k}",
             }
             if audits:
                 entry = await settled(target, connection, workload, n, before)
@@ -207,8 +214,43 @@ async def one_by_one(
     return records
 
 
+ACCESS = re.compile(r"request_id=(\S+) .*?queued_s=(\S+) scoring_s=(\S+)")
+
+
+def logged(path: Path, records: Sequence[Record]) -> str:
+    """The server's log once it holds every record's line (the server flushes its access log every
+    SEMIF_LOG_FLUSH_S), or as it is after LOG_WAIT_S."""
+    deadline = time.monotonic() + LOG_WAIT_S
+    while True:
+        text = path.read_text(encoding="utf-8")
+        if time.monotonic() > deadline or all(
+            f"request_id={r['request_id']} " in text for r in records
+        ):
+            return text
+        time.sleep(POLL_S)
+
+
+def with_server_times(records: Sequence[Record], access_log: str) -> list[Record]:
+    """Each record with the server's own queued and scoring seconds from its access log, found by
+    the request id the replay sent (a line without them, a refusal, leaves None)."""
+    times: dict[str, tuple[float | None, float | None]] = {}
+    for match in ACCESS.finditer(access_log):
+        queued, scoring = (None if v == "None" else float(v) for v in match.group(2, 3))
+        times[match.group(1)] = (queued, scoring)
+    return [
+        {**r, **dict(zip(("queued_s", "scoring_s"), times.get(r["request_id"], (None, None))))}
+        for r in records
+    ]
+
+
+def _mean_of(records: Sequence[Record], key: str) -> str:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return f"{sum(values) / len(values):.2f}" if values else "-"
+
+
 def latency_table(records: Sequence[Record]) -> list[list[Any]]:
-    """Per method: answered, refused, p50, p95, p99 and max seconds, rows per decision."""
+    """Per method: answered, not, p50, p95, p99 and max seconds, rows per decision, and the mean
+    scorer seconds where the access log gave them."""
     table = []
     for method in dict.fromkeys(r["orderings"] for r in records):
         mine = [r for r in records if r["orderings"] == method]
@@ -222,6 +264,7 @@ def latency_table(records: Sequence[Record]) -> list[list[Any]]:
                 *(f"{percentile(seconds, q):.2f}" if seconds else "-" for q in (50, 95, 99)),
                 f"{max(seconds):.2f}" if seconds else "-",
                 f"{sum(r['rows'] for r in ok) / len(ok):.2f}" if ok else "-",
+                _mean_of(ok, "scoring_s"),
             ]
         )
     return table
@@ -284,6 +327,11 @@ def parser() -> argparse.ArgumentParser:
         help="after each answer wait for its audit and keep /v1/audit's entry (--rate 0)",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds a request may take")
+    p.add_argument(
+        "--access-log",
+        type=Path,
+        help="the server's log: each request's queued and scoring seconds, by the id the replay sent",
+    )
     p.add_argument("--out", type=Path, help="every request and the summary as JSON")
     return p
 
@@ -300,7 +348,11 @@ def main(argv: Sequence[str]) -> int:
             paced(target, rows, args.orderings, args.rate, args.seed, args.timeout)
         )
     else:
-        records = asyncio.run(one_by_one(target, rows, args.orderings, args.audits, args.timeout))
+        records = asyncio.run(
+            one_by_one(target, rows, args.orderings, args.audits, args.seed, args.timeout)
+        )
+    if args.access_log:
+        records = with_server_times(records, logged(args.access_log, records))
     headers = [
         "orderings",
         "answered",
@@ -310,6 +362,7 @@ def main(argv: Sequence[str]) -> int:
         "p99 s",
         "max s",
         "rows/decision",
+        "scorer s (mean)",
     ]
     table = latency_table(records)
     print(markdown_table(headers, table))

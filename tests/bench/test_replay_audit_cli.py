@@ -129,13 +129,18 @@ def test_paced_replay_sends_each_row_once_under_the_methods_in_turn(
     out = tmp_path / "paced.json"
     done = bench(
         "replay", "--url", server.url, "--data", str(DATA), "--split", "test", "--options", "3",
-        "--limit", "6", "--orderings", "none", "rotations", "--rate", "20", "--out", str(out),
+        "--limit", "6", "--orderings", "none", "rotations", "--rate", "20", "--seed", "paced",
+        "--access-log", str(server.log), "--out", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     requests = json.loads(out.read_text())["requests"]
     assert [r["orderings"] for r in requests] == ["none", "rotations"] * 3
     assert [r["rows"] for r in requests] == [1, 3] * 3
     assert len({r["id"] for r in requests}) == 6
+    assert [r["request_id"] for r in requests] == [f"paced-{k}" for k in range(6)]
+    logged = server.log.read_text()
+    assert all(f"request_id={r['request_id']} " in logged for r in requests)
+    assert all(r["scoring_s"] is not None and r["scoring_s"] >= 0 for r in requests)
     assert "| rotations |" in done.stdout
 
 
