@@ -34,7 +34,7 @@ from semif_serve.decisions.methods import ORDERINGS, named
 from . import rows as labelled
 
 Record = dict[str, Any]
-AUDIT_SETTLE_S = 1.0  # an empty audit queue this long after an answer: nothing was sampled
+AUDIT_SETTLE_S = 0.3  # no audit waiting or running this long after an answer: none was drawn
 AUDIT_WAIT_S = 120.0  # one audit of a large decision on a loaded CPU, with room
 POLL_S = 0.1
 LOG_WAIT_S = 10.0  # the access log's flush interval (0.5 s by default), with room
@@ -130,13 +130,13 @@ async def paced(
 async def audit_entry(
     target: Target, connection: Connection, workload: str, n: int
 ) -> tuple[int, Record | None]:
-    """The audit queue's length, and /v1/audit's entry for (workload, n) (None: not audited yet)."""
+    """The audits waiting or running, and /v1/audit's entry for (workload, n) (None: not audited yet)."""
     response = await connection.exchange(encode(target, "GET", "/v1/audit", bearer=True))
     if response.status != 200:
         raise RuntimeError(f"GET /v1/audit answered {response.status}: {response.body[:200]!r}")
     document = response.json()
     entry = next((e for e in document["audits"] if e["workload"] == workload and e["n"] == n), None)
-    return document["pending"]["audits"], entry
+    return document["pending"]["audits"] + document["pending"]["running"], entry
 
 
 def _finished(entry: Record | None) -> int:
@@ -147,7 +147,7 @@ async def settled(
     target: Target, connection: Connection, workload: str, n: int, before: int
 ) -> Record | None:
     """Waits until the audit this answer may have queued is done: its (workload, n) counts one more
-    outcome, or the queue stayed empty AUDIT_SETTLE_S (not sampled); its entry then."""
+    outcome, or no audit waited or ran for AUDIT_SETTLE_S (not sampled); its entry then."""
     deadline = time.perf_counter() + AUDIT_WAIT_S
     empty_since: float | None = None
     while time.perf_counter() < deadline:

@@ -93,6 +93,7 @@ class Auditor:
         self._pending: deque[Pending] = deque()
         self._bytes = 0
         self._task: asyncio.Task[None] | None = None
+        self.running = 0  # audits taken from the queue whose call has not come back: 0 or 1
         self.draining = False
         self.outcomes: Counter[tuple[str, int, str]] = Counter()
         self.tallies: dict[tuple[str, int], live_prior.Tally] = {}
@@ -163,9 +164,11 @@ class Auditor:
             while self._pending:
                 audit = self._pending.popleft()
                 self._bytes -= audit.size
+                self.running = 1
                 await self._audit(audit)
+                self.running = 0
         finally:
-            self._task = None
+            self._task, self.running = None, 0
 
     async def _audit(self, audit: Pending) -> None:
         try:
@@ -247,6 +250,7 @@ class Auditor:
             "drift_window": live_prior.DRIFT_WINDOW,
             "pending": {
                 "audits": len(self._pending),
+                "running": self.running,
                 "bytes": self._bytes,
                 "max_audits": self.max_pending,
                 "max_bytes": self.max_bytes,

@@ -49,6 +49,21 @@ def server(calibration: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 @pytest.fixture(scope="module")
+def slow_server(
+    calibration: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[procs.Running]:
+    """Each engine call takes longer than the replay's settle time, so an audit still running when
+    the replay asks is seen as running, not as none drawn."""
+    env = {
+        **procs.stub_env(delay_ms=int(replay.AUDIT_SETTLE_S * 2000)),
+        "SEMIF_CALIBRATION": str(calibration),
+        "SEMIF_AUDIT_RATE": "1.0",
+    }
+    with procs.semif_serve(env, TOKEN, log_dir=tmp_path_factory.mktemp("slow")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
 def derived(
     server: procs.Running, calibration: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
@@ -100,11 +115,11 @@ def test_served_check_fails_where_the_served_answers_differ(derived: Path, tmp_p
 
 
 def test_replay_waits_for_each_audit_and_the_live_prior_is_the_arithmetic_of_those_rows(
-    server: procs.Running, calibration: Path, derived: Path, tmp_path: Path
+    slow_server: procs.Running, calibration: Path, derived: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "replay.json"
     done = bench(
-        "replay", "--url", server.url, "--data", str(DATA), "--split", "test", "--options", "4",
+        "replay", "--url", slow_server.url, "--data", str(DATA), "--split", "test", "--options", "4",
         "--limit", "8", "--workload", RENAMED, "--orderings", "prior", "--audits", "--out", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

@@ -130,6 +130,21 @@ async def test_the_rate_is_the_share_drawn() -> None:
     assert 0.22 < share < 0.28
 
 
+async def test_an_audit_taken_from_the_queue_shows_as_running_until_its_call_returns() -> None:
+    engine = Engine()
+    audits = auditor(engine)
+    audits.offer(*answered(1), TABLE)
+    assert audits.as_json()["pending"]["audits"] == 1
+    assert audits.as_json()["pending"]["running"] == 0
+    await asyncio.sleep(0)  # the task took it: it waits at the gate, no longer pending
+    assert audits.as_json()["pending"]["audits"] == 0
+    assert audits.as_json()["pending"]["running"] == 1
+    engine.gate.set()
+    await finished(audits)
+    assert audits.as_json()["pending"]["running"] == 0
+    assert audits.outcomes == {("triage", 4, "done"): 1}
+
+
 async def test_the_count_bound_drops_the_oldest_and_counts_it() -> None:
     engine = Engine()
     audits = auditor(engine, audit_max_pending=3)
