@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from semif_serve.decisions import live_prior
 from semif_serve.decisions import prior as pride
 
 from .derived import read_table
-from .scoring import ROTATIONS
+from .scoring import ROTATIONS, load_results
 
 Case = tuple[str, list[dict[str, Any]]]  # a decision's id and its n rotations' results
 Z_WITHIN = 2.0
@@ -40,13 +41,12 @@ Z_WITHIN = 2.0
 def cases(paths: Sequence[Path]) -> dict[tuple[str, int], list[Case]]:
     """Every decision that kept its rotations' results, grouped by (workload, n)."""
     grouped: dict[tuple[str, int], list[Case]] = {}
-    for path in paths:
-        run = json.loads(path.read_text(encoding="utf-8"))
-        for row in run["rows"]:
-            rotations = row["methods"].get(ROTATIONS, {})
-            if "results" in rotations:
-                key = (row["workload"] or run["workload"], len(rotations["results"]))
-                grouped.setdefault(key, []).append((row["id"], rotations["results"]))
+    run = load_results(paths)
+    for row in run["rows"]:
+        rotations = row["methods"].get(ROTATIONS, {})
+        if "results" in rotations:
+            key = (row["workload"] or run["workload"], len(rotations["results"]))
+            grouped.setdefault(key, []).append((row["id"], rotations["results"]))
     return grouped
 
 
@@ -72,10 +72,9 @@ def audits_to_settle(
     counted, settled_at = live_prior.Tally(tuple(served)), None
     for k, one in enumerate(audits, 1):
         counted.add(one)
-        shown = counted.as_json()
-        errors, live = shown["standard_errors"], shown["live_prior"]
+        live, errors = counted.live() or [], counted.standard_errors()
         within = all(
-            e is not None and abs(v - t) <= Z_WITHIN * e for v, t, e in zip(live, target, errors)
+            math.isfinite(e) and abs(v - t) <= Z_WITHIN * e for v, t, e in zip(live, target, errors)
         )
         settled_at = (settled_at or k) if within else None
     return settled_at
@@ -98,7 +97,7 @@ def convergence(
         "whole_set_prior": whole,
         "served_prior": list(served),
         "agreement": counted.agreements / counted.count,
-        "drift_on_whole_set": counted.drift(),
+        "drift_last_window": counted.drift(),  # the last DRIFT_WINDOW decisions in file order
         "drift_threshold": live_prior.drift_threshold(len(served)),
         "orders": orders,
         "settled_in": len(found),
@@ -108,9 +107,9 @@ def convergence(
 
 
 def against_replay(
-    replay: dict[str, Any], grouped: dict[tuple[str, int], list[Case]], table: Any
-) -> list[dict[str, Any]]:
-    """The server's live prior and agreement after each replayed segment against live_prior's
+    replay: dict[str, Any], grouped: dict[tuple[str, int], list[Case]]
+) -> dict[str, Any]:
+    """The server's live prior and agreement after the replay's first set against live_prior's
     arithmetic on the same decisions (found by id in the rotations runs)."""
     by_id = {case[0]: case for group in grouped.values() for case in group}
     requests = replay["requests"]
@@ -122,17 +121,15 @@ def against_replay(
     served = last["served_prior"]
     counted = tally([audit(by_id[r["id"]], served) for r in used], served)
     live, offline = last["live_prior"], counted.live() or []
-    return [
-        {
-            "decisions": len(used),
-            "server_audits": last["audits"],
-            "server_live_prior": live,
-            "offline_live_prior": offline,
-            "max_prior_gap": max(abs(a - b) for a, b in zip(live, offline)),
-            "server_agreement": last["agreement"],
-            "offline_agreement": counted.agreements / counted.count,
-        }
-    ]
+    return {
+        "decisions": len(used),
+        "server_audits": last["audits"],
+        "server_live_prior": live,
+        "offline_live_prior": offline,
+        "max_prior_gap": max(abs(a - b) for a, b in zip(live, offline)),
+        "server_agreement": last["agreement"],
+        "offline_agreement": counted.agreements / counted.count,
+    }
 
 
 def parser() -> argparse.ArgumentParser:
@@ -179,7 +176,7 @@ def main(argv: Sequence[str]) -> int:
                 n,
                 found["decisions"],
                 f"{found['agreement']:.3f}",
-                f"{found['drift_on_whole_set']:.2f} / {found['drift_threshold']:.2f}",
+                f"{found['drift_last_window']:.2f} / {found['drift_threshold']:.2f}",
                 found["audits_median"],
                 found["audits_p90"],
                 f"{found['settled_in']}/{args.orders}",
@@ -192,7 +189,7 @@ def main(argv: Sequence[str]) -> int:
                 "n",
                 "decisions",
                 "agreement",
-                "drift / threshold (whole set)",
+                "drift / threshold (last 200)",
                 "audits to 2 SE (median)",
                 "(p90)",
                 "orders settled",
@@ -202,7 +199,7 @@ def main(argv: Sequence[str]) -> int:
     )
     if args.replay:
         replay = json.loads(args.replay.read_text(encoding="utf-8"))
-        figures["replay"] = against_replay(replay, grouped, table)
+        figures["replay"] = against_replay(replay, grouped)
         print(json.dumps(figures["replay"], indent=1))
     if args.out:
         write_json(args.out, {"tool": "audit-check", "when": now(), "figures": figures})

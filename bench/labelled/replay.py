@@ -4,8 +4,8 @@ The rows of each --data set, in order (a second set after the first is a workloa
 change), go out one /decide each under the next of --orderings in turn, so every method meets the
 same queue. Open loop at Poisson times (--rate, seeded: the same arrivals against every server), or
 one after another (--rate 0). With --audits (one after another only), after each answer it waits
-until the server's audit queue is empty and keeps GET /v1/audit's entry for the row's
-(workload, n): the live prior, agreement and drift, audit by audit.
+until its audit is counted (or none waits or runs: it was not drawn) and keeps GET /v1/audit's
+entry for the row's (workload, n): the live prior, agreement and drift, audit by audit.
 
 Rules a newcomer could break:
 1. Labels are never sent: a row goes out as rows.request builds it, as `bench evaluate` sends it.
@@ -29,9 +29,12 @@ from typing import Any
 
 from bench.common.loadgen import Connection, Target, encode, open_loop, percentile, poisson_arrivals
 from bench.common.report import markdown_table, now, write_json
-from semif_serve.decisions.methods import ORDERINGS, named
+from semif_serve.decisions.methods import ORDERINGS
 
 from . import rows as labelled
+from .scoring import DEFAULT_WORKLOAD, Served
+
+BODY = Served()  # the request a row makes: its workload only where the method reads the prior
 
 Record = dict[str, Any]
 AUDIT_SETTLE_S = 0.3  # no audit waiting or running this long after an answer: none was drawn
@@ -61,19 +64,11 @@ def stream(
     return sets
 
 
-def body(row: labelled.Row, orderings: str) -> dict[str, Any]:
-    """The request: the row's own workload only where the method reads its prior (Rule 2)."""
-    reads_prior = named(orderings).needs_prior
-    return labelled.request(
-        row, orderings, labelled.workload_of(row, "default") if reads_prior else None
-    )
-
-
 def answered(row: labelled.Row, orderings: str, status: int | None, payload: Any) -> Record:
     """What one reply says: the rows scored and whether it escalated (adaptive), or the error code."""
     record: Record = {
         "id": row["id"],
-        "workload": labelled.workload_of(row, "default"),
+        "workload": labelled.workload_of(row, DEFAULT_WORKLOAD),
         "n": len(row["options"]),
         "orderings": orderings,
         "status": status,
@@ -110,7 +105,7 @@ async def paced(
         horizon *= 1.5
     plan = [(row, methods[k % len(methods)]) for k, row in enumerate(rows)]
     raws = [
-        encode(target, "POST", "/decide", body(row, method), request_id=f"{seed}-{k}")
+        encode(target, "POST", "/decide", BODY.body(row, method), request_id=f"{seed}-{k}")
         for k, (row, method) in enumerate(plan)
     ]
     run = await open_loop(target, raws, arrivals, arrivals[-1] + 1e-9, timeout)
@@ -188,12 +183,14 @@ async def one_by_one(
     try:
         for k, row in enumerate(rows):
             method = methods[k % len(methods)]
-            workload, n = labelled.workload_of(row, "default"), len(row["options"])
+            workload, n = labelled.workload_of(row, DEFAULT_WORKLOAD), len(row["options"])
             before = (
                 _finished((await audit_entry(target, connection, workload, n))[1]) if audits else 0
             )
             started = time.perf_counter()
-            raw = encode(target, "POST", "/decide", body(row, method), request_id=f"{seed}-{k}")
+            raw = encode(
+                target, "POST", "/decide", BODY.body(row, method), request_id=f"{seed}-{k}"
+            )
             response = await connection.exchange(raw, timeout)
             record = {
                 **answered(row, method, response.status, _json(response.body)),

@@ -16,7 +16,6 @@ Rules a newcomer could break:
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,13 @@ from typing import Any
 from bench.common.report import markdown_table, now, write_json
 
 from .derived import ADAPTIVE, PRIOR
+from .scoring import load_results
 
 NOISE = 1e-6  # the gap between a one-row and an n-row call measured on the CPU models
 
 
 def _rows(path: Path) -> dict[str, dict[str, Any]]:
-    return {row["id"]: row for row in json.loads(path.read_text(encoding="utf-8"))["rows"]}
+    return {row["id"]: row for row in load_results([path])["rows"]}
 
 
 def compare(

@@ -143,6 +143,10 @@ class Tally:
         """The live prior: the mean of every audited decision's prior (None before the first)."""
         return [total / self.count for total in self.sums] if self.count else None
 
+    def standard_errors(self) -> list[float]:
+        """Per position, the live prior's standard error (infinite before the second audit)."""
+        return _standard_errors(self.count, self.sums, self.squares)
+
     def drift(self) -> float | None:
         """The largest |window mean − served| / SE over positions; None while the window holds fewer
         than prior.MIN_DECISIONS."""
@@ -165,7 +169,7 @@ class Tally:
             "audits": self.count,
             "served_prior": list(self.served),
             "live_prior": self.live(),
-            "standard_errors": _finite(_standard_errors(self.count, self.sums, self.squares)),
+            "standard_errors": _finite(self.standard_errors()),
             "sums": list(self.sums),
             "squares": list(self.squares),
             "agreements": self.agreements,

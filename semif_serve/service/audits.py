@@ -166,7 +166,6 @@ class Auditor:
                 self._bytes -= audit.size
                 self.running = 1
                 await self._audit(audit)
-                self.running = 0
         finally:
             self._task, self.running = None, 0
 

@@ -131,7 +131,7 @@ def test_replay_waits_for_each_audit_and_the_live_prior_is_the_arithmetic_of_tho
     )  # fmt: skip
     assert checked.returncode == 0, checked.stderr[-2000:]
     figures = json.loads((tmp_path / "check.json").read_text())["figures"]
-    (against,) = figures["replay"]
+    against = figures["replay"]
     assert against["decisions"] == against["server_audits"] == 8
     assert against["max_prior_gap"] <= 1e-9
     assert against["server_agreement"] == against["offline_agreement"]
@@ -176,6 +176,10 @@ def test_audits_to_settle_counts_from_the_last_time_the_live_prior_came_back() -
     firsts = [0.5, 0.5, 0.6, 0.6, 0.6, 0.4, 0.4]
     settled = audit_check.audits_to_settle([_audited(f) for f in firsts], (0.5, 0.5), (0.5, 0.5))
     assert settled == 6
+
+
+def test_one_audit_never_settles_since_its_standard_error_is_not_known() -> None:
+    assert audit_check.audits_to_settle([_audited(0.9)], (0.5, 0.5), (0.9, 0.1)) is None
 
 
 def test_drift_crossing_counts_the_audits_after_the_switch() -> None:
