@@ -88,7 +88,8 @@ def parser() -> argparse.ArgumentParser:
         "--orderings",
         choices=ORDERINGS,
         help="order averaging; prior: one row debiased by the workload's position prior; "
-        "adaptive: that row, and every rotation where its answer is unsure",
+        "adaptive: that row, its half turn where its answer is unsure, and every rotation "
+        "where the two disagree",
     )
     parse.add_argument("--workload", help="a calibrated workload the server knows")
     parse.add_argument("--id", default="ask", help="the decision id (default: ask)")

@@ -130,9 +130,9 @@ class Combined(_Typed):
 
     For method "prior" (one row, a position prior divided out): probabilities are the
     debiased view, agreement 1.0, each spread [p, p], and `prior` the prior over positions.
-    For method "adaptive": `rows` scored (1, or n where the prior's margin fell below the
-    workload's `threshold` and the decision `escalated` to all n rotations); the view is the
-    prior's where it did not escalate, the rotations' where it did."""
+    For method "adaptive": `rows` scored (1; where the prior's margin fell below the workload's
+    `threshold` and the decision `escalated`, 2 if its half turn confirmed the first row's top,
+    else all n rotations); the view is the prior's one-row one, or the rotations' over all n."""
 
     method: str
     orderings: int

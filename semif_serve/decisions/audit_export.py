@@ -41,7 +41,10 @@ class Exported:
 
 def refitted_threshold(served: float, added: live_prior.Summed, target: float) -> float:
     """The threshold the audits' margins support, never below the one served (Rule 3)."""
-    return max(served, live_prior.fitted_threshold(added.disagreeing, added.audits, target))
+    return max(
+        served,
+        live_prior.fitted_threshold(added.disagreeing, added.confirmed, added.audits, target),
+    )
 
 
 def _same_calibration(replicas: Sequence[Mapping[str, Any]]) -> None:

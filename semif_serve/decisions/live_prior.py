@@ -16,10 +16,13 @@ prior divided out, scored afterwards under its other n-1 cyclic rotations. With 
     rotations' top   = the top of the n rows averaged                    (averaging, method "rotations")
     agreement        = served top == rotations' top                      (the label-free quality signal)
     margin           = top − runner-up of the served answer's probabilities
+    confirmed        = the half turn's debiased top is the served top   (adaptive.confirms: escalated,
+                       the decision would keep the served answer at two rows)
 
 The live prior is the mean of the decision priors (sums / count, as prior.workload_prior) and its
 standard error per position sqrt(var / count), from the sums of squares. Margins are kept as counts in
-MARGIN_BINS equal bins over [0, 1], apart for agreeing and disagreeing decisions: that is what an
+MARGIN_BINS equal bins over [0, 1], apart for agreeing and disagreeing decisions, and for those of the
+disagreeing that the half turn would confirm (escalated, they keep their wrong top): that is what an
 escalation threshold is fitted from (`fitted_threshold`), and what replicas can add.
 
 Drift compares the last DRIFT_WINDOW decision priors with the served prior, position by position:
@@ -42,7 +45,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
-from . import averaging
+from . import adaptive, averaging
 from . import prior as position_prior
 from .numerics import margin
 
@@ -55,11 +58,12 @@ SE_FLOOR = 1e-9  # a window whose priors do not vary at all still gives a finite
 @dataclass(frozen=True)
 class Audited:
     """One audited decision: its prior over positions, whether the served top was the rotations'
-    top, and the served answer's margin."""
+    top, the served answer's margin, and whether its half turn would confirm the served top."""
 
     prior: list[float]
     agreed: bool
     margin: float
+    confirmed: bool = False
 
 
 def audited(
@@ -71,10 +75,12 @@ def audited(
     averaging.expand(row, "rotations") orders them) and the prior it was served with."""
     one_row = averaging.combine(row, position_prior.METHOD, results[:1], prior=served).combined
     rotations = averaging.combine(row, "rotations", results).combined
+    half = results[adaptive.stages(len(row["options"]))[1][0]]
     return Audited(
         position_prior.decision_prior(results),
         one_row.top == rotations.top,
         margin(one_row.probabilities),
+        adaptive.confirms(results[0], half, served),
     )
 
 
@@ -89,16 +95,19 @@ def margin_bin(value: float) -> int:
     return min(max(int(value * MARGIN_BINS), 0), MARGIN_BINS - 1)
 
 
-def fitted_threshold(disagreeing: Sequence[int], total: int, target: float) -> float:
+def fitted_threshold(
+    disagreeing: Sequence[int], confirmed: Sequence[int], total: int, target: float
+) -> float:
     """The lowest bin edge t at which escalating every decision with margin < t leaves at most
-    (1 − target) of `total` decisions answered by one row with another top than the rotations'
-    (the disagreeing at margin ≥ t): what orderings "adaptive" escalates below."""
+    (1 − target) of `total` decisions answered with another top than the rotations': the
+    disagreeing at margin ≥ t, answered by one row, and the confirmed below t, whose half turn kept
+    it. What orderings "adaptive" escalates below; 1.0 where no edge reaches the target."""
     allowed = (1 - target) * total
     left = sum(disagreeing)
-    for edge, count in enumerate(disagreeing):
+    for edge, (wrong, kept) in enumerate(zip(disagreeing, confirmed, strict=True)):
         if left <= allowed:
             return edge / MARGIN_BINS
-        left -= count
+        left += kept - wrong
     return 1.0
 
 
@@ -123,6 +132,7 @@ class Tally:
     agreements: int = 0
     agreeing: list[int] = field(default_factory=lambda: [0] * MARGIN_BINS)
     disagreeing: list[int] = field(default_factory=lambda: [0] * MARGIN_BINS)
+    confirmed: list[int] = field(default_factory=lambda: [0] * MARGIN_BINS)  # of the disagreeing
     window: deque[list[float]] = field(default_factory=lambda: deque(maxlen=DRIFT_WINDOW))
 
     def __post_init__(self) -> None:
@@ -137,6 +147,8 @@ class Tally:
             self.squares[position] += value * value
         self.agreements += audit.agreed
         (self.agreeing if audit.agreed else self.disagreeing)[margin_bin(audit.margin)] += 1
+        if audit.confirmed and not audit.agreed:
+            self.confirmed[margin_bin(audit.margin)] += 1
         self.window.append(audit.prior)
 
     def live(self) -> list[float] | None:
@@ -174,7 +186,11 @@ class Tally:
             "squares": list(self.squares),
             "agreements": self.agreements,
             "agreement": self.agreements / self.count if self.count else None,
-            "margins": {"agreeing": list(self.agreeing), "disagreeing": list(self.disagreeing)},
+            "margins": {
+                "agreeing": list(self.agreeing),
+                "disagreeing": list(self.disagreeing),
+                "confirmed": list(self.confirmed),
+            },
             "drift": drift,
             "drift_threshold": drift_threshold(len(self.served)),
             "drift_window": len(self.window),
@@ -194,6 +210,7 @@ class Summed:
     sums: tuple[float, ...]
     agreements: int
     disagreeing: tuple[int, ...]
+    confirmed: tuple[int, ...]
 
     def live(self) -> list[float]:
         return [total / self.audits for total in self.sums]
@@ -202,14 +219,24 @@ class Summed:
 def summed(tallies: Sequence[Mapping[str, Any]]) -> Summed:
     """Tallies of one (workload, n) from several replicas (`Tally.as_json`), added; all over one n."""
     if len({len(tally["sums"]) for tally in tallies}) != 1 or any(
-        len(tally["margins"]["disagreeing"]) != MARGIN_BINS for tally in tallies
+        len(tally["margins"].get(key, [0] * MARGIN_BINS)) != MARGIN_BINS
+        for tally in tallies
+        for key in ("disagreeing", "confirmed")
     ):
         raise ValueError("tallies over different option counts or margin bins cannot be added")
     return Summed(
         sum(int(tally["audits"]) for tally in tallies),
         tuple(math.fsum(column) for column in zip(*(tally["sums"] for tally in tallies))),
         sum(int(tally["agreements"]) for tally in tallies),
-        tuple(
-            sum(column) for column in zip(*(tally["margins"]["disagreeing"] for tally in tallies))
-        ),
+        _added(tallies, "disagreeing"),
+        _added(tallies, "confirmed"),
+    )
+
+
+def _added(tallies: Sequence[Mapping[str, Any]], key: str) -> tuple[int, ...]:
+    """One kind of margin bins, added over tallies; a tally without it (a server of the margin rule,
+    whose escalated decisions all took the rotations' answer) counts none there."""
+    return tuple(
+        sum(column)
+        for column in zip(*(tally["margins"].get(key, [0] * MARGIN_BINS) for tally in tallies))
     )

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import ApiError, excerpt
@@ -55,17 +56,19 @@ class Decision:
             return [self.row]
         return averaging.expand(self.row, self.method)[: self.first_count]
 
-    def rest(self) -> list[dict[str, Any]]:
-        """The rows an escalating method sends in the second engine call: its other orderings."""
-        return averaging.expand(self.row, self.method)[self.first_count :]
+
+# Extension: the decisions of a request that scored more than their first call's rows (orderings
+# "adaptive"), each index with the rows it scored in all; empty where none did.
+Escalated = Mapping[int, int]
+NONE_ESCALATED: Escalated = MappingProxyType({})
 
 
 @dataclass(frozen=True)
 class DecideRequest:
     """A validated /decide or /decide/shared body, and the engine call it makes: each decision owns
     a slice of that call's rows, in order (`slices`). *Extension:* a decision of an escalating method
-    may add its other rows in a second call (decisions/adaptive.py); `planned` then gives each its
-    rows of both."""
+    may add its other rows in later calls (decisions/adaptive.py); `planned` then gives each its
+    rows of all of them."""
 
     decisions: tuple[Decision, ...]
     workload: str | None
@@ -97,12 +100,12 @@ class DecideRequest:
         return [row for decision in self.decisions for row in decision.rows()]
 
     def planned(
-        self, results: int, escalated: frozenset[int] = frozenset()
+        self, results: int, escalated: Escalated = NONE_ESCALATED
     ) -> Iterator[tuple[Decision, slice]]:
         """Each decision with its slice of `results` (their count, checked against the rows): its first
-        call's rows, and where it escalated (its index in `escalated`) all its rows, in order."""
+        call's rows, or where it escalated (its index in `escalated`) the rows it scored, in order."""
         counts = [
-            decision.row_count if index in escalated else decision.first_count
+            escalated.get(index, decision.first_count)
             for index, decision in enumerate(self.decisions)
         ]
         if results != sum(counts):

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import adaptive, averaging, calibration
 from .calibration_file import Table
-from .request_model import DecideRequest, Decision
+from .request_model import NONE_ESCALATED, DecideRequest, Decision, Escalated
 from .views import Averaged, Native, View
 
 
@@ -21,10 +21,10 @@ def views(
     request: DecideRequest,
     results: Sequence[Mapping[str, Any]],
     table: Table,
-    escalated: frozenset[int] = frozenset(),
+    escalated: Escalated = NONE_ESCALATED,
 ) -> list[View]:
-    """Every decision's view, in the request's order, from its own slice of `results` (both engine
-    calls' where decisions `escalated`, as `adaptive.merged` orders them)."""
+    """Every decision's view, in the request's order, from its own slice of `results` (every engine
+    call's where decisions `escalated`, as `adaptive.Progress` orders them)."""
     return [
         view(decision, results[rows], request.workload, table)
         for decision, rows in request.planned(len(results), escalated)
@@ -44,9 +44,9 @@ def view(
         plain = table[workload][decision.method]
         return Native(result, calibration.calibrated_view(result, workload, plain))
     if decision.method.rules.escalates:
-        reduced = adaptive.basis(decision, results)
+        reduced, rows = adaptive.basis(decision, results)
         return adaptive.labelled(
-            _averaged(reduced, results, workload, table), decision, workload, table
+            _averaged(reduced, rows, workload, table), decision, results, workload, table
         )
     return _averaged(decision, results, workload, table)
 

@@ -33,10 +33,12 @@ class DividedPrior:
 @dataclass(frozen=True)
 class Escalation:
     """An adaptive decision's escalation (extension): whether its prior's margin fell below the
-    workload's threshold, so that every rotation was scored, and that threshold."""
+    workload's threshold (so that it scored the half turn, and every rotation where the two rows
+    disagreed), that threshold, and the rows it scored."""
 
     escalated: bool
     threshold: float
+    rows: int
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ def _combined_json(view: Combined) -> dict[str, Any]:
     if view.prior is not None:
         combined["prior"] = list(view.prior.probabilities)
     if view.escalation is not None:
-        combined["rows"] = view.count
+        combined["rows"] = view.escalation.rows
         combined["escalated"] = view.escalation.escalated
         combined["threshold"] = view.escalation.threshold
     if view.calibrated is not None:

@@ -8,7 +8,7 @@ awaiter. Every touch of the queues, from the loop or the worker, holds that lock
 Rule 2: callers take turns, one call each (round-robin), in the order they came to have a call
 waiting; the caller whose call holds the worker is last in the round until the next choice, so a
 caller that comes while another's call runs goes before that caller's next call. Within a caller,
-first come first served. A follow-up call (a request's second call) goes
+first come first served. A follow-up call (a request's second or third call) goes
 ahead of its caller's later calls, behind any earlier follow-up, and still waits its caller's turn.
 Rule 3: background work runs only when no caller's call is waiting; once started it delays a caller's
 call by at most that one call. A drain drops the queued background calls and takes no more; callers'

@@ -155,7 +155,7 @@ FAMILIES = (
     Family("semif_out_of_memory_events", "counter", "Scorer calls that ran out of accelerator memory."),
     Family("semif_decisions", "counter", "Decisions answered, by orderings method (none, rotations, all, prior, adaptive) and caller.", ("method", "caller")),
     # Extension: by workload, a name of the calibration file (bounded like it).
-    Family("semif_escalations", "counter", 'Decisions of orderings "adaptive" that escalated to a second scorer call over their other rotations, by workload.', ("workload",)),
+    Family("semif_escalations", "counter", 'Decisions of orderings "adaptive" that escalated to a later scorer call (their half turn, then the rest where it disagreed), by workload.', ("workload",)),
     Family("semif_requests_in_progress", "gauge", "POSTs holding an admission slot (queued or scoring).", reads="in_progress"),
     Family("semif_max_queue", "gauge", "SEMIF_MAX_QUEUE: the admission limit.", reads="max_queue"),
     Family("semif_open_connections", "gauge", "Client connections open now.", reads="open_connections"),

@@ -30,7 +30,7 @@ from typing import Any
 from ..config import Settings
 from ..decisions import averaging, live_prior
 from ..decisions.calibration_file import Table
-from ..decisions.request_model import DecideRequest, Decision
+from ..decisions.request_model import NONE_ESCALATED, DecideRequest, Decision, Escalated
 from ..engine.scorer import Row, SharedResult
 from ..engine.worker import AUDIT, CallTiming, Engine
 
@@ -47,7 +47,7 @@ async def audit_call(engine: Engine, rows: list[Row]) -> SharedResult:
 
 def auditable(decision: Decision, results: Sequence[Mapping[str, Any]]) -> bool:
     """Served from its one row with the prior divided out: orderings "prior", or "adaptive" not
-    escalated (an escalated decision scored every rotation already, and is no uniform sample)."""
+    escalated (an escalated decision was chosen by its margin, and is no uniform sample)."""
     return decision.method.needs_prior and len(results) == 1
 
 
@@ -110,9 +110,9 @@ class Auditor:
         request: DecideRequest,
         results: Sequence[Mapping[str, Any]],
         table: Table,
-        escalated: frozenset[int] = frozenset(),
+        escalated: Escalated = NONE_ESCALATED,
     ) -> None:
-        """Draw each auditable decision of an answered request (`results` of both its calls, the
+        """Draw each auditable decision of an answered request (`results` of all its calls, the
         decisions at `escalated` having escalated); queue those drawn (Rule 1). A bug in here is logged
         and the reply goes out as built."""
         if not self.on or request.workload is None:

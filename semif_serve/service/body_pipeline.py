@@ -5,8 +5,8 @@ that order: `read` (the body as a
 request, under the one calibration current at the read), `expand` (the request's rows and its first
 engine call, direct or shared), `within_budget` (with SEMIF_MAX_WAIT_S, the wait estimate admits
 the request at its worst case, every row it may score, or refuses it 429 before it joins the
-queue), `score` (the engine call; *extension:* where orderings "adaptive" decisions escalate, a
-second over their other rotations, service/escalation.py, each call through `score`), the view
+queue), `score` (the engine call; *extension:* where orderings "adaptive" decisions escalate, later
+calls over their half turn and then the rest, service/escalation.py, each call through `score`), the view
 (decisions/viewing.py: SemIf's scores with the views beside them), `render` (the route's response
 and headers). A step refuses by raising ApiError; `run` makes that the reply, and no
 later step runs, so a refused body never reaches the scorer.
@@ -18,7 +18,7 @@ bug in read, view or render is a 500 in the envelope (C3), never a dropped conne
 
 Scores pass through untouched (INV-1): the only things added are `calibrated` and the
 order-averaged `combined` view (under orderings "prior", the debiased one; under "adaptive",
-extension, that or the rotations' after a second engine call).
+extension, that or, where every rotation was scored in later engine calls, the rotations').
 
 *Extension:* once the reply's body is built, its decisions are offered for audit (service/audits.py),
 which may queue some for idle capacity and never changes or delays the reply.
@@ -134,7 +134,7 @@ class Pipeline:
         except ApiError as error:
             return Reply.error(error, call, route=route)
         try:
-            results = calls.results(read.request)
+            results = calls.results()
             views = viewing.views(read.request, results, read.table, calls.escalated)
             payload, headers = self.render(read, calls, views, call.kind)
             body = json_bytes(payload)
@@ -206,8 +206,8 @@ class Pipeline:
         reserve: int = 0,
     ) -> Scored:
         """Step 4: one engine call in `caller`'s turn, timed in `call`; its failures as envelopes. A
-        request's first, and (extension) an adaptive one's second, its follow-up: service/escalation.py
-        makes both through this. `reserve`: the rows the follow-up may add (engine/worker.py)."""
+        request's first, and (extension) an adaptive one's later calls, its follow-ups: service/escalation.py
+        makes them all through this. `reserve`: the rows its follow-ups may add (engine/worker.py)."""
         try:
             if call.kind == "direct":
                 return Scored([await self.engine.score(rows[0], call, caller=caller)], None)
@@ -234,7 +234,13 @@ class Pipeline:
         if read.plan is None:
             return decide_json(read.request, views, calls.timing), ()
         body = assemble.response(
-            read.plan, self.served_model, views, calls.first, kind, calls.timing, calls.second
+            read.plan,
+            self.served_model,
+            views,
+            calls.first,
+            kind,
+            calls.timing,
+            tuple((later.results, later.timing) for later in calls.follow_ups),
         )
         return body, ((b"x-semif-mode", kind.encode()), (b"x-semif-backend", self.backend.encode()))
 

@@ -13,7 +13,7 @@ Where we differ, and why:
 - `output_tokens` is 0: SemIf reads option logits and generates nothing.
 - The probabilities are those of the view the service built (INV-1; decisions/views.py
   `distribution`): native or `combined` (under orderings "prior", extension, the debiased
-  view; under "adaptive", the prior's or where it escalated the rotations'), or its calibrated
+  view; under "adaptive", the prior's, or where it scored every rotation the rotations'), or its calibrated
   view wherever the service built one.
 - Extension: each answer's `semif` holds that view unchanged (the native result, or
   every ordering's native result with `combined`); the top-level `semif` holds the
@@ -90,11 +90,11 @@ def response(
     results: Sequence[Mapping[str, Any]],
     kind: str,
     timing: Mapping[str, Any] | None,
-    second: tuple[Sequence[Mapping[str, Any]], Mapping[str, Any] | None] = ([], None),
+    later: Sequence[tuple[Sequence[Mapping[str, Any]], Mapping[str, Any] | None]] = (),
 ) -> dict[str, Any]:
     """The response body: answers keyed by question, in the request's order. `results` and `timing`
-    are the engine call's; *extension:* `second` the results and timing of orderings "adaptive"'s
-    second call, where decisions escalated (its state prefilled again, so its tokens count apart)."""
+    are the engine call's; *extension:* `later` the results and timing of each later call of orderings
+    "adaptive", where decisions escalated (each prefills its state again, so its tokens count apart)."""
     answers = {
         question.key: answer(question, decision, view)
         for question, decision, view in zip(
@@ -105,7 +105,8 @@ def response(
         "model": model,
         "answers": answers,
         "usage": {
-            "input_tokens": input_tokens(results, timing) + input_tokens(*second),
+            "input_tokens": input_tokens(results, timing)
+            + sum(input_tokens(*call) for call in later),
             "output_tokens": 0,
         },
         "semif": {"mode": kind, "timing": timing},

@@ -1,5 +1,6 @@
-"""Orderings "adaptive", in process: which decisions escalate, what the second call carries, the
-views it yields, the threshold in the calibration file, and the refusals before any scoring."""
+"""Orderings "adaptive", in process: which decisions go on to the half turn and to the rest, what each
+later call carries, the views it yields, the threshold in the calibration file, and the refusals
+before any scoring."""
 
 from __future__ import annotations
 
@@ -34,26 +35,46 @@ LIMITS = request_model.Limits(
 )
 
 
+PRIOR4 = (0.4, 0.3, 0.2, 0.1)
+TABLE4 = Table(
+    {},
+    None,
+    None,
+    {"triage": {3: FittedPrior(PRIOR3, 8, THRESHOLD), 4: FittedPrior(PRIOR4, 8, THRESHOLD)}},
+)
+TWISTS = {"split#o1", "split4#o2"}  # rows whose position 0 gains 3: a half turn that disagrees
+
+
 def logits(row: dict[str, Any]) -> list[float]:
     """Each option's description is its logit, plus log prior by position: the prior then divides
-    the position out exactly, so the caller's-order margin is the descriptions' own."""
-    return [float(o["description"]) + math.log(PRIOR3[i]) for i, o in enumerate(row["options"])]
+    the position out exactly, so the caller's-order margin is the descriptions' own, and a half
+    turn agrees with it, except in a twisted row."""
+    prior = PRIOR3 if len(row["options"]) == 3 else PRIOR4
+    values = [float(o["description"]) + math.log(prior[i]) for i, o in enumerate(row["options"])]
+    values[0] += 3.0 if row["id"] in TWISTS else 0.0
+    return values
 
 
-def decision(name: str, values: tuple[float, float, float]) -> dict[str, Any]:
+def decision(name: str, values: tuple[float, ...]) -> dict[str, Any]:
     options = [{"id": f"{name}{i}", "description": str(v)} for i, v in enumerate(values)]
     return {"id": name, "question": f"{name}?", "options": options, "orderings": "adaptive"}
 
 
 SURE = decision("sure", (0.0, 0.0, 4.0))  # debiased margin about 0.96
-UNSURE = decision("unsure", (1.0, 1.2, 0.0))  # debiased margin about 0.08
+UNSURE = decision("unsure", (1.0, 1.2, 0.0))  # debiased margin about 0.08; its half turn agrees
+SPLIT = decision("split", (1.2, 1.0, 0.0))  # margin about 0.09; its half turn is twisted
 
 
-def shared(*items: dict[str, Any], workload: str | None = "triage") -> request_model.DecideRequest:
+def shared(
+    *items: dict[str, Any], workload: str | None = "triage", table: Table = TABLE
+) -> request_model.DecideRequest:
     body: dict[str, Any] = {"state": "s", "decisions": list(items)}
     if workload is not None:
         body["workload"] = workload
-    return request_model.parse_shared(json.dumps(body).encode(), LIMITS)
+    limits = request_model.Limits(
+        16, frozenset(table), table.methods(), table.prior_counts(), table.threshold_counts()
+    )
+    return request_model.parse_shared(json.dumps(body).encode(), limits)
 
 
 def scored(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -78,33 +99,75 @@ def test_an_adaptive_decision_counts_its_worst_case_and_sends_one_row_first() ->
     assert request.rows()[0]["options"] == SURE["options"]  # the caller's order
 
 
-def test_only_the_unsure_escalate_and_the_second_call_holds_their_other_rotations() -> None:
-    request = shared(UNSURE, SURE, {**UNSURE, "id": "again"})
-    first = scored(request.rows())
-    escalated = adaptive.escalated(request, first, TABLE)
-    assert escalated == frozenset({0, 2})
-    rows = adaptive.second_rows(request, escalated)
-    assert [row["id"] for row in rows] == ["unsure#o1", "unsure#o2", "again#o1", "again#o2"]
-    assert rows == [*averaging.expand(request.decisions[0].row, "rotations")[1:]] + [
-        *averaging.expand(request.decisions[2].row, "rotations")[1:]
+def test_the_stages_are_the_callers_order_the_half_turn_and_the_rest() -> None:
+    assert adaptive.stages(2) == ((0,), (1,))
+    assert adaptive.stages(3) == ((0,), (1,), (2,))
+    assert adaptive.stages(4) == ((0,), (2,), (1, 3))
+    assert adaptive.stages(5) == ((0,), (2,), (1, 3, 4))
+
+
+def calls(request: request_model.DecideRequest, table: Table = TABLE) -> list[Any]:
+    """Every stage's call as the service makes them: (going decisions, their rows), and the end."""
+    progress = adaptive.Progress(scored(request.rows()))
+    made = []
+    while going := progress.going_on(request, table):
+        rows = progress.next_rows(request, going)
+        made.append((going, [row["id"] for row in rows]))
+        progress = progress.then(request, going, scored(rows))
+    return [made, progress]
+
+
+def test_only_the_unsure_go_on_and_only_those_the_half_turn_does_not_confirm_score_the_rest() -> (
+    None
+):
+    request = shared(UNSURE, SURE, SPLIT, {**UNSURE, "id": "again"})
+    made, progress = calls(request)
+    assert made == [
+        (frozenset({0, 2, 3}), ["unsure#o1", "split#o1", "again#o1"]),  # the half turn
+        (frozenset({2}), ["split#o2"]),  # the rest, where the half turn disagreed
     ]
+    assert progress.escalated == {0: 2, 2: 3, 3: 2}
+    assert [r["id"] for r in progress.results] == [
+        "unsure#o0",
+        "unsure#o1",
+        "sure#o0",
+        "split#o0",
+        "split#o1",
+        "split#o2",
+        "again#o0",
+        "again#o1",
+    ]
+
+
+def test_four_options_score_the_half_turn_then_both_quarter_turns() -> None:
+    split4 = decision("split4", (1.2, 1.0, 0.0, -1.0))
+    made, progress = calls(shared(split4, table=TABLE4), TABLE4)
+    assert made == [
+        (frozenset({0}), ["split4#o2"]),
+        (frozenset({0}), ["split4#o1", "split4#o3"]),
+    ]
+    request = shared(split4, table=TABLE4)
+    view = as_json(viewing.views(request, progress.results, TABLE4, progress.escalated)[0])
+    assert [r["id"] for r in view["orderings"]] == [
+        f"split4#o{k}" for k in range(4)
+    ]  # rotation order
+    assert view["combined"]["rows"] == 4
 
 
 def test_a_threshold_of_zero_never_escalates_and_of_one_always() -> None:
     request = shared(UNSURE, SURE)
-    first = scored(request.rows())
     for threshold, expected in ((0.0, frozenset()), (1.0, frozenset({0, 1}))):
         table = Table({}, None, None, {"triage": {3: FittedPrior(PRIOR3, 8, threshold)}})
-        assert adaptive.escalated(request, first, table) == expected
+        assert adaptive.Progress(scored(request.rows())).going_on(request, table) == expected
 
 
-def test_the_views_are_the_priors_where_sure_and_the_rotations_where_not() -> None:
-    request = shared(SURE, UNSURE)
-    first = scored(request.rows())
-    escalated = adaptive.escalated(request, first, TABLE)
-    second = scored(adaptive.second_rows(request, escalated))
-    results = adaptive.merged(request, first, second, escalated)
-    sure, unsure = (as_json(v) for v in viewing.views(request, results, TABLE, escalated))
+def test_the_views_are_the_priors_where_sure_or_confirmed_and_the_rotations_where_not() -> None:
+    request = shared(SURE, UNSURE, SPLIT)
+    made, progress = calls(request)
+    results = progress.results
+    sure, unsure, split = (
+        as_json(v) for v in viewing.views(request, results, TABLE, progress.escalated)
+    )
 
     as_prior = request_model.Decision(request.decisions[0].row, Method.PRIOR)
     expected = as_json(viewing.view(as_prior, results[:1], "triage", TABLE))
@@ -116,33 +179,72 @@ def test_the_views_are_the_priors_where_sure_and_the_rotations_where_not() -> No
         "threshold": THRESHOLD,
     }
     assert sure["combined"]["calibrated"]["method"] == "prior"  # the prior's temperature
-    assert sure["orderings"] == results[:1] and sure["orderings"][0] is first[0]  # INV-1
+    assert sure["orderings"] == results[:1]  # INV-1
 
-    as_rotations = request_model.Decision(request.decisions[1].row, Method.ROTATIONS)
-    expected = as_json(viewing.view(as_rotations, results[1:], "triage", TABLE))
+    as_prior = request_model.Decision(request.decisions[1].row, Method.PRIOR)
+    expected = as_json(viewing.view(as_prior, results[1:2], "triage", TABLE))
     assert unsure["combined"] == {
+        **expected["combined"],
+        "method": "adaptive",
+        "rows": 2,
+        "escalated": True,
+        "threshold": THRESHOLD,
+    }
+    assert unsure["combined"]["calibrated"]["method"] == "prior"  # confirmed: the one-row answer
+    assert [r["id"] for r in unsure["orderings"]] == ["unsure#o0", "unsure#o1"]
+    assert all(a is b for a, b in zip(unsure["orderings"], results[1:3]))  # INV-1: the same objects
+
+    as_rotations = request_model.Decision(request.decisions[2].row, Method.ROTATIONS)
+    expected = as_json(viewing.view(as_rotations, results[3:], "triage", TABLE))
+    assert split["combined"] == {
         **expected["combined"],
         "method": "adaptive",
         "rows": 3,
         "escalated": True,
         "threshold": THRESHOLD,
     }
-    assert unsure["combined"]["calibrated"] == {
+    assert split["combined"]["calibrated"] == {
         "workload": "triage",
         "method": "rotations",
         "temperature": 1.5,
-        "probabilities": unsure["combined"]["calibrated"]["probabilities"],
+        "probabilities": split["combined"]["calibrated"]["probabilities"],
     }
-    assert [r["id"] for r in unsure["orderings"]] == ["unsure#o0", "unsure#o1", "unsure#o2"]
-    assert unsure["orderings"][0] is first[1]
+    assert [r["id"] for r in split["orderings"]] == ["split#o0", "split#o1", "split#o2"]
 
 
-def test_merged_refuses_more_second_results_than_rows() -> None:
+def test_the_half_turns_top_is_read_in_the_callers_order_with_the_prior_divided_out() -> None:
+    first, half, _ = scored(averaging.expand(SPLIT, "rotations"))
+    order = [option["id"] for option in SPLIT["options"]]
+    assert adaptive.debiased_top(first, PRIOR3, order) == "split0"
+    assert adaptive.debiased_top(half, PRIOR3, order) == "split1"  # the twist at its position 0
+    assert not adaptive.confirms(first, half, PRIOR3)
+    # The prior is divided out: undivided, position 0's weight would win this one.
+    unsure, unsure_half, _ = scored(averaging.expand(UNSURE, "rotations"))
+    order = [option["id"] for option in UNSURE["options"]]
+    assert adaptive.debiased_top(unsure, PRIOR3, order) == "unsure1"
+    assert adaptive.debiased_top(unsure, (1 / 3,) * 3, order) == "unsure0"
+    assert adaptive.confirms(unsure, unsure_half, PRIOR3)
+    tie = semif_like(SPLIT, [math.log(p) for p in PRIOR3])  # every option debiased to 0
+    assert adaptive.debiased_top(tie, PRIOR3, ["split0", "split1", "split2"]) == "split0"
+    assert adaptive.debiased_top(tie, PRIOR3, ["split2", "split1", "split0"]) == "split2"
+
+
+def test_then_refuses_more_results_than_rows() -> None:
     request = shared(UNSURE)
-    first = scored(request.rows())
-    second = scored(adaptive.second_rows(request, frozenset({0})))
+    progress = adaptive.Progress(scored(request.rows()))
+    going = progress.going_on(request, TABLE)
+    more = scored(progress.next_rows(request, going))
     with pytest.raises(RuntimeError, match="more results than its rows"):
-        adaptive.merged(request, first, [*second, second[0]], frozenset({0}))
+        progress.then(request, going, [*more, more[0]])
+
+
+def test_the_next_call_reserves_the_rows_the_stage_after_it_may_add() -> None:
+    request = shared(UNSURE, SPLIT, decision("four", (1.2, 1.0, 0.0, -1.0)), table=TABLE4)
+    progress = adaptive.Progress(scored(request.rows()))
+    going = progress.going_on(request, TABLE4)
+    assert progress.reserve(request, going) == 1 + 1 + 2  # the rest: n - 2 each
+    later = progress.then(request, going, scored(progress.next_rows(request, going)))
+    assert later.reserve(request, later.going_on(request, TABLE4)) == 0
 
 
 @pytest.mark.parametrize(

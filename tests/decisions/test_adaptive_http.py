@@ -1,9 +1,11 @@
 """Orderings "adaptive" on a real socket: one row per decision first, a second call over the unsure
-decisions' other rotations only, and the answers those rows give under "prior" and "rotations".
+decisions' half turns only, a third over the rest of those whose half turn disagreed, and the
+answers those rows give under "prior" and "rotations".
 
 The scripted scorer's logits are each option's description (a number) plus log prior by position,
 so the workload's prior divides the position out exactly and each decision's margin is set by its
-descriptions: "sure" far above the threshold, "unsure" below it. The scorer records every call.
+descriptions: "sure" far above the threshold, "unsure" and "split" below it. A half turn then agrees
+with the first row, except in "split", whose half-turn row is twisted. The scorer records every call.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ TABLE = calibration_file.Table(
 
 
 def logits(row: dict[str, Any]) -> list[float]:
-    return [float(o["description"]) + math.log(PRIOR3[i]) for i, o in enumerate(row["options"])]
+    values = [float(o["description"]) + math.log(PRIOR3[i]) for i, o in enumerate(row["options"])]
+    values[0] += 3.0 if row["id"].startswith("split#o1") else 0.0  # the half turn disagrees
+    return values
 
 
 def decision(name: str, values: tuple[float, ...], orderings: str = "adaptive") -> dict[str, Any]:
@@ -49,6 +53,7 @@ def decision(name: str, values: tuple[float, ...], orderings: str = "adaptive") 
 SURE = decision("sure", (0.0, 0.0, 4.0))
 UNSURE = decision("unsure", (1.0, 1.2, 0.0))
 AGAIN = decision("again", (0.3, 0.0, 0.1))
+SPLIT = decision("split", (1.2, 1.0, 0.0))
 
 
 def shared(*items: dict[str, Any]) -> dict[str, Any]:
@@ -65,25 +70,28 @@ async def served(start_server: Any, fake: Any, **settings: Any) -> Any:
     return await start_server(fake, calibration=TABLE, **settings)
 
 
-async def test_the_second_call_carries_exactly_the_escalated_decisions_other_rotations(
-    start_server, fake
-) -> None:
+async def test_each_later_call_carries_exactly_the_decisions_that_go_on(start_server, fake) -> None:
     server = await served(start_server, fake)
-    answered = await request(server.port, "POST", "/decide/shared", shared(UNSURE, SURE, AGAIN))
+    answered = await request(
+        server.port, "POST", "/decide/shared", shared(UNSURE, SURE, SPLIT, AGAIN)
+    )
     assert answered.status == 200
     assert ids(fake) == [
-        ["unsure#o0", "sure#o0", "again#o0"],
-        ["unsure#o1", "unsure#o2", "again#o1", "again#o2"],
+        ["unsure#o0", "sure#o0", "split#o0", "again#o0"],
+        ["unsure#o1", "split#o1", "again#o1"],  # the half turns of the unsure
+        ["split#o2"],  # the rest, where the half turn disagreed
     ]
-    unsure, sure, again = (result["combined"] for result in answered.json["results"])
+    unsure, sure, split, again = (result["combined"] for result in answered.json["results"])
     assert [
-        (c["method"], c["rows"], c["orderings"], c["escalated"]) for c in (unsure, sure, again)
+        (c["method"], c["rows"], c["orderings"], c["escalated"])
+        for c in (unsure, sure, split, again)
     ] == [
-        ("adaptive", 3, 3, True),
+        ("adaptive", 2, 1, True),
         ("adaptive", 1, 1, False),
         ("adaptive", 3, 3, True),
+        ("adaptive", 2, 1, True),
     ]
-    assert {c["threshold"] for c in (unsure, sure, again)} == {THRESHOLD}
+    assert {c["threshold"] for c in (unsure, sure, split, again)} == {THRESHOLD}
 
 
 async def test_no_decision_unsure_makes_one_call(start_server, fake) -> None:
@@ -95,29 +103,42 @@ async def test_no_decision_unsure_makes_one_call(start_server, fake) -> None:
     assert ids(fake) == [["sure#o0"]]
 
 
-async def test_the_answers_are_the_priors_where_sure_and_the_rotations_where_not(
+async def test_the_answers_are_the_priors_where_sure_or_confirmed_and_the_rotations_where_not(
     start_server, fake
 ) -> None:
     """Each adaptive answer against the same server's answer under the method it reduced to."""
     server = await served(start_server, fake)
-    adaptive = (await request(server.port, "POST", "/decide/shared", shared(SURE, UNSURE))).json
+    adaptive = (
+        await request(server.port, "POST", "/decide/shared", shared(SURE, UNSURE, SPLIT))
+    ).json
     reference = (
         await request(
             server.port,
             "POST",
             "/decide/shared",
-            shared({**SURE, "orderings": "prior"}, {**UNSURE, "orderings": "rotations"}),
+            shared(
+                {**SURE, "orderings": "prior"},
+                {**UNSURE, "orderings": "prior"},
+                {**SPLIT, "orderings": "rotations"},
+            ),
         )
     ).json
     for got, want, rows, escalated in zip(
-        adaptive["results"], reference["results"], (1, 3), (False, True)
+        adaptive["results"], reference["results"], (1, 2, 3), (False, True, True)
     ):
         extra = {"method": "adaptive", "rows": rows, "escalated": escalated, "threshold": THRESHOLD}
         assert got["combined"] == {**want["combined"], **extra}
-        assert got["orderings"] == want["orderings"]  # the SemIf results, untouched
-    sure, unsure = (result["combined"]["calibrated"] for result in adaptive["results"])
-    assert (sure["method"], sure["temperature"]) == ("prior", 2.0)
-    assert (unsure["method"], unsure["temperature"]) == ("rotations", 1.5)
+    sure, unsure, split = adaptive["results"]
+    assert sure["orderings"] == reference["results"][0]["orderings"]  # the SemIf results, untouched
+    assert [r["id"] for r in unsure["orderings"]] == ["unsure#o0", "unsure#o1"]  # both rows scored
+    assert unsure["orderings"][0] == reference["results"][1]["orderings"][0]
+    assert split["orderings"] == reference["results"][2]["orderings"]
+    calibrated = [result["combined"]["calibrated"] for result in adaptive["results"]]
+    assert [(c["method"], c["temperature"]) for c in calibrated] == [
+        ("prior", 2.0),
+        ("prior", 2.0),
+        ("rotations", 1.5),
+    ]
 
 
 async def test_a_failing_second_call_fails_the_request(start_server, fake) -> None:
@@ -131,7 +152,21 @@ async def test_a_failing_second_call_fails_the_request(start_server, fake) -> No
     fake.logits = failing
     refused = await request(server.port, "POST", "/decide/shared", shared(SURE, UNSURE))
     assert refused.status == 500 and refused.json["error"]["code"] == "scoring_failed"
-    assert ids(fake) == [["sure#o0", "unsure#o0"], ["unsure#o1", "unsure#o2"]]
+    assert ids(fake) == [["sure#o0", "unsure#o0"], ["unsure#o1"]]
+
+
+async def test_a_failing_third_call_fails_the_request(start_server, fake) -> None:
+    server = await served(start_server, fake)
+
+    def failing(row: dict[str, Any]) -> list[float]:
+        if row["id"] == "split#o2":
+            raise ScoringFailed("the third call failed")
+        return logits(row)
+
+    fake.logits = failing
+    refused = await request(server.port, "POST", "/decide/shared", shared(SPLIT))
+    assert refused.status == 500 and refused.json["error"]["code"] == "scoring_failed"
+    assert ids(fake) == [["split#o0"], ["split#o1"], ["split#o2"]]
 
 
 async def test_a_client_that_left_during_the_first_call_gets_no_second(start_server, fake) -> None:
@@ -183,10 +218,10 @@ async def test_metrics_and_the_access_log_count_the_rows_scored(start_server, fa
     server = await served(start_server, fake, metrics=True, access_log=True)
     before = await scrape(server.port)
     assert (
-        await request(server.port, "POST", "/decide/shared", shared(UNSURE, SURE, AGAIN))
+        await request(server.port, "POST", "/decide/shared", shared(UNSURE, SURE, SPLIT))
     ).status == 200
     after = await scrape(server.port)
-    scored = 3 + 4  # one row each, then the two unsure decisions' other two rotations
+    scored = 3 + 2 + 1  # one row each, the two unsure decisions' half turns, then split's rest
     assert (
         value(after, "semif_rows_scored_total") - value(before, "semif_rows_scored_total") == scored
     )
@@ -211,6 +246,25 @@ async def test_the_wait_budget_counts_an_adaptive_decision_at_its_worst_case(
     await fake.wait_entered()
     assert server.engine.ahead("-").total() == 6  # two decisions of three rows each
     fake.gate.set()
+    assert (await pending).status == 200
+    assert not server.engine.ahead("-")
+
+
+async def test_the_wait_budget_counts_the_rows_a_later_call_may_add(start_server, fake) -> None:
+    server = await served(start_server, fake, max_wait_s=60.0)
+    inside, held = threading.Event(), threading.Event()
+
+    def holding(row: dict[str, Any]) -> list[float]:
+        if row["id"] == "split#o1":  # the second call, held on the engine thread
+            inside.set()
+            held.wait(10)
+        return logits(row)
+
+    fake.logits = holding
+    pending = asyncio.ensure_future(request(server.port, "POST", "/decide/shared", shared(SPLIT)))
+    assert await asyncio.get_running_loop().run_in_executor(None, inside.wait, 5)
+    assert server.engine.ahead("-").total() == 1 + 1  # the half turn, and the rest it may add
+    held.set()
     assert (await pending).status == 200
     assert not server.engine.ahead("-")
 
@@ -243,7 +297,7 @@ async def test_the_second_call_is_its_callers_follow_up(start_server, fake, tmp_
     fake.delay = 1.0
     fake.gate.set()
     assert [r.status for r in await asyncio.gather(first, later, other)] == [200] * 3
-    assert ids(fake) == [["unsure#o0"], ["other#o0"], ["unsure#o1", "unsure#o2"], ["later#o0"]]
+    assert ids(fake) == [["unsure#o0"], ["other#o0"], ["unsure#o1"], ["later#o0"]]
 
 
 def choice(values: tuple[float, ...]) -> dict[str, Any]:
@@ -259,19 +313,31 @@ async def test_system_one_answers_from_the_adaptive_view(start_server, fake) -> 
     body = {
         "model": "jev-latest",
         "state": "s",
-        "questions": {"sure": choice((0.0, 0.0, 4.0)), "unsure": choice((1.0, 1.2, 0.0))},
+        "questions": {
+            "sure": choice((0.0, 0.0, 4.0)),
+            "unsure": choice((1.0, 1.2, 0.0)),
+            "split": choice((1.2, 1.0, 0.0)),
+        },
         "semif": {"orderings": "adaptive", "workload": "triage"},
     }
     answered = await request(server.port, "POST", "/v1/systemone", body)
     assert answered.status == 200
-    assert ids(fake) == [["sure#o0", "unsure#o0"], ["unsure#o1", "unsure#o2"]]
+    assert ids(fake) == [
+        ["sure#o0", "unsure#o0", "split#o0"],
+        ["unsure#o1", "split#o1"],
+        ["split#o2"],
+    ]
     answers = answered.json["answers"]
-    for key, escalated, method in (("sure", False, "prior"), ("unsure", True, "rotations")):
+    for key, escalated, method in (
+        ("sure", False, "prior"),
+        ("unsure", True, "prior"),
+        ("split", True, "rotations"),
+    ):
         combined = answers[key]["semif"]["combined"]
         assert (combined["escalated"], combined["calibrated"]["method"]) == (escalated, method)
         calibrated = combined["calibrated"]["probabilities"]
         assert list(answers[key]["probabilities"].values()) == calibrated
-    assert answered.json["usage"] == {"input_tokens": (2 + 2) * 17, "output_tokens": 0}
+    assert answered.json["usage"] == {"input_tokens": (3 + 2 + 1) * 17, "output_tokens": 0}
 
 
 @pytest.mark.parametrize(

@@ -81,6 +81,35 @@ def test_agreement_and_margins_are_averaging_s_answers() -> None:
     assert sum(tally.agreeing) == agreed and sum(tally.disagreeing) == 30 - agreed
 
 
+def half_turn_top(decision: dict[str, Any], result: dict[str, Any]) -> str:
+    """The half turn's answer with SERVED divided out by position, read by option id."""
+    scores = prior.debias([math.log(p) for p in softmax(result["option_logits"])], SERVED)
+    return dict(zip(scores, result["option_ids"]))[max(scores)]
+
+
+def test_confirmed_counts_the_disagreeing_whose_half_turn_keeps_the_served_top() -> None:
+    tally, _, cases = tallied(60)
+    confirmed = 0
+    for decision, results in cases:
+        one = averaging.combine(decision, "prior", results[:1], prior=SERVED).combined
+        rotations = averaging.combine(decision, "rotations", results).combined
+        kept = half_turn_top(decision, results[2]) == one.top  # rotation 2 of 4: the half turn
+        confirmed += one.top != rotations.top and kept
+    assert sum(tally.confirmed) == confirmed and 0 < confirmed < sum(tally.disagreeing)
+    assert tally.as_json()["margins"]["confirmed"] == tally.confirmed
+
+
+def test_over_two_options_no_disagreement_is_confirmed_two_rows_that_agree_are_the_rotations() -> (
+    None
+):
+    rng = random.Random(5)
+    tally = live_prior.Tally((0.7, 0.3))
+    for k in range(60):
+        decision = row(k, 2)
+        tally.add(live_prior.audited(decision, rotation_results(decision, rng), (0.7, 0.3)))
+    assert sum(tally.disagreeing) > 0 and sum(tally.confirmed) == 0
+
+
 def test_drift_starts_at_the_prior_s_minimum_and_reads_the_window() -> None:
     tally, _, _ = tallied(prior.MIN_DECISIONS - 1)
     assert tally.drift() is None and tally.as_json()["drift"] is None
@@ -117,17 +146,32 @@ def test_the_threshold_is_bonferroni_over_n_positions() -> None:
     assert live_prior.drift_threshold(8) == pytest.approx(3.227, abs=1e-3)
 
 
+def bins(*margins: float) -> list[int]:
+    counts = [0] * live_prior.MARGIN_BINS
+    for margin in margins:
+        counts[live_prior.margin_bin(margin)] += 1
+    return counts
+
+
 def test_the_threshold_fit_escalates_just_enough_disagreements() -> None:
     """100 decisions, 5 disagreeing at margins 0.02, 0.05, 0.10, 0.30, 0.31: at target 0.97 three may
     stand, so escalating below 0.10 (two escalated) is the lowest that leaves three."""
-    disagreeing = [0] * live_prior.MARGIN_BINS
-    for margin in (0.02, 0.05, 0.10, 0.30, 0.31):
-        disagreeing[live_prior.margin_bin(margin)] += 1
-    assert live_prior.fitted_threshold(disagreeing, 100, 0.97) == pytest.approx(0.06)
-    assert live_prior.fitted_threshold(disagreeing, 100, 0.99) == pytest.approx(0.31)
-    assert live_prior.fitted_threshold(disagreeing, 100, 1.0) == pytest.approx(0.32)
-    assert live_prior.fitted_threshold([0] * live_prior.MARGIN_BINS, 100, 0.97) == 0.0
+    disagreeing, none = bins(0.02, 0.05, 0.10, 0.30, 0.31), bins()
+    assert live_prior.fitted_threshold(disagreeing, none, 100, 0.97) == pytest.approx(0.06)
+    assert live_prior.fitted_threshold(disagreeing, none, 100, 0.99) == pytest.approx(0.31)
+    assert live_prior.fitted_threshold(disagreeing, none, 100, 1.0) == pytest.approx(0.32)
+    assert live_prior.fitted_threshold(bins(), none, 100, 0.97) == 0.0
     assert live_prior.margin_bin(1.0) == live_prior.MARGIN_BINS - 1
+
+
+def test_a_confirmed_disagreement_stays_wrong_when_escalated() -> None:
+    """The half turn confirms the disagreeing at 0.02 and 0.05: escalated, they keep their wrong top, so
+    at 0.97 (three may stand) escalating below 0.10 no longer does: it must pass 0.30, leaving the two
+    confirmed and the one at 0.31."""
+    disagreeing, confirmed = bins(0.02, 0.05, 0.10, 0.30, 0.31), bins(0.02, 0.05)
+    assert live_prior.fitted_threshold(disagreeing, confirmed, 100, 0.97) == pytest.approx(0.31)
+    assert live_prior.fitted_threshold(disagreeing, confirmed, 100, 0.98) == pytest.approx(0.32)
+    assert live_prior.fitted_threshold(disagreeing, confirmed, 100, 0.99) == 1.0  # never reached
 
 
 def test_replicas_tallies_add_up_to_one_tally_over_all_their_audits() -> None:
@@ -142,5 +186,7 @@ def test_replicas_tallies_add_up_to_one_tally_over_all_their_audits() -> None:
         math.isclose(a, b, abs_tol=1e-9) for a, b in zip(added.live(), prior.workload_prior(priors))
     )
     assert sum(added.disagreeing) == 20
+    older = {**one.as_json(), "margins": {"disagreeing": one.disagreeing}}  # before "confirmed"
+    assert live_prior.summed([older, two.as_json()]).confirmed == tuple(two.confirmed)
     with pytest.raises(ValueError, match="different option counts"):
         live_prior.summed([one.as_json(), live_prior.Tally((0.5, 0.5)).as_json()])

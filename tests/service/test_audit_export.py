@@ -180,10 +180,22 @@ def test_too_few_audits_or_an_older_prior_keep_the_served_entry() -> None:
 def test_a_refitted_threshold_is_never_below_the_served_one() -> None:
     disagreeing = [0] * live_prior.MARGIN_BINS
     disagreeing[live_prior.margin_bin(0.4)] = 10  # 10 of 100 disagree at margin 0.4
-    added = live_prior.Summed(100, (25.0,) * 4, 90, tuple(disagreeing))
+    added = live_prior.Summed(100, (25.0,) * 4, 90, tuple(disagreeing), (0,) * len(disagreeing))
     assert audit_export.refitted_threshold(0.2, added, 0.97) == pytest.approx(0.41)
     assert audit_export.refitted_threshold(0.5, added, 0.97) == 0.5
     assert audit_export.refitted_threshold(0.2, added, 0.85) == 0.2
+
+
+def test_a_refit_counts_the_disagreements_the_half_turn_would_confirm() -> None:
+    """Of 10 disagreeing at 0.1 and 5 at 0.4, the half turn confirms 8 of those at 0.1: escalated, they
+    stay wrong, so at 0.9 (10 may stand) escalating below 0.11 leaves 8 + 5 and the refit must pass 0.4."""
+    disagreeing, confirmed = [0] * live_prior.MARGIN_BINS, [0] * live_prior.MARGIN_BINS
+    disagreeing[live_prior.margin_bin(0.1)], disagreeing[live_prior.margin_bin(0.4)] = 10, 5
+    confirmed[live_prior.margin_bin(0.1)] = 8
+    unconfirmed = live_prior.Summed(100, (25.0,) * 4, 85, tuple(disagreeing), (0,) * 100)
+    added = live_prior.Summed(100, (25.0,) * 4, 85, tuple(disagreeing), tuple(confirmed))
+    assert audit_export.refitted_threshold(0.05, unconfirmed, 0.9) == pytest.approx(0.11)
+    assert audit_export.refitted_threshold(0.05, added, 0.9) == pytest.approx(0.41)
 
 
 def test_what_would_not_load_is_never_returned() -> None:
