@@ -2,7 +2,8 @@
 
 A test decision scored under its n rotations holds what every other method would have seen:
 the caller's-order row gives `none`, and with the fitted prior `prior`; with the threshold it
-gives `adaptive` (that row where its margin is at least the threshold, else the rotations'
+gives `adaptive` (the served staged rule: that row where its margin is at least the threshold;
+below it, that row's answer at two rows where the half turn confirms its top, else the rotations'
 average, n rows); and PriDe's own protocol (the prior estimated from a random 5 % of the test
 decisions, those answered with their rotations, the rest with one debiased row). So a question
 costs n rows, and the whole accuracy-against-rows curve of the threshold comes for free.
@@ -10,8 +11,8 @@ costs n rows, and the whole accuracy-against-rows curve of the threshold comes f
 Rules a newcomer could break:
 1. Only rows whose `rotations` record keeps its `results` (a `--derive` run) can be derived;
    the others are left as they are, and a method a row cannot have is simply absent from it.
-2. The one-row arithmetic is escalation.debiased, the server's `prior.debias`; labels are
-   read only to score, never to derive.
+2. The one-row arithmetic is escalation.debiased, the server's `prior.debias`, and the half turn's
+   check the server's `adaptive.confirms`; labels are read only to score, never to derive.
 3. PriDe's sample is drawn by a hash of the id and a seed, so the same run derives the same
    sample every time.
 """
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from semif_serve.decisions import adaptive as served
 from semif_serve.decisions import prior as pride
 
 from . import escalation, metrics
@@ -69,8 +71,11 @@ def read_table(path: Path) -> Table:
 
 
 def one_row(results: Sequence[dict[str, Any]], prior: Sequence[float]) -> Record:
-    """The caller's-order row (the first rotation) debiased by `prior`: what `prior` serves."""
+    """The caller's-order row (the first rotation) debiased by `prior`: what `prior` serves; and
+    whether adaptive, escalated, would stop there at two rows (its half turn confirms the top, and
+    rotations are left to score)."""
     probabilities = escalation.debiased(results[0]["option_logits"], prior)
+    stages = served.stages(len(results))
     return {
         "probabilities": probabilities,
         "scores": [math.log(max(p, math.ulp(0.0))) for p in probabilities],
@@ -78,6 +83,7 @@ def one_row(results: Sequence[dict[str, Any]], prior: Sequence[float]) -> Record
         "agreement": 1.0,
         "orderings": 1,
         "margin": escalation.margin(probabilities),
+        "confirmed": len(stages) == 3 and served.confirms(results[0], results[stages[1][0]], prior),
     }
 
 
@@ -90,9 +96,12 @@ def answered_by(record: Record, orderings: int, escalated: bool) -> Record:
 
 
 def adaptive(single: Record, rotations: Record, threshold: float) -> Record:
-    """One row where its margin reaches the threshold, else the rotations (all n rows)."""
+    """The served staged rule: one row where its margin reaches the threshold; below it, that row's
+    answer at two rows where the half turn confirmed it, else the rotations (all n rows)."""
     if single["margin"] >= threshold:
         return answered_by(single, 1, False)
+    if single["confirmed"]:
+        return answered_by(single, 2, True)
     return answered_by(rotations, rotations["orderings"], True)
 
 

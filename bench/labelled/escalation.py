@@ -2,18 +2,21 @@
 
 Rules a newcomer could break:
 1. Nothing here reads a label. The threshold is fitted against the rotations' own top (what
-   escalating would have answered), so `bench prior` fits it on unlabelled rows and the fit is
-   the same whether labels are present or not.
+   scoring every rotation would have answered), so `bench prior` fits it on unlabelled rows and
+   the fit is the same whether labels are present or not.
 2. A fit decision is judged with a prior that does NOT contain its own rotations (leave one
    out): a decision debiased by a prior it helped estimate looks better than a new one will.
-3. The debiasing arithmetic is the server's (`semif_serve.decisions.prior.debias`); a signal
-   is computed on the debiased, uncalibrated probabilities of the caller's-order row.
+3. The debiasing arithmetic is the server's (`semif_serve.decisions.prior.debias`), and so is the
+   staged rule (`semif_serve.decisions.adaptive`); a signal is computed on the debiased,
+   uncalibrated probabilities of the caller's-order row.
 
-The adaptive answer at threshold t: the caller's-order row debiased by the prior where its
-signal is at least t, else the average of all n rotations (the first being that row). A
-decision whose signal is below t therefore agrees with the rotations by construction, so the
-share of fit decisions whose adaptive top equals the rotations' top only grows with t, and
-the lowest t that reaches a target share is found by counting, not searched.
+The adaptive answer at threshold t (the served, staged rule): the caller's-order row debiased by
+the prior where its margin is at least t; below t, that answer where the half turn confirms its
+top, else the average of all n rotations. A decision below t therefore keeps another top than the
+rotations' only where its half turn confirmed a wrong one, and one at or above t only where its
+one row is wrong: raising t never adds a disagreement, so the share of fit decisions whose
+adaptive top equals the rotations' top only grows with t, and the lowest t that reaches a target
+share is found by counting, not searched.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from semif_serve.decisions import prior as pride
 from semif_serve.decisions.numerics import log_softmax, softmax
 
 DEFAULT_TARGET = 0.97
-SIGNAL = "margin"  # the signal the served method uses
+SIGNAL = "margin, then the half turn"  # the rule the served method uses (decisions/adaptive.py)
 FIT_METHOD = "leave-one-out"
 Vector = Sequence[float]
 
@@ -87,43 +90,75 @@ def leave_one_out(priors: Sequence[Vector]) -> list[list[float]]:
     return [[(totals[k] - p[k]) / (count - 1) for k in range(len(p))] for p in priors]
 
 
-def fit_threshold(signals: Sequence[float], agrees: Sequence[bool], target: float) -> float:
-    """The lowest t in [0, 1] at which (signal < t or agrees) holds for at least `target` of decisions.
-
-    Only disagreeing decisions with signal >= t count against t; `allowed` of them may remain, so
-    t must lie just above the (allowed+1)-th largest disagreeing signal."""
+def fit_threshold(
+    signals: Sequence[float],
+    agrees: Sequence[bool],
+    target: float,
+    settled: Sequence[bool] | None = None,
+) -> float:
+    """The lowest t in [0, 1] at which at most (1 − target) of decisions keep another top than the
+    rotations': those at signal ≥ t whose one row disagrees (`agrees` False), and those below t whose
+    escalated answer still disagrees (`settled` False; default: every escalated answer agrees).
+    1.0 where no t reaches the target."""
     if not 0 < target <= 1:
         raise ValueError(f"the target share must be in (0, 1], got {target}")
     if not signals or len(signals) != len(agrees):
         raise ValueError("a threshold needs one signal and one agreement per decision")
+    settled = [True] * len(signals) if settled is None else settled
     allowed = math.floor((1 - target) * len(signals) + 1e-9)
-    wrong = sorted((s for s, ok in zip(signals, agrees) if not ok), reverse=True)
-    if len(wrong) <= allowed:
+    wrong = sum(not ok for ok in agrees)  # t = 0: every decision answered by its one row
+    if wrong <= allowed:
         return 0.0
-    return min(math.nextafter(wrong[allowed], math.inf), 1.0)
+    ranked = sorted(range(len(signals)), key=signals.__getitem__)
+    for place, index in enumerate(ranked):
+        wrong += (not settled[index]) - (not agrees[index])  # t just above it escalates it
+        last = place + 1 == len(ranked) or signals[ranked[place + 1]] != signals[index]
+        if last and wrong <= allowed:
+            return min(math.nextafter(signals[index], math.inf), 1.0)
+    return 1.0
 
 
-def adaptive_share(signals: Sequence[float], agrees: Sequence[bool], threshold: float) -> float:
+def adaptive_share(
+    signals: Sequence[float],
+    agrees: Sequence[bool],
+    threshold: float,
+    settled: Sequence[bool] | None = None,
+) -> float:
     """The share of decisions whose adaptive top equals the rotations' top at `threshold`."""
-    return sum(s < threshold or ok for s, ok in zip(signals, agrees)) / len(signals)
+    settled = [True] * len(signals) if settled is None else settled
+    return sum(
+        (done if s < threshold else ok) for s, ok, done in zip(signals, agrees, settled)
+    ) / len(signals)
 
 
-def group_fit(
-    decisions: Sequence[Mapping[str, Any]], target: float, signal: str = SIGNAL
-) -> dict[str, Any]:
-    """The threshold for one (workload, n), leave-one-out, from decisions `{prior, first, rotations_top}`:
-    each one's decision prior, its caller's-order logits, and the index its rotations answered."""
+def settles(decision: Mapping[str, Any], prior: Vector) -> bool:
+    """Whether the decision, escalated, answers with the rotations' top under the staged rule: it
+    scores every rotation where its half turn disagrees with its first row, and keeps the first
+    row's answer where the two agree (so agrees only if that answer was right). Over two options
+    two rows that agree are the rotations' answer too."""
+    results = decision["results"]
+    half = results[served.stages(len(results))[1][0]]
+    if not served.confirms(results[0], half, prior):
+        return True
+    return top(debiased(decision["first"], prior)) == decision["rotations_top"]
+
+
+def group_fit(decisions: Sequence[Mapping[str, Any]], target: float) -> dict[str, Any]:
+    """The staged rule's threshold for one (workload, n), leave-one-out, from decisions
+    `{prior, first, rotations_top, results}`: each one's decision prior, its caller's-order logits,
+    the index its rotations answered, and its rotations' results in rotation order."""
     loo = leave_one_out([d["prior"] for d in decisions])
-    values, agrees = [], []
+    values, agrees, settled = [], [], []
     for decision, others in zip(decisions, loo):
         answer = debiased(decision["first"], others)
-        values.append(SIGNALS[signal](answer))
+        values.append(margin(answer))
         agrees.append(top(answer) == decision["rotations_top"])
-    threshold = fit_threshold(values, agrees, target)
+        settled.append(settles(decision, others))
+    threshold = fit_threshold(values, agrees, target, settled)
     escalated = sum(v < threshold for v in values) / len(values)
     return {
         "threshold": threshold,
         "escalated": escalated,
         "one_row_same_top": sum(agrees) / len(agrees),
-        "adaptive_same_top": adaptive_share(values, agrees, threshold),
+        "adaptive_same_top": adaptive_share(values, agrees, threshold, settled),
     }

@@ -350,6 +350,13 @@ def main(argv: Sequence[str]) -> int:
         print(f"prior: {error}", file=sys.stderr)
         return 1
     print(table(priors, skipped))
+    for group, found in escalating.items():
+        if found["adaptive_same_top"] < args.target:
+            note(
+                f"prior: {group}: adaptive reaches {found['adaptive_same_top']:.3f} of the rotations' "
+                f"tops at most (half turns that confirm a wrong top), below --target {args.target}: "
+                "its threshold 1.0 escalates every decision"
+            )
     calibration_file.write(args.out, document)
     note(
         f"prior: wrote {args.out}"

@@ -152,6 +152,7 @@ def record(row: labelled.Row, method: str, answer: dict[str, Any]) -> Record:
             extra = {"prior": list(combined["prior"])}
         if "escalated" in combined:  # adaptive: the rows it scored and whether it escalated
             extra |= {key: combined[key] for key in ("rows", "escalated", "threshold")}
+            count = combined["rows"]  # what it cost, which its answer's orderings may not show
     else:
         probabilities, scores = list(answer["probabilities"]), list(answer["option_logits"])
         top = max(range(len(ids)), key=probabilities.__getitem__)

@@ -2,15 +2,16 @@
 
 `evaluate --derive --calibration` derives `prior` and `adaptive` from each decision's rotations,
 scored in one n-row call; the server answers them from a one-row call (and, where adaptive
-escalates, a second call of the other n-1). On the same decisions, with the same calibration file,
-the two must agree up to the scoring noise between a one-row and an n-row call (about 1e-6 on the
-CPU models): the same top, the same escalations, probabilities within that noise.
+escalates, a call of the half turn, and one of the rest where the two disagree). On the same
+decisions, with the same calibration file, the two must agree up to the scoring noise between a
+one-row and an n-row call (about 1e-6 on the CPU models): the same top, the same escalations
+and rows, probabilities within that noise.
 
 Rules a newcomer could break:
 1. Both runs must hold the same decisions under the same calibration: rows are matched by id, and
    a row one run lacks is counted, never guessed.
-2. An escalation that differs is reported by id: near the threshold, noise of 1e-6 in the margin may
-   flip it, and the probabilities then differ by design.
+2. An escalation that differs (whether, or how many rows) is reported by id: near the threshold,
+   noise of 1e-6 in the margin may flip it, and the probabilities then differ by design.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def compare(
     flips = [
         i
         for i, s, d in both
-        if s.get("escalated") is not None and bool(s["escalated"]) != bool(d.get("escalated"))
+        if s.get("escalated") is not None
+        and (bool(s["escalated"]), s["orderings"]) != (bool(d.get("escalated")), d["orderings"])
     ]
     gaps = [  # Rule 2: where the escalation flipped, the answers differ by design
         max(abs(a - b) for a, b in zip(s["probabilities"], d["probabilities"]))
@@ -58,6 +60,8 @@ def compare(
         "max_probability_gap": max(gaps) if gaps else None,
         "served_escalated": sum(bool(s.get("escalated")) for _, s, _ in both),
         "derived_escalated": sum(bool(d.get("escalated")) for _, _, d in both),
+        "served_rows": sum(s["orderings"] for _, s, _ in both),
+        "derived_rows": sum(d["orderings"] for _, _, d in both),
     }
 
 
@@ -93,6 +97,7 @@ def main(argv: Sequence[str]) -> int:
                 "same top",
                 "max |p served - p derived|",
                 "escalated (served / derived)",
+                "rows (served / derived)",
                 "flips",
             ],
             [
@@ -104,6 +109,7 @@ def main(argv: Sequence[str]) -> int:
                     if f["max_probability_gap"] is not None
                     else "-",
                     f"{f['served_escalated']} / {f['derived_escalated']}",
+                    f"{f['served_rows']} / {f['derived_rows']}",
                     len(f["escalation_flips"]),
                 ]
                 for m, f in found.items()

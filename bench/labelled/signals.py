@@ -3,12 +3,13 @@
 Offline, on a saved `evaluate --derive` run (its rows kept their rotations' results), per
 (workload, n): each decision is debiased with the prior of the OTHER decisions (leave one
 out, as `bench prior` fits the threshold), and each signal of escalation.SIGNALS is swept
-over every threshold. For each signal it reports the rows per decision at which the adaptive
-top equals the rotations' top on --target of the decisions (the label-free fit), with the
-accuracy there, and the fewest rows at which its accuracy reaches the rotations'. Beside them:
-the staged rule (one row where the margin is at least t, else a second ordering, the half
-turn, and all n only where the two disagree) and the bound (escalating exactly the
-decisions whose one-row top differs from the rotations'). Labels only score; they choose nothing.
+over every threshold, each escalating straight to all n rotations. For each signal it reports the
+rows per decision at which the adaptive top equals the rotations' top on --target of the decisions
+(the label-free fit), with the accuracy there, and the fewest rows at which its accuracy reaches the
+rotations'. Beside them: the staged rule the server now serves (one row where the margin is at least
+t, else a second ordering, the half turn, and all n only where the two disagree;
+semif_serve.decisions.adaptive) and the bound (escalating exactly the decisions whose one-row top
+differs from the rotations'). Labels only score; they choose nothing.
 """
 
 from __future__ import annotations
@@ -21,22 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.report import markdown_table
+from semif_serve.decisions import adaptive as served
 from semif_serve.decisions import prior as pride
 
 from . import escalation, scoring
 from .prior import METHOD, too_few
 
-Case = dict[
-    str, Any
-]  # one decision: signals, one-row top, second-ordering top, rotations' top, label, n
-
-
-def _half_turn_top(results: Sequence[dict[str, Any]], prior: Sequence[float]) -> int:
-    """The second ordering's debiased top, as an index in the caller's order."""
-    second = results[len(results) // 2]
-    by_position = escalation.debiased(second["option_logits"], prior)
-    top_id = second["option_ids"][escalation.top(by_position)]
-    return list(results[0]["option_ids"]).index(top_id)
+# One decision: signals, one-row top, whether its half turn confirms that top, rotations' top, label, n.
+Case = dict[str, Any]
 
 
 def cases(rows: Sequence[dict[str, Any]]) -> list[Case]:
@@ -50,7 +43,9 @@ def cases(rows: Sequence[dict[str, Any]]) -> list[Case]:
             {
                 "signals": {name: f(answer) for name, f in escalation.SIGNALS.items()},
                 "one": escalation.top(answer),
-                "two": _half_turn_top(results, others),
+                "confirmed": served.confirms(
+                    results[0], results[served.stages(len(results))[1][0]], others
+                ),
                 "rotations": row["methods"][METHOD]["top"],
                 "label": row["label"],
                 "n": row["options"],
@@ -92,9 +87,11 @@ def signal_points(items: Sequence[Case], signal: str) -> list[tuple[float, float
 
 
 def staged(case: Case, t: float) -> tuple[int, int]:
+    """The served rule's rows and top at threshold t (over two options, two rows that agree are
+    every rotation, and their top the rotations')."""
     if case["signals"]["margin"] >= t:
         return 1, case["one"]
-    if case["one"] == case["two"]:
+    if case["confirmed"]:
         return 2, case["one"]
     return case["n"], case["rotations"]
 
@@ -109,7 +106,7 @@ def study(items: Sequence[Case], target: float) -> list[tuple[str, str, str]]:
     goal = sum(c["rotations"] == c["label"] for c in items) / len(items)
     lines = []
     policies = {name: signal_points(items, name) for name in escalation.SIGNALS}
-    policies["staged: margin, then the half turn"] = _sweep(items, staged)
+    policies["staged: margin, then the half turn (served)"] = _sweep(items, staged)
     for name, points in policies.items():
         at_target = _first(points, lambda acc, same: same >= target)
         at_goal = _first(points, lambda acc, same: acc >= goal)

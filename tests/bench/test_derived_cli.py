@@ -99,36 +99,58 @@ def test_the_derived_prior_is_what_the_server_answers_under_prior(
     assert checked >= 40
 
 
-def test_adaptive_is_one_row_above_the_threshold_and_the_rotations_below(
+def debiased(result: dict[str, Any], prior: list[float]) -> list[float]:
+    """A row's probabilities with the prior divided out by position."""
+    logits = result["option_logits"]
+    shifted = pride.debias([v - max(logits) for v in logits], prior)
+    weights = [math.exp(v) for v in shifted]
+    return [w / sum(weights) for w in weights]
+
+
+def test_adaptive_is_one_row_above_the_threshold_and_staged_below(
     run: dict[str, Any], calibration: Path
 ) -> None:
+    """Above the threshold one row; below it two rows and that row's answer where the half turn's
+    debiased top confirms it (three options or more), else the rotations (n rows)."""
     table = entries(calibration)
-    escalated = kept_one = 0
+    branches = {"one": 0, "confirmed": 0, "rotations": 0}
     for row in run["run"]["rows"]:
         methods = row["methods"]
         if row["options"] not in table:
             assert "adaptive" not in methods and "prior" not in methods
             continue
-        entry = table[row["options"]]
-        first = methods["rotations"]["results"][0]["option_logits"]
-        shifted = pride.debias([v - max(first) for v in first], entry["prior"])
-        weights = [math.exp(v) for v in shifted]
-        probabilities = [w / sum(weights) for w in weights]
+        entry, results = table[row["options"]], methods["rotations"]["results"]
+        probabilities = debiased(results[0], entry["prior"])
         ranked = sorted(probabilities, reverse=True)
+        ids = results[0]["option_ids"]
+        half = dict(
+            zip(
+                results[row["options"] // 2]["option_ids"],
+                debiased(results[row["options"] // 2], entry["prior"]),
+            )
+        )
+        confirmed = (
+            row["options"] > 2
+            and max(ids, key=half.__getitem__) == ids[probabilities.index(ranked[0])]
+        )
+        adaptive = methods["adaptive"]
         if ranked[0] - ranked[1] >= entry["threshold"]:
-            kept_one += 1
-            assert methods["adaptive"]["orderings"] == 1
-            assert methods["adaptive"]["probabilities"] == pytest.approx(probabilities)
+            branches["one"] += 1
+            assert (adaptive["orderings"], adaptive["escalated"]) == (1, False)
+            assert adaptive["probabilities"] == pytest.approx(probabilities)
+        elif confirmed:
+            branches["confirmed"] += 1
+            assert (adaptive["orderings"], adaptive["escalated"]) == (2, True)
+            assert adaptive["probabilities"] == pytest.approx(probabilities)
         else:
-            escalated += 1
-            assert methods["adaptive"]["orderings"] == row["options"]
-            assert methods["adaptive"]["probabilities"] == methods["rotations"]["probabilities"]
-    assert escalated and kept_one, "both branches must be exercised"
+            branches["rotations"] += 1
+            assert (adaptive["orderings"], adaptive["escalated"]) == (row["options"], True)
+            assert adaptive["probabilities"] == methods["rotations"]["probabilities"]
+    assert all(branches.values()), f"every branch must be exercised: {branches}"
     figures = run["run"]["derived_figures"]["adaptive"]
     rows = [r for r in run["run"]["rows"] if "adaptive" in r["methods"]]
     assert figures["rows_per_decision"] == pytest.approx(
-        sum(1 + (r["options"] - 1) * r["methods"]["adaptive"]["escalated"] for r in rows)
-        / len(rows)
+        sum(r["methods"]["adaptive"]["orderings"] for r in rows) / len(rows)
     )
 
 
@@ -157,8 +179,19 @@ def test_the_curve_runs_from_one_row_to_the_rotations_and_is_drawn(run: dict[str
     curve, figures = run["run"]["curve"], run["run"]["derived_figures"]
     assert curve[0]["threshold"] == 0 and curve[0]["rows_per_decision"] == 1
     assert curve[0]["accuracy"] == figures["prior"]["accuracy"]
-    assert curve[-1]["rows_per_decision"] == figures["rotations"]["rows_per_decision"]
-    assert curve[-1]["accuracy"] == figures["rotations"]["accuracy"]
+    # Above every margin, everything escalates: the half turn where it confirms, else the rotations.
+    rows = [r for r in run["run"]["rows"] if "prior" in r["methods"]]
+    staged = [
+        (2, r["methods"]["prior"]["top"])
+        if r["methods"]["prior"]["confirmed"]
+        else (r["options"], r["methods"]["rotations"]["top"])
+        for r in rows
+    ]
+    assert curve[-1]["rows_per_decision"] == pytest.approx(sum(n for n, _ in staged) / len(rows))
+    assert curve[-1]["accuracy"] == pytest.approx(
+        sum(top == r["label"] for (_, top), r in zip(staged, rows)) / len(rows)
+    )
+    assert curve[-1]["rows_per_decision"] < figures["rotations"]["rows_per_decision"]
     assert (run["dir"] / "curve.png").read_bytes().startswith(PNG)
     assert "McNemar vs rotations" in run["done"].stdout
 

@@ -87,7 +87,8 @@ def test_served_prior_and_adaptive_match_the_derived_ones(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [row for row in json.loads(served.read_text())["rows"] if "adaptive" in row["methods"]]
-    assert {row["methods"]["adaptive"]["rows"] == row["options"] for row in rows} == {True, False}
+    stops = {(row["methods"]["adaptive"]["rows"], row["options"]) for row in rows}
+    assert {1, 2} <= {scored for scored, _ in stops} and any(s == n > 2 for s, n in stops)
     checked = bench(
         "served-check", "--served", str(served), "--derived", str(derived),
         "--out", str(tmp_path / "check.json"),
@@ -99,6 +100,34 @@ def test_served_prior_and_adaptive_match_the_derived_ones(
         assert figures[method]["same_top"] == 1.0
         assert figures[method]["max_probability_gap"] <= 1e-6
     assert figures["adaptive"]["served_escalated"] == figures["adaptive"]["derived_escalated"]
+    assert figures["adaptive"]["served_rows"] == figures["adaptive"]["derived_rows"]
+    assert figures["adaptive"]["escalation_flips"] == []
+
+
+def test_served_check_names_a_decision_that_stopped_at_other_rows(
+    derived: Path, tmp_path: Path
+) -> None:
+    run = json.loads(derived.read_text())
+    confirmed = [
+        r
+        for r in run["rows"]
+        if r["options"] > 2 and r["methods"].get("adaptive", {}).get("orderings") == 2
+    ]
+    moved = confirmed[0]  # kept its one row's answer at two rows
+    moved["methods"]["adaptive"]["orderings"] = moved["options"]  # as if its half turn disagreed
+    path = tmp_path / "moved.json"
+    path.write_text(json.dumps(run))
+    bench(
+        "served-check",
+        "--served",
+        str(path),
+        "--derived",
+        str(derived),
+        "--out",
+        str(tmp_path / "c.json"),
+    )
+    figures = json.loads((tmp_path / "c.json").read_text())["methods"]["adaptive"]
+    assert figures["escalation_flips"] == [moved["id"]]
 
 
 def test_served_check_fails_where_the_served_answers_differ(derived: Path, tmp_path: Path) -> None:
