@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from semif_serve.builders import reading
 from semif_serve.decisions import averaging, calibration, calibration_file
 from semif_serve.decisions.methods import Method
+from semif_serve.decisions.numerics import log_softmax
+from semif_serve.decisions.prior import debias
 from semif_serve.decisions.views import as_json
 from tests.reading_rows import ROWS, misread
 from tests.wire_client import request
@@ -73,13 +77,20 @@ async def test_the_committed_calibration_is_bound_to_it_and_serves_its_prior(
     assert combined["calibrated"]["temperature"] == table["default"]["prior"]
 
 
+def top_id(result: dict[str, Any], prior: Sequence[float], order: list[str]) -> str:
+    """A row's top option once the prior is divided out by position, ties to the caller's first."""
+    scores = dict(zip(result["option_ids"], debias(log_softmax(result["option_logits"]), prior)))
+    return max(order, key=scores.__getitem__)
+
+
 @pytest.mark.parametrize("threshold", [0.0, 1.0], ids=["never-escalates", "always-escalates"])
 async def test_adaptive_answers_as_the_prior_or_as_the_rotations_of_the_rows_it_scored(
     start_server, tiny_scorer, threshold: float
 ) -> None:
     """Over the committed prior with a threshold beside it (0: no margin is below it; 1: every one
     is), each adaptive answer is averaging's combination of the rows it scored: the prior's view
-    of its one row, or the rotations' of all n, each with that method's temperature."""
+    of its one row (alone, or confirmed by its half turn), or the rotations' of all n, each with
+    that method's temperature."""
     committed = calibration_file.load(str(EVIDENCE))
     priors = {
         workload: {
@@ -101,17 +112,23 @@ async def test_adaptive_answers_as_the_prior_or_as_the_rotations_of_the_rows_it_
         )
         assert answer.status == 200, answer.json
         combined, scored = answer.json["combined"], answer.json["orderings"]
-        escalated = threshold == 1.0
-        basis = Method.ROTATIONS if escalated else Method.PRIOR
-        assert (combined["escalated"], combined["rows"], len(scored)) == (
-            escalated,
-            len(options) if escalated else 1,
-            len(options) if escalated else 1,
-        )
+        escalated, n = threshold == 1.0, len(options)
+        prior = table.priors["default"][n].prior
+        rotations = {1: [0], 2: [0, n // 2], n: list(range(n))}[len(scored)]
+        assert [r["id"] for r in scored] == [f"r{number}#o{k}" for k in rotations]
+        if escalated:  # the half turn scored; the rest only where its debiased top differs
+            half = scored[rotations.index(n // 2)]
+            ids = [o["id"] for o in options]
+            confirmed = top_id(scored[0], prior, ids) == top_id(half, prior, ids)
+            assert len(scored) == (2 if confirmed else n)
+        else:
+            assert len(scored) == 1
+        basis = Method.ROTATIONS if len(scored) == n else Method.PRIOR
         temper = functools.partial(
             calibration.combined_view, "default", basis, table["default"][basis]
         )
-        prior = None if escalated else table.priors["default"][len(options)].prior
-        expected = as_json(averaging.combine(row, basis, scored, temper, prior))["combined"]
+        rows = scored if basis is Method.ROTATIONS else scored[:1]
+        divided = prior if basis is Method.PRIOR else None
+        expected = as_json(averaging.combine(row, basis, rows, temper, divided))["combined"]
         extra = {"method": "adaptive", "rows": len(scored), "escalated": escalated}
         assert combined == {**expected, **extra, "threshold": threshold}
