@@ -70,31 +70,23 @@ def test_the_live_prior_is_prior_py_within_1e_9() -> None:
         assert math.isclose(tally.as_json()["standard_errors"][position], error, abs_tol=1e-9)
 
 
-def test_agreement_and_margins_are_averaging_s_answers() -> None:
-    tally, _, cases = tallied(30)
-    agreed = 0
-    for decision, results in cases:
-        one = averaging.combine(decision, "prior", results[:1], prior=SERVED).combined
-        rotations = averaging.combine(decision, "rotations", results).combined
-        agreed += one.top == rotations.top
-    assert tally.agreements == agreed and 0 < agreed < 30
-    assert sum(tally.agreeing) == agreed and sum(tally.disagreeing) == 30 - agreed
-
-
-def half_turn_top(decision: dict[str, Any], result: dict[str, Any]) -> str:
+def half_turn_top(result: dict[str, Any]) -> str:
     """The half turn's answer with SERVED divided out by position, read by option id."""
     scores = prior.debias([math.log(p) for p in softmax(result["option_logits"])], SERVED)
     return dict(zip(scores, result["option_ids"]))[max(scores)]
 
 
-def test_confirmed_counts_the_disagreeing_whose_half_turn_keeps_the_served_top() -> None:
+def test_agreement_margins_and_confirmations_are_averaging_s_answers() -> None:
+    """Confirmed: the disagreeing whose half turn (rotation 2 of 4) keeps the served top."""
     tally, _, cases = tallied(60)
-    confirmed = 0
+    agreed = confirmed = 0
     for decision, results in cases:
         one = averaging.combine(decision, "prior", results[:1], prior=SERVED).combined
         rotations = averaging.combine(decision, "rotations", results).combined
-        kept = half_turn_top(decision, results[2]) == one.top  # rotation 2 of 4: the half turn
-        confirmed += one.top != rotations.top and kept
+        agreed += one.top == rotations.top
+        confirmed += one.top != rotations.top and half_turn_top(results[2]) == one.top
+    assert tally.agreements == agreed and 0 < agreed < 60
+    assert sum(tally.agreeing) == agreed and sum(tally.disagreeing) == 60 - agreed
     assert sum(tally.confirmed) == confirmed and 0 < confirmed < sum(tally.disagreeing)
     assert tally.as_json()["margins"]["confirmed"] == tally.confirmed
 
