@@ -100,13 +100,17 @@ class Progress:
     stage: int = 0
 
     def going_on(self, request: DecideRequest, table: Table) -> frozenset[int]:
-        """The decisions that score their next stage (Rules 2 and 3)."""
+        """The decisions that score their next stage (Rules 2 and 3): past the first, only those that
+        scored the last one."""
         going = set()
         for index, (decision, rows) in enumerate(
             request.planned(len(self.results), self.escalated)
         ):
-            if decision.method.rules.escalates and self.stage + 1 < len(
-                stages(len(decision.row["options"]))
+            reached = self.stage == 0 or index in self.escalated
+            if (
+                decision.method.rules.escalates
+                and reached
+                and self.stage + 1 < len(stages(len(decision.row["options"])))
             ):
                 entry, threshold = _entry(decision, request.workload, table)
                 if goes_on(decision.row, self.results[rows], entry.prior, threshold):

@@ -229,6 +229,16 @@ def test_the_half_turns_top_is_read_in_the_callers_order_with_the_prior_divided_
     assert adaptive.debiased_top(tie, PRIOR3, ["split2", "split1", "split0"]) == "split2"
 
 
+def test_past_the_first_stage_only_the_escalated_go_on() -> None:
+    """An unsure decision not escalated at the first call (as with another threshold then) is never
+    given a later stage's rows: the half turn comes only after its first row was judged."""
+    request = shared(UNSURE, SPLIT)
+    first = scored(request.rows())
+    half = scored(averaging.expand(SPLIT, "rotations")[1:2])
+    progress = adaptive.Progress(first).then(request, frozenset({1}), half)
+    assert progress.escalated == {1: 2} and progress.going_on(request, TABLE) == frozenset({1})
+
+
 def test_then_refuses_more_results_than_rows() -> None:
     request = shared(UNSURE)
     progress = adaptive.Progress(scored(request.rows()))
