@@ -65,7 +65,7 @@ class Rules:
     needs: tuple[Need, ...] = (Need.TEMPERATURE,)  # of the workload's fit, once a workload is named
     tempered: bool = True  # a temperature may be fitted for it (the calibration file's method keys)
     # The first engine call scores its first order alone; the rest only where that answer is
-    # unsure, in a second call (decisions/adaptive.py). Its orders are its worst case.
+    # unsure, in later calls (decisions/adaptive.py). Its orders are its worst case.
     escalates: bool = False
 
 
@@ -86,8 +86,9 @@ class Method(enum.StrEnum):
     # PriDe: one row in the caller's order, the workload's prior for n divided out; the workload
     # names the prior, and its temperature for the method is optional.
     PRIOR = "prior", Rules(_caller, needs=(Need.PRIOR,))
-    # Extension: the prior's one row, and the other n-1 rotations only where its margin is below the
-    # workload's threshold for n; its views borrow the temperatures of "prior" and "rotations".
+    # Extension: the prior's one row; where its margin is below the workload's threshold for n, the
+    # half turn, and the other rotations where the two disagree (decisions/adaptive.py); its views
+    # borrow the temperatures of "prior" and "rotations".
     ADAPTIVE = (
         "adaptive",
         Rules(_rotations, needs=(Need.PRIOR, Need.THRESHOLD), tempered=False, escalates=True),

@@ -68,7 +68,7 @@ class Reply:
     close: bool = False  # the connection ends after this reply, whether or not the body was read
     # Each decision's orderings method, in order (metrics label them `method`).
     decision_methods: tuple[str, ...] = ()
-    # Extension: the workload of each decision that escalated to a second scorer call (metrics).
+    # Extension: the workload of each decision that escalated to a later scorer call (metrics).
     escalations: tuple[str, ...] = ()
     # The route that answered; None: refused before one was found (ops then labels it by the target).
     route: Route | None = None
