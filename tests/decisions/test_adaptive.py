@@ -4,6 +4,7 @@ before any scoring."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -239,12 +240,33 @@ def test_past_the_first_stage_only_the_escalated_go_on() -> None:
     assert progress.escalated == {1: 2} and progress.going_on(request, TABLE) == frozenset({1})
 
 
+def test_a_margin_at_the_threshold_stands_one_below_it_escalates() -> None:
+    request = shared(UNSURE)
+    first = scored(request.rows())
+    debiased = averaging.combine(UNSURE, "prior", first, prior=PRIOR3).combined.probabilities
+    at = adaptive.margin(debiased)
+    for threshold, expected in ((at, frozenset()), (math.nextafter(at, 1.0), frozenset({0}))):
+        table = Table({}, None, None, {"triage": {3: FittedPrior(PRIOR3, 8, threshold)}})
+        assert adaptive.Progress(first).going_on(request, table) == expected
+
+
+def test_an_adaptive_decision_the_request_model_should_have_refused_is_named() -> None:
+    request = shared(UNSURE)
+    first = scored(request.rows())
+    bare = Table({}, None, None, {"triage": {3: FittedPrior(PRIOR3, 8)}})
+    with pytest.raises(ValueError, match="^decision 'unsure' has a prior without a threshold$"):
+        adaptive.Progress(first).going_on(request, bare)
+    nameless = dataclasses.replace(request, workload=None)
+    with pytest.raises(ValueError, match="^decision 'unsure' is adaptive without a workload$"):
+        adaptive.Progress(first).going_on(nameless, TABLE)
+
+
 def test_then_refuses_more_results_than_rows() -> None:
     request = shared(UNSURE)
     progress = adaptive.Progress(scored(request.rows()))
     going = progress.going_on(request, TABLE)
     more = scored(progress.next_rows(request, going))
-    with pytest.raises(RuntimeError, match="more results than its rows"):
+    with pytest.raises(RuntimeError, match="^the next call returned more results than its rows$"):
         progress.then(request, going, [*more, more[0]])
 
 

@@ -81,6 +81,7 @@ async def test_each_later_call_carries_exactly_the_decisions_that_go_on(start_se
         ["unsure#o1", "split#o1", "again#o1"],  # the half turns of the unsure
         ["split#o2"],  # the rest, where the half turn disagreed
     ]
+    assert answered.json["timing"]["batch_size"] == 4  # the first call's SemIf timing
     unsure, sure, split, again = (result["combined"] for result in answered.json["results"])
     assert [
         (c["method"], c["rows"], c["orderings"], c["escalated"])
@@ -226,6 +227,10 @@ async def test_metrics_and_the_access_log_count_the_rows_scored(start_server, fa
         value(after, "semif_rows_scored_total") - value(before, "semif_rows_scored_total") == scored
     )
     assert value(after, "semif_escalations_total", workload="triage") == 2
+    calls = (
+        "semif_scorer_call_duration_seconds_count"  # every call a shared one, observed as it ends
+    )
+    assert value(after, calls, kind="shared") - value(before, calls, kind="shared") == 3
     assert value(after, "semif_decisions_total", method="adaptive") == 3
     (line,) = [
         r.fields
@@ -310,6 +315,8 @@ def choice(values: tuple[float, ...]) -> dict[str, Any]:
 
 async def test_system_one_answers_from_the_adaptive_view(start_server, fake) -> None:
     server = await served(start_server, fake)
+    shared_call = fake.score_shared
+    fake.score_shared = lambda rows: (shared_call(rows)[0], {"prefix_tokens": 5})
     body = {
         "model": "jev-latest",
         "state": "s",
@@ -337,7 +344,9 @@ async def test_system_one_answers_from_the_adaptive_view(start_server, fake) -> 
         assert (combined["escalated"], combined["calibrated"]["method"]) == (escalated, method)
         calibrated = combined["calibrated"]["probabilities"]
         assert list(answers[key]["probabilities"].values()) == calibrated
-    assert answered.json["usage"] == {"input_tokens": (3 + 2 + 1) * 17, "output_tokens": 0}
+    # Each call prefills the state once: 17 a row, less the 5 prefix tokens of every row but one.
+    tokens = sum(rows * 17 - 5 * (rows - 1) for rows in (3, 2, 1))
+    assert answered.json["usage"] == {"input_tokens": tokens, "output_tokens": 0}
 
 
 @pytest.mark.parametrize(

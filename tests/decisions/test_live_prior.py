@@ -171,14 +171,32 @@ def test_replicas_tallies_add_up_to_one_tally_over_all_their_audits() -> None:
     # the same 30 audits split 12 / 18 over two replicas
     one, two = live_prior.Tally(SERVED), live_prior.Tally(SERVED)
     for index, p in enumerate(priors):
-        (one if index < 12 else two).add(live_prior.Audited(p, index % 3 == 0, index / 30))
+        audit = live_prior.Audited(p, index % 3 == 0, index / 30, confirmed=index % 2 == 0)
+        (one if index < 12 else two).add(audit)
     added = live_prior.summed([one.as_json(), two.as_json()])
     assert added.audits == 30 and added.agreements == 10
     assert all(
         math.isclose(a, b, abs_tol=1e-9) for a, b in zip(added.live(), prior.workload_prior(priors))
     )
     assert sum(added.disagreeing) == 20
+    assert sum(added.confirmed) == sum(index % 2 == 0 and index % 3 != 0 for index in range(30))
     older = {**one.as_json(), "margins": {"disagreeing": one.disagreeing}}  # before "confirmed"
     assert live_prior.summed([older, two.as_json()]).confirmed == tuple(two.confirmed)
+    assert sum(two.confirmed) > 0
     with pytest.raises(ValueError, match="different option counts"):
         live_prior.summed([one.as_json(), live_prior.Tally((0.5, 0.5)).as_json()])
+
+
+def test_standard_errors_exist_from_the_second_audit_and_json_shows_none_before() -> None:
+    tally = live_prior.Tally(SERVED)
+    tally.add(live_prior.Audited([0.4, 0.3, 0.2, 0.1], True, 0.5))
+    assert tally.as_json()["standard_errors"] == [None] * 4
+    tally.add(live_prior.Audited([0.2, 0.3, 0.2, 0.3], True, 0.5))
+    assert tally.standard_errors() == pytest.approx([0.1, 0.0, 0.0, 0.1])
+
+
+def test_margins_below_zero_or_at_zero_fall_in_the_first_bin_and_bins_must_match() -> None:
+    assert live_prior.margin_bin(0.0) == live_prior.margin_bin(-0.5) == 0
+    assert live_prior.margin_bin(0.019) == 1
+    with pytest.raises(ValueError):
+        live_prior.fitted_threshold([1] * 100, [1] * 99, 100, 0.97)

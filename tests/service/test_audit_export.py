@@ -215,3 +215,58 @@ def test_a_served_threshold_is_refitted_and_the_file_loads() -> None:
     assert exported["priors"]["triage"]["4"]["threshold"] == pytest.approx(0.31)
     table = calibration_file.bound(exported)
     assert table.priors["triage"][4].threshold == pytest.approx(0.31)
+
+
+def test_exactly_the_minimum_of_audits_takes_the_live_prior_and_the_notes_say_which() -> None:
+    eight = tuple(p * prior.MIN_DECISIONS for p in (0.4, 0.3, 0.2, 0.1))
+    at = audit_export.exported([replica(eight, prior.MIN_DECISIONS)], 0.97, "d")
+    assert at.document["priors"]["triage"]["4"]["decisions"] == prior.MIN_DECISIONS
+    assert at.notes == [f"triage n=4: the live prior of {prior.MIN_DECISIONS} audits"]
+    few = audit_export.exported([replica(audits=prior.MIN_DECISIONS - 1)], 0.97, "d")
+    assert few.notes == [f"triage n=4: {prior.MIN_DECISIONS - 1} audit(s); kept the served prior"]
+
+
+def test_the_file_says_how_it_was_fitted_and_the_replicas_answers_are_left_as_they_were() -> None:
+    replicas = [replica(), replica((2.5, 2.5, 2.5, 2.5))]
+    before = copy.deepcopy(replicas)
+    result = audit_export.exported(replicas, 0.97, "2026-12-07")
+    assert result.document["fitted"] == {
+        "by": "semif-serve audit export",
+        "date": "2026-12-07",
+        "replicas": 2,
+        "audits": 20,
+        "target": 0.97,
+        "from_sha256": "a" * 64,
+    }
+    assert replicas == before
+
+
+def test_tallies_of_entries_not_served_are_passed_over_and_every_entry_counts() -> None:
+    """A tally of a workload the file does not serve, or without sums, is skipped, not the end of
+    the list; the audits of every entry taken are added into `fitted.audits`."""
+    answer = replica()
+    answer["calibration"]["priors"]["billing"] = {
+        "4": {"prior": [0.4, 0.3, 0.2, 0.1], "decisions": 9}
+    }
+    triage = answer["audits"][0]
+    answer["audits"] = [
+        {**triage, "workload": "elsewhere"},
+        {"workload": "triage", "n": 4, "audits": 3},  # no sums: a replica with audits off
+        triage,
+        {**triage, "workload": "billing"},
+    ]
+    result = audit_export.exported([answer], 0.97, "d")
+    assert result.document["priors"]["triage"]["4"]["decisions"] == 10
+    assert result.document["priors"]["billing"]["4"]["decisions"] == 10
+    assert result.document["fitted"]["audits"] == 20
+
+
+def test_a_replica_serving_another_model_is_named_with_both_values() -> None:
+    other = replica()
+    other["calibration"]["model"] = "another/model"
+    with pytest.raises(ValueError) as refused:
+        audit_export.exported([replica(), other], 0.97, "d")
+    assert str(refused.value) == (
+        f"replica 2 serves model 'another/model', replica 1 {DEFAULT_MODEL!r}: their audits "
+        "cannot be added"
+    )
