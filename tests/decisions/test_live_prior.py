@@ -200,3 +200,15 @@ def test_margins_below_zero_or_at_zero_fall_in_the_first_bin_and_bins_must_match
     assert live_prior.margin_bin(0.019) == 1
     with pytest.raises(ValueError):
         live_prior.fitted_threshold([1] * 100, [1] * 99, 100, 0.97)
+
+
+def test_confirmed_audits_at_one_margin_add_up_and_a_tally_of_other_bins_is_refused() -> None:
+    tally = live_prior.Tally(SERVED)
+    for _ in range(2):
+        tally.add(live_prior.Audited([0.4, 0.3, 0.2, 0.1], False, 0.5, confirmed=True))
+    assert tally.confirmed[live_prior.margin_bin(0.5)] == 2
+    for key in ("disagreeing", "confirmed"):
+        short = tally.as_json()
+        short["margins"] = {**short["margins"], key: [0] * 99}
+        with pytest.raises(ValueError, match="different option counts or margin bins"):
+            live_prior.summed([tally.as_json(), short])

@@ -270,3 +270,24 @@ def test_a_replica_serving_another_model_is_named_with_both_values() -> None:
         f"replica 2 serves model 'another/model', replica 1 {DEFAULT_MODEL!r}: their audits "
         "cannot be added"
     )
+
+
+def test_an_entry_kept_or_stale_does_not_end_the_export_of_the_next() -> None:
+    """Entries in order: billing/4 with no audit, triage/3 audited against an older prior, triage/4
+    with enough: the first two keep the served entry, the third still takes its live prior."""
+    answer = replica()
+    priors = answer["calibration"]["priors"]
+    priors["billing"] = {"4": {"prior": [0.4, 0.3, 0.2, 0.1], "decisions": 9}}
+    priors["triage"]["3"] = {"prior": [0.5, 0.3, 0.2], "decisions": 9}
+    stale = live_prior.Tally((0.4, 0.4, 0.2)).as_json()
+    stale.update(audits=10, sums=[5.0, 3.0, 2.0], agreements=10)
+    answer["audits"].insert(0, {"workload": "triage", "n": 3, **stale})
+    result = audit_export.exported([answer], 0.97, "d")
+    assert result.document["priors"]["billing"]["4"]["decisions"] == 9
+    assert result.document["priors"]["triage"]["3"]["decisions"] == 9
+    assert result.document["priors"]["triage"]["4"]["decisions"] == 10
+    assert "billing n=4: 0 audit(s); kept the served prior" in result.notes
+    assert (
+        "triage n=3: a replica's audits were counted against an older prior and are left out"
+        in result.notes
+    )
