@@ -75,7 +75,6 @@ def one_row(results: Sequence[dict[str, Any]], prior: Sequence[float]) -> Record
     whether adaptive, escalated, would stop there at two rows (its half turn confirms the top, and
     rotations are left to score)."""
     probabilities = escalation.debiased(results[0]["option_logits"], prior)
-    stages = served.stages(len(results))
     return {
         "probabilities": probabilities,
         "scores": [math.log(max(p, math.ulp(0.0))) for p in probabilities],
@@ -83,7 +82,7 @@ def one_row(results: Sequence[dict[str, Any]], prior: Sequence[float]) -> Record
         "agreement": 1.0,
         "orderings": 1,
         "margin": escalation.margin(probabilities),
-        "confirmed": len(stages) == 3 and served.confirms(results[0], results[stages[1][0]], prior),
+        "confirmed": len(served.stages(len(results))) == 3 and served.confirmed(results, prior),
     }
 
 

@@ -94,17 +94,16 @@ def fit_threshold(
     signals: Sequence[float],
     agrees: Sequence[bool],
     target: float,
-    settled: Sequence[bool] | None = None,
+    settled: Sequence[bool],
 ) -> float:
     """The lowest t in [0, 1] at which at most (1 − target) of decisions keep another top than the
     rotations': those at signal ≥ t whose one row disagrees (`agrees` False), and those below t whose
-    escalated answer still disagrees (`settled` False; default: every escalated answer agrees).
+    escalated answer still disagrees (`settled` False).
     1.0 where no t reaches the target."""
     if not 0 < target <= 1:
         raise ValueError(f"the target share must be in (0, 1], got {target}")
-    if not signals or len(signals) != len(agrees):
+    if not signals or not len(signals) == len(agrees) == len(settled):
         raise ValueError("a threshold needs one signal and one agreement per decision")
-    settled = [True] * len(signals) if settled is None else settled
     allowed = math.floor((1 - target) * len(signals) + 1e-9)
     wrong = sum(not ok for ok in agrees)  # t = 0: every decision answered by its one row
     if wrong <= allowed:
@@ -122,10 +121,9 @@ def adaptive_share(
     signals: Sequence[float],
     agrees: Sequence[bool],
     threshold: float,
-    settled: Sequence[bool] | None = None,
+    settled: Sequence[bool],
 ) -> float:
     """The share of decisions whose adaptive top equals the rotations' top at `threshold`."""
-    settled = [True] * len(signals) if settled is None else settled
     return sum(
         (done if s < threshold else ok) for s, ok, done in zip(signals, agrees, settled)
     ) / len(signals)
@@ -136,9 +134,7 @@ def settles(decision: Mapping[str, Any], prior: Vector) -> bool:
     scores every rotation where its half turn disagrees with its first row, and keeps the first
     row's answer where the two agree (so agrees only if that answer was right). Over two options
     two rows that agree are the rotations' answer too."""
-    results = decision["results"]
-    half = results[served.stages(len(results))[1][0]]
-    if not served.confirms(results[0], half, prior):
+    if not served.confirmed(decision["results"], prior):
         return True
     return top(debiased(decision["first"], prior)) == decision["rotations_top"]
 

@@ -43,9 +43,7 @@ def cases(rows: Sequence[dict[str, Any]]) -> list[Case]:
             {
                 "signals": {name: f(answer) for name, f in escalation.SIGNALS.items()},
                 "one": escalation.top(answer),
-                "confirmed": served.confirms(
-                    results[0], results[served.stages(len(results))[1][0]], others
-                ),
+                "confirmed": served.confirmed(results, others),
                 "rotations": row["methods"][METHOD]["top"],
                 "label": row["label"],
                 "n": row["options"],

@@ -3,7 +3,7 @@ rotation only where the two disagree.
 
 Rules:
 1. Stages. An adaptive decision over n options scores its rotations in up to three engine calls of
-   its request (`STAGES`): the caller's order (rotation 0); the half turn (rotation n//2); the rest.
+   its request (`stages`): the caller's order (rotation 0); the half turn (rotation n//2); the rest.
    Each call carries every decision of the request that reached its stage, and is made only once the
    previous call's results are read. A request none of whose decisions goes on makes one call.
 2. After the first row: the margin is the top minus the runner-up of the prior's debiased,
@@ -89,6 +89,12 @@ def confirms(first: Mapping[str, Any], half: Mapping[str, Any], prior: Sequence[
     return debiased_top(first, prior, order) == debiased_top(half, prior, order)
 
 
+def confirmed(rotations: Sequence[Mapping[str, Any]], prior: Sequence[float]) -> bool:
+    """`confirms` over a decision's n rotations' results in rotation order (an audit's, or a bench
+    run's): whether its half turn would keep the first row's top."""
+    return confirms(rotations[0], rotations[stages(len(rotations))[1][0]], prior)
+
+
 @dataclass(frozen=True)
 class Progress:
     """A request part way through its calls: every call's `results` so far (as `request.planned` reads
@@ -170,27 +176,27 @@ def _complete(decision: Decision, results: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def basis(
-    decision: Decision, results: Sequence[Mapping[str, Any]]
-) -> tuple[Decision, list[Mapping[str, Any]]]:
-    """The method its answer reduces to (Rule 4), with the rows that answer reads: "rotations" over every
-    rotation where all were scored, else "prior" over the caller's-order row."""
-    if _complete(decision, results):
-        return Decision(decision.row, Method.ROTATIONS), in_rotation_order(decision, results)
-    return Decision(decision.row, Method.PRIOR), list(results[:1])
+    decision: Decision, ordered: Sequence[Mapping[str, Any]]
+) -> tuple[Decision, Sequence[Mapping[str, Any]]]:
+    """The method its answer reduces to (Rule 4), with the rows that answer reads (`ordered`: the rows
+    scored, `in_rotation_order`): "rotations" over every rotation where all were scored, else "prior"
+    over the caller's-order row."""
+    if _complete(decision, ordered):
+        return Decision(decision.row, Method.ROTATIONS), ordered
+    return Decision(decision.row, Method.PRIOR), ordered[:1]
 
 
 def labelled(
     view: Averaged,
     decision: Decision,
-    results: Sequence[Mapping[str, Any]],
+    ordered: Sequence[Mapping[str, Any]],
     workload: str | None,
     table: Table,
 ) -> Averaged:
     """Its basis method's view as the adaptive decision's: method "adaptive", its escalation, and every
-    row scored in rotation order."""
+    row scored (`ordered`, in rotation order)."""
     _, threshold = _entry(decision, workload, table)
-    escalation = Escalation(len(results) > 1, threshold, len(results))
-    combined = dataclasses.replace(view.combined, method=decision.method, escalation=escalation)
-    return dataclasses.replace(
-        view, combined=combined, results=in_rotation_order(decision, results)
+    combined = dataclasses.replace(
+        view.combined, method=decision.method, escalation=Escalation(threshold, len(ordered))
     )
+    return dataclasses.replace(view, combined=combined, results=list(ordered))

@@ -75,12 +75,11 @@ def audited(
     averaging.expand(row, "rotations") orders them) and the prior it was served with."""
     one_row = averaging.combine(row, position_prior.METHOD, results[:1], prior=served).combined
     rotations = averaging.combine(row, "rotations", results).combined
-    half = results[adaptive.stages(len(row["options"]))[1][0]]
     return Audited(
         position_prior.decision_prior(results),
         one_row.top == rotations.top,
         margin(one_row.probabilities),
-        adaptive.confirms(results[0], half, served),
+        adaptive.confirmed(results, served),
     )
 
 

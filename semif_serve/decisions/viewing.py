@@ -44,9 +44,10 @@ def view(
         plain = table[workload][decision.method]
         return Native(result, calibration.calibrated_view(result, workload, plain))
     if decision.method.rules.escalates:
-        reduced, rows = adaptive.basis(decision, results)
+        ordered = adaptive.in_rotation_order(decision, results)
+        reduced, rows = adaptive.basis(decision, ordered)
         return adaptive.labelled(
-            _averaged(reduced, rows, workload, table), decision, results, workload, table
+            _averaged(reduced, rows, workload, table), decision, ordered, workload, table
         )
     return _averaged(decision, results, workload, table)
 

@@ -32,13 +32,17 @@ class DividedPrior:
 
 @dataclass(frozen=True)
 class Escalation:
-    """An adaptive decision's escalation (extension): whether its prior's margin fell below the
-    workload's threshold (so that it scored the half turn, and every rotation where the two rows
-    disagreed), that threshold, and the rows it scored."""
+    """An adaptive decision's escalation (extension): the workload's threshold, and the rows it scored
+    (1; more where its prior's margin fell below the threshold, so that it scored the half turn, and
+    every rotation where the two rows disagreed)."""
 
-    escalated: bool
     threshold: float
     rows: int
+
+    @property
+    def escalated(self) -> bool:
+        """Its margin fell below the threshold: it scored more than its first row."""
+        return self.rows > 1
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,10 @@ def test_the_threshold_is_the_lowest_that_reaches_the_target(
     seed: int, target: float, staged: bool
 ) -> None:
     signals, agrees, settled = case(seed)
-    after = settled if staged else None
+    after = settled if staged else [True] * len(signals)  # the margin rule: escalated agrees
     t = escalation.fit_threshold(signals, agrees, target, after)
-    reachable = sum(after or agrees) / len(signals) >= target if staged else True
     assert 0 <= t <= 1
-    if not reachable:
+    if sum(after) < target * len(signals):  # even escalating every decision falls short
         assert t == 1.0
         return
     assert escalation.adaptive_share(signals, agrees, t, after) >= target
@@ -45,7 +44,7 @@ def test_a_confirmed_wrong_answer_stays_wrong_when_escalated() -> None:
     """Four decisions, the two least sure wrong: escalating both fixes them unless the half turn
     confirms one, which then never counts as fixed."""
     signals, agrees = [0.1, 0.2, 0.5, 0.9], [False, False, True, True]
-    assert escalation.fit_threshold(signals, agrees, 1.0) == math.nextafter(0.2, 1.0)
+    assert escalation.fit_threshold(signals, agrees, 1.0, [True] * 4) == math.nextafter(0.2, 1.0)
     assert escalation.fit_threshold(signals, agrees, 0.75, [True, False, True, True]) == (
         math.nextafter(0.1, 1.0)
     )
@@ -53,15 +52,17 @@ def test_a_confirmed_wrong_answer_stays_wrong_when_escalated() -> None:
 
 
 def test_all_agreeing_needs_no_escalation_and_the_cap_is_one() -> None:
-    assert escalation.fit_threshold([0.1, 0.5], [True, True], 1.0) == 0.0
-    assert escalation.fit_threshold([1.0, 0.5], [False, True], 1.0) == 1.0
+    assert escalation.fit_threshold([0.1, 0.5], [True, True], 1.0, [True, True]) == 0.0
+    assert escalation.fit_threshold([1.0, 0.5], [False, True], 1.0, [True, True]) == 1.0
 
 
 def test_bad_targets_and_lengths_are_refused() -> None:
     with pytest.raises(ValueError, match="target share"):
-        escalation.fit_threshold([0.1], [True], 0.0)
+        escalation.fit_threshold([0.1], [True], 0.0, [True])
     with pytest.raises(ValueError, match="one signal and one agreement"):
-        escalation.fit_threshold([0.1], [], 0.9)
+        escalation.fit_threshold([0.1], [], 0.9, [True])
+    with pytest.raises(ValueError, match="one signal and one agreement"):
+        escalation.fit_threshold([0.1], [True], 0.9, [])
 
 
 def test_leave_one_out_is_the_mean_of_the_others() -> None:
